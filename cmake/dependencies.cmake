@@ -1,0 +1,12 @@
+# Every dependency comes from a Debian 12 package (deploy/install_deps.sh installs them).
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+find_package(Protobuf REQUIRED)
+pkg_check_modules(GRPCPP REQUIRED IMPORTED_TARGET grpc++)
+find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(Gloo REQUIRED)
+find_package(CLI11 REQUIRED)
+if(NOT TARGET CLI11::CLI11)
+  add_library(CLI11::CLI11 INTERFACE IMPORTED)
+endif()

@@ -1,0 +1,36 @@
+// CpuWork: the Work of an operation that a background thread runs on the host
+// (Gloo, MPI). Completed or failed by that thread; waited on by the caller.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <string>
+
+#include "rt_dist/work.h"
+
+namespace rtd {
+
+class CpuWork : public Work {
+ public:
+  // what: the operation and its sequence number, for timeout messages.
+  CpuWork(std::string what, std::chrono::milliseconds default_timeout);
+
+  void complete();
+  void fail(const Error& error);
+
+  bool done() const override;
+  void wait() override { wait(default_timeout_); }
+  void wait(std::chrono::milliseconds timeout) override;
+  void wait(StreamRef) override {}  // host memory: nothing for a stream to wait on
+  std::optional<Error> error() const override;
+
+ private:
+  const std::string what_;
+  const std::chrono::milliseconds default_timeout_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::optional<Error> error_;
+};
+
+}  // namespace rtd

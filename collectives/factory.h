@@ -1,0 +1,25 @@
+// make_communicator: the one place that knows which backends were built.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "rt_dist/communicator.h"
+#include "rt_dist/store.h"
+
+namespace rtd {
+
+struct CommunicatorOptions {
+  std::string backend = "gloo";  // "gloo" (more with the GPU path)
+  std::shared_ptr<Store> store;  // scoped to this communicator by the caller
+  int rank = 0;
+  int size = 1;
+  std::string host = "127.0.0.1";
+  std::chrono::milliseconds timeout{300'000};
+};
+
+// Collective over options.size ranks; throws rtd::Error(kConfig) for a backend not built.
+std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& options);
+
+}  // namespace rtd

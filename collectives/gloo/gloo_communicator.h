@@ -1,0 +1,59 @@
+// GlooCommunicator: the CPU backend. A full TCP mesh set up through our Store;
+// operations validated on the caller's thread and run in order on a queue thread.
+#pragma once
+
+#include <gloo/context.h>
+
+#include <atomic>
+#include <memory>
+
+#include "collectives/op_queue.h"
+#include "rt_dist/communicator.h"
+#include "rt_dist/store.h"
+
+namespace rtd::gloo_backend {
+
+struct GlooOptions {
+  std::shared_ptr<Store> store;  // already scoped to this communicator
+  int rank = 0;
+  int size = 1;
+  std::string host = "127.0.0.1";  // address this rank listens on
+  std::chrono::milliseconds timeout{300'000};
+};
+
+class GlooCommunicator : public Communicator {
+ public:
+  // Collective: every rank constructs it with the same store and size; blocks
+  // until the mesh is connected or options.timeout passes.
+  explicit GlooCommunicator(const GlooOptions& options);
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "gloo"; }
+
+  std::shared_ptr<Work> all_reduce(BufferView in, BufferView out, ReduceOp op) override;
+  std::shared_ptr<Work> broadcast(BufferView buf, int root) override;
+  std::shared_ptr<Work> all_gather(BufferView in, BufferView out) override;
+  std::shared_ptr<Work> reduce_scatter(BufferView in, BufferView out, ReduceOp op) override;
+  std::shared_ptr<Work> barrier() override;
+  std::shared_ptr<Work> send(BufferView buf, int peer, int tag) override;
+  std::shared_ptr<Work> recv(BufferView buf, int peer, int tag) override;
+  void abort() override;
+
+ private:
+  // Posts fn to the queue; its Work names the operation and sequence number.
+  template <typename Fn>
+  std::shared_ptr<Work> enqueue(const char* op, std::uint32_t tag, Fn&& fn);
+  std::uint32_t next_tag() { return next_tag_++; }
+
+  const int rank_;
+  const int size_;
+  const std::chrono::milliseconds timeout_;
+  std::shared_ptr<::gloo::Context> context_;
+  std::atomic<bool> aborted_{false};
+  std::uint32_t next_tag_ = 0;
+  OpQueue queue_;
+};
+
+}  // namespace rtd::gloo_backend

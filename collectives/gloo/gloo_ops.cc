@@ -1,0 +1,112 @@
+// Typed Gloo calls: reduction functions per dtype, avg as sum then scale, and
+// bfloat16 through float32.
+#include "collectives/gloo/gloo_ops.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/types.h>
+
+#include <vector>
+
+namespace rtd::gloo_backend {
+namespace {
+
+constexpr std::uint8_t kP2PSlotPrefix = 0x20;
+
+template <typename T>
+::gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
+  using Fn = void (*)(void*, const void*, const void*, size_t);
+  switch (op) {
+    case ReduceOp::kMin: return static_cast<Fn>(&::gloo::min<T>);
+    case ReduceOp::kMax: return static_cast<Fn>(&::gloo::max<T>);
+    default: return static_cast<Fn>(&::gloo::sum<T>);  // avg is sum, then scaled
+  }
+}
+
+template <typename T>
+void typed_all_reduce(const OpArgs& args, const T* in, T* out, std::size_t count, ReduceOp op) {
+  ::gloo::AllreduceOptions opts(args.context);
+  if (in != out) opts.setInput(const_cast<T*>(in), count);
+  opts.setOutput(out, count);
+  opts.setReduceFunction(reduce_fn<T>(op));
+  opts.setTag(args.tag);
+  opts.setTimeout(args.timeout);
+  ::gloo::allreduce(opts);
+  if (op == ReduceOp::kAvg) {
+    const T scale = static_cast<T>(args.context->size);
+    for (std::size_t i = 0; i < count; ++i) out[i] /= scale;
+  }
+}
+
+void bf16_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out,
+                     ReduceOp op) {
+  const auto* src = static_cast<const std::uint16_t*>(in.data);
+  std::vector<float> wide(in.count);
+  for (std::size_t i = 0; i < in.count; ++i) wide[i] = bf16_to_float(src[i]);
+  typed_all_reduce<float>(args, wide.data(), wide.data(), wide.size(), op);
+  auto* dst = static_cast<std::uint16_t*>(out.data);
+  for (std::size_t i = 0; i < out.count; ++i) dst[i] = float_to_bf16(wide[i]);
+}
+
+}  // namespace
+
+void run_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out,
+                    ReduceOp op) {
+  switch (in.dtype) {
+    case DType::kFloat32:
+      return typed_all_reduce(args, static_cast<const float*>(in.data),
+                              static_cast<float*>(out.data), in.count, op);
+    case DType::kFloat64:
+      return typed_all_reduce(args, static_cast<const double*>(in.data),
+                              static_cast<double*>(out.data), in.count, op);
+    case DType::kInt32:
+      return typed_all_reduce(args, static_cast<const std::int32_t*>(in.data),
+                              static_cast<std::int32_t*>(out.data), in.count, op);
+    case DType::kInt64:
+      return typed_all_reduce(args, static_cast<const std::int64_t*>(in.data),
+                              static_cast<std::int64_t*>(out.data), in.count, op);
+    case DType::kBFloat16:
+      return bf16_all_reduce(args, in, out, op);
+  }
+}
+
+void run_broadcast(const OpArgs& args, const BufferView& buf, int root) {
+  ::gloo::BroadcastOptions opts(args.context);
+  opts.setOutput(static_cast<std::uint8_t*>(buf.data), buf.bytes());
+  opts.setRoot(root);
+  opts.setTag(args.tag);
+  opts.setTimeout(args.timeout);
+  ::gloo::broadcast(opts);
+}
+
+void run_all_gather(const OpArgs& args, const BufferView& out, std::size_t bytes_per_rank) {
+  ::gloo::AllgatherOptions opts(args.context);
+  opts.setOutput(static_cast<std::uint8_t*>(out.data), out.bytes());
+  opts.setTag(args.tag);
+  opts.setTimeout(args.timeout);
+  ::gloo::allgather(opts);
+}
+
+void run_barrier(const OpArgs& args) {
+  ::gloo::BarrierOptions opts(args.context);
+  opts.setTag(args.tag);
+  opts.setTimeout(args.timeout);
+  ::gloo::barrier(opts);
+}
+
+void run_send(const OpArgs& args, const BufferView& buf, int peer) {
+  auto ub = args.context->createUnboundBuffer(buf.data, buf.bytes());
+  ub->send(peer, ::gloo::Slot::build(kP2PSlotPrefix, args.tag));
+  ub->waitSend(args.timeout);
+}
+
+void run_recv(const OpArgs& args, const BufferView& buf, int peer) {
+  auto ub = args.context->createUnboundBuffer(buf.data, buf.bytes());
+  ub->recv(peer, ::gloo::Slot::build(kP2PSlotPrefix, args.tag));
+  ub->waitRecv(args.timeout);
+}
+
+}  // namespace rtd::gloo_backend

@@ -1,0 +1,32 @@
+// The Gloo calls behind GlooCommunicator, typed by dtype: each runs on the
+// communicator's queue thread and throws gloo exceptions as Gloo does.
+// bfloat16 is reduced in float32 (converted, reduced, converted back).
+#pragma once
+
+#include <gloo/context.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "rt_dist/types.h"
+
+namespace rtd::gloo_backend {
+
+struct OpArgs {
+  std::shared_ptr<::gloo::Context> context;
+  std::uint32_t tag = 0;
+  std::chrono::milliseconds timeout{0};
+};
+
+// out = reduce(in); in and out may be the same buffer.
+void run_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out,
+                    ReduceOp op);
+void run_broadcast(const OpArgs& args, const BufferView& buf, int root);
+// out's own slot already holds this rank's input.
+void run_all_gather(const OpArgs& args, const BufferView& out, std::size_t bytes_per_rank);
+void run_barrier(const OpArgs& args);
+void run_send(const OpArgs& args, const BufferView& buf, int peer);
+void run_recv(const OpArgs& args, const BufferView& buf, int peer);
+
+}  // namespace rtd::gloo_backend

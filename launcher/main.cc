@@ -1,0 +1,34 @@
+// dtrun's entry point: flags, signal handlers, the agent, and the exit code.
+#include <cstdio>
+
+#include "launcher/agent.h"
+#include "launcher/options.h"
+#include "launcher/signals.h"
+#include "rt_dist/error.h"
+#include "runtime/core/config.h"
+#include "runtime/core/log.h"
+
+int main(int argc, char** argv) {
+  using namespace rtd;
+  EnvMap env = read_process_env();
+  LauncherConfig env_config;
+  try {
+    env_config = launcher_config_from_env(env);
+    log::setup("dtrun", env_config.log_spec);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "dtrun: %s\n", e.what());
+    return 2;
+  }
+  launcher::ParseResult parsed = launcher::parse_options(argc, argv, env_config.token);
+  if (!parsed.options) {
+    std::fprintf(parsed.exit_code == 0 ? stdout : stderr, "%s\n", parsed.message.c_str());
+    return parsed.exit_code;
+  }
+  launcher::install_signal_handlers();
+  try {
+    return launcher::run_agent(*parsed.options, env_config, env);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "dtrun: error: %s\n", e.what());
+    return 1;
+  }
+}

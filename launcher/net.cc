@@ -1,0 +1,163 @@
+// Socket helpers of the launcher (POSIX sockets, getaddrinfo).
+#include "launcher/net.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "rt_dist/error.h"
+#include "runtime/core/check.h"
+
+namespace rtd::launcher {
+namespace {
+
+struct Socket {
+  int fd = -1;
+  ~Socket() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+sockaddr_storage to_sockaddr(const std::string& ip, int port, socklen_t* len) {
+  sockaddr_storage ss{};
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (inet_pton(AF_INET, ip.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, ip.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof(sockaddr_in6);
+  } else {
+    throw Error(ErrorCategory::kConfig, "'" + ip + "' is not a numeric IP address");
+  }
+  return ss;
+}
+
+std::string ip_of(const sockaddr_storage& ss) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, text, sizeof(text));
+  } else {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, text,
+              sizeof(text));
+  }
+  return text;
+}
+
+// Binds a TCP socket to ip:port; returns errno (0 on success) and the bound port.
+int try_bind(const std::string& ip, int port, int* bound_port) {
+  socklen_t len = 0;
+  sockaddr_storage addr = to_sockaddr(ip, port, &len);
+  Socket s;
+  s.fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s.fd < 0) return errno;
+  if (bind(s.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) return errno;
+  if (bound_port) {
+    sockaddr_storage got{};
+    socklen_t got_len = sizeof(got);
+    getsockname(s.fd, reinterpret_cast<sockaddr*>(&got), &got_len);
+    *bound_port = ntohs(got.ss_family == AF_INET
+                            ? reinterpret_cast<sockaddr_in*>(&got)->sin_port
+                            : reinterpret_cast<sockaddr_in6*>(&got)->sin6_port);
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string resolve(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &result);
+  if (rc != 0 || result == nullptr) {
+    throw Error(ErrorCategory::kConfig, "cannot resolve rendezvous host '" + host +
+                                            "': " + gai_strerror(rc) +
+                                            " (check --rdzv; an IP address avoids DNS)");
+  }
+  sockaddr_storage ss{};
+  std::memcpy(&ss, result->ai_addr, result->ai_addrlen);
+  freeaddrinfo(result);
+  return ip_of(ss);
+}
+
+bool is_local_address(const std::string& ip) { return try_bind(ip, 0, nullptr) == 0; }
+
+void check_bindable(const std::string& ip, int port) {
+  int err = try_bind(ip, port, nullptr);
+  if (err == 0) return;
+  std::string where = join_host_port(ip, port);
+  if (err == EADDRINUSE) {
+    throw Error(ErrorCategory::kConfig,
+                "cannot host the rendezvous on " + where +
+                    ": the port is already in use (another dtrun job?); pick another port "
+                    "in --rdzv",
+                err);
+  }
+  if (err == EADDRNOTAVAIL) {
+    throw Error(ErrorCategory::kConfig,
+                "cannot host the rendezvous on " + where +
+                    ": that address is not on this host; run node rank 0 on the host named "
+                    "in --rdzv",
+                err);
+  }
+  throw Error(ErrorCategory::kConfig,
+              "cannot host the rendezvous on " + where + ": " + std::strerror(err), err);
+}
+
+std::string local_address_towards(const std::string& ip, int port) {
+  socklen_t len = 0;
+  sockaddr_storage addr = to_sockaddr(ip, port == 0 ? 9 : port, &len);
+  Socket s;
+  s.fd = RTD_SYS_CHECK(socket(addr.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0), "socket");
+  RTD_SYS_CHECK(connect(s.fd, reinterpret_cast<sockaddr*>(&addr), len),
+                "finding the local address that reaches " + ip);
+  sockaddr_storage local{};
+  socklen_t local_len = sizeof(local);
+  RTD_SYS_CHECK(getsockname(s.fd, reinterpret_cast<sockaddr*>(&local), &local_len),
+                "getsockname");
+  return ip_of(local);
+}
+
+int free_port(const std::string& ip) {
+  int port = 0;
+  int err = try_bind(ip, 0, &port);
+  if (err != 0) {
+    throw Error(ErrorCategory::kBackend,
+                "cannot find a free port on " + ip + ": " + std::strerror(err), err);
+  }
+  return port;
+}
+
+std::string random_token() {
+  unsigned char bytes[16];
+  int fd = RTD_SYS_CHECK(open("/dev/urandom", O_RDONLY | O_CLOEXEC), "opening /dev/urandom");
+  ssize_t got = read(fd, bytes, sizeof(bytes));
+  close(fd);
+  if (got != static_cast<ssize_t>(sizeof(bytes))) {
+    throw Error(ErrorCategory::kBackend, "short read from /dev/urandom");
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string token;
+  for (unsigned char b : bytes) {
+    token += hex[b >> 4];
+    token += hex[b & 15];
+  }
+  return token;
+}
+
+std::string join_host_port(const std::string& host, int port) {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+}  // namespace rtd::launcher

@@ -1,0 +1,25 @@
+// Socket helpers of the launcher: resolving the rendezvous host, telling whether
+// an address belongs to this host, finding the local address that reaches a
+// peer, free ports, and the job token.
+#pragma once
+
+#include <string>
+
+namespace rtd::launcher {
+
+// Resolves host to a numeric IPv4/IPv6 address; throws rtd::Error(kConfig) naming host.
+std::string resolve(const std::string& host);
+// True when ip can be bound on this host (it is one of this host's addresses).
+bool is_local_address(const std::string& ip);
+// Throws rtd::Error(kConfig) saying why ip:port cannot be listened on (in use, not local).
+void check_bindable(const std::string& ip, int port);
+// The address of this host's interface that routes to ip (no packet is sent).
+std::string local_address_towards(const std::string& ip, int port);
+// A port on ip that was free a moment ago.
+int free_port(const std::string& ip);
+// 32 random hex characters from /dev/urandom.
+std::string random_token();
+// "host:port", with brackets around IPv6 literals.
+std::string join_host_port(const std::string& host, int port);
+
+}  // namespace rtd::launcher

@@ -1,0 +1,40 @@
+// LaunchOptions: dtrun's command line (torchrun's flag names), parsed and
+// checked in one place; main.cc only calls parse_options.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace rtd::launcher {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = -1;                // -1: decided at rendezvous
+  std::string rdzv_host = "127.0.0.1";
+  int rdzv_port = 0;                 // 0 with --nnodes=1: any free port
+  bool rdzv_given = false;
+  bool rdzv_bind_all = false;
+  std::chrono::seconds rdzv_timeout{600};
+  std::chrono::seconds grace_period{5};
+  int max_restarts = 0;
+  std::string log_dir;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string token;                 // from --token, else DTRUN_TOKEN, else generated (1 node)
+  std::string program;
+  std::vector<std::string> args;
+};
+
+struct ParseResult {
+  std::optional<LaunchOptions> options;  // empty when the process should exit
+  int exit_code = 0;                     // 0 after --help, 2 for bad flags
+  std::string message;                   // help text or the error, for the caller to print
+};
+
+// env_token: DTRUN_TOKEN as read by the configuration module.
+ParseResult parse_options(int argc, const char* const* argv, const std::string& env_token);
+
+}  // namespace rtd::launcher

@@ -1,0 +1,18 @@
+// join_rendezvous: an agent's side of the round: wait (up to the rendezvous
+// timeout) for node rank 0's server to answer, then join and get the layout.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "rendezvous.pb.h"
+
+namespace rtd::launcher {
+
+// Throws rtd::Error: kUnavailable when the server never answered, kConfig when
+// the round failed (disagreeing nodes, wrong token), kTimeout when nodes were missing.
+proto::JoinResponse join_rendezvous(const std::string& address, const std::string& token,
+                                    const proto::JoinRequest& request,
+                                    std::chrono::seconds timeout);
+
+}  // namespace rtd::launcher

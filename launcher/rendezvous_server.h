@@ -1,0 +1,34 @@
+// RendezvousServer: the gRPC server that node rank 0's agent hosts: the job's
+// key-value Store and the Rendezvous that assigns node ranks. Rejects calls
+// without the job token. See docs/rendezvous.md for the round protocol.
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace rtd::launcher {
+
+struct ServerOptions {
+  std::string bind_ip;      // the --rdzv host's address, or 0.0.0.0 with --rdzv-bind-all
+  int port = 0;             // 0: any free port
+  std::string token;
+  int nnodes = 1;
+  int nproc_per_node = 1;
+  std::string fingerprint;  // of the rest of the configuration
+  int master_port = 0;      // the free port on node 0 handed to workers as MASTER_PORT
+};
+
+class RendezvousServer {
+ public:
+  // Starts listening; throws rtd::Error(kConfig) when the address cannot be bound.
+  explicit RendezvousServer(const ServerOptions& options);
+  ~RendezvousServer();
+  int port() const;
+  void shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rtd::launcher

@@ -1,0 +1,226 @@
+// Supervisor: fork/exec of workers and the watch loop.
+#include "launcher/supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "launcher/signals.h"
+#include "rt_dist/error.h"
+#include "runtime/core/check.h"
+#include "runtime/core/log.h"
+
+namespace rtd::launcher {
+namespace {
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string describe(int status) {
+  if (WIFSIGNALED(status)) {
+    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  }
+  return "exited with code " + std::to_string(exit_code_of(status));
+}
+
+int open_log(const SupervisorOptions& o, int rank) {
+  if (o.log_dir.empty()) return -1;
+  std::string dir = o.log_dir + "/attempt_" + std::to_string(o.attempt);
+  mkdir(o.log_dir.c_str(), 0755);
+  mkdir(dir.c_str(), 0755);
+  std::string file = dir + "/rank_" + std::to_string(rank) + ".log";
+  int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw Error(ErrorCategory::kConfig,
+                "cannot write worker log " + file + ": " + std::strerror(errno) +
+                    " (check --log-dir)");
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::string resolve_program(const std::string& program, const std::string& path) {
+  if (program.find('/') != std::string::npos) {
+    if (is_executable_file(program)) return program;
+    throw Error(ErrorCategory::kConfig,
+                "cannot run '" + program + "': " +
+                    (access(program.c_str(), F_OK) == 0 ? "not an executable file"
+                                                        : "no such file"));
+  }
+  std::stringstream dirs(path);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (is_executable_file(candidate)) return candidate;
+  }
+  throw Error(ErrorCategory::kConfig, "cannot run '" + program +
+                                          "': not found on PATH (give a path such as ./" +
+                                          program + ")");
+}
+
+Supervisor::~Supervisor() {
+  if (any_running()) stop_all(SIGTERM);
+  mux_.join();
+}
+
+void Supervisor::spawn(const WorkerSpec& spec) {
+  int out[2], err[2], fail[2];
+  RTD_SYS_CHECK(pipe2(out, O_CLOEXEC), "pipe");
+  RTD_SYS_CHECK(pipe2(err, O_CLOEXEC), "pipe");
+  RTD_SYS_CHECK(pipe2(fail, O_CLOEXEC), "pipe");
+  int log_fd = open_log(options_, spec.global_rank);
+
+  std::vector<std::string> argv_s{options_.program_path};
+  argv_s.insert(argv_s.end(), options_.args.begin(), options_.args.end());
+  std::vector<char*> argv, envp;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_copy = spec.env;
+  for (auto& e : env_copy) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  pid_t pid = RTD_SYS_CHECK(fork(), "fork");
+  if (pid == 0) {
+    // Child: only async-signal-safe calls from here to exec.
+    setpgid(0, 0);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    execve(argv[0], argv.data(), envp.data());
+    int e = errno;
+    ssize_t ignored = write(fail[1], &e, sizeof(e));
+    (void)ignored;
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also from the parent, so that the group exists before any kill
+  close(out[1]);
+  close(err[1]);
+  close(fail[1]);
+  int exec_errno = 0;
+  ssize_t got = read(fail[0], &exec_errno, sizeof(exec_errno));
+  close(fail[0]);
+  children_.push_back(Child{pid, spec.global_rank, true, 0});
+  if (got == static_cast<ssize_t>(sizeof(exec_errno))) {
+    close(out[0]);
+    close(err[0]);
+    if (log_fd >= 0) close(log_fd);
+    throw Error(ErrorCategory::kConfig, "cannot start '" + options_.program_path +
+                                            "' for rank " + std::to_string(spec.global_rank) +
+                                            ": " + std::strerror(exec_errno));
+  }
+  std::string prefix = "[rank " + std::to_string(spec.global_rank) + "]: ";
+  mux_.add(out[0], prefix, stdout, log_fd);
+  mux_.add(err[0], prefix, stderr, log_fd >= 0 ? dup(log_fd) : -1);
+}
+
+void Supervisor::start(const std::vector<WorkerSpec>& workers) {
+  try {
+    for (const auto& w : workers) spawn(w);
+  } catch (...) {
+    stop_all(SIGKILL);
+    mux_.start();
+    throw;
+  }
+  mux_.start();
+}
+
+int Supervisor::reap(bool block) {
+  int reaped = 0;
+  for (auto& c : children_) {
+    if (!c.running) continue;
+    int status = 0;
+    pid_t r = waitpid(c.pid, &status, block ? 0 : WNOHANG);
+    if (r == c.pid) {
+      c.running = false;
+      c.status = status;
+      ++reaped;
+    }
+  }
+  return reaped;
+}
+
+bool Supervisor::any_running() const {
+  for (const auto& c : children_) {
+    if (c.running) return true;
+  }
+  return false;
+}
+
+void Supervisor::stop_all(int sig) {
+  for (const auto& c : children_) {
+    if (c.running) kill(-c.pid, sig);
+  }
+  auto deadline = std::chrono::steady_clock::now() + options_.grace_period;
+  while (any_running() && std::chrono::steady_clock::now() < deadline) {
+    reap(false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (any_running()) {
+    log::get("launcher")->warn("workers still running {} s after signal {}; sending SIGKILL",
+                               options_.grace_period.count(), sig);
+    for (const auto& c : children_) {
+      if (c.running) kill(-c.pid, SIGKILL);
+    }
+    while (any_running()) reap(true);
+  }
+  // Whatever the workers left in their process groups goes too.
+  for (const auto& c : children_) kill(-c.pid, SIGKILL);
+}
+
+Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds poll_every) {
+  auto logger = log::get("launcher");
+  auto next_check = std::chrono::steady_clock::now() + poll_every;
+  for (;;) {
+    reap(false);
+    for (const auto& c : children_) {
+      if (c.running || exit_code_of(c.status) == 0) continue;
+      Outcome out{Ending::kWorkerFailed, exit_code_of(c.status), c.rank,
+                  "worker rank " + std::to_string(c.rank) + " " + describe(c.status)};
+      logger->error("{}; stopping the other workers", out.reason);
+      stop_all(SIGTERM);
+      mux_.join();
+      return out;
+    }
+    if (!any_running()) {
+      mux_.join();
+      return Outcome{};
+    }
+    if (int sig = take_pending_signal()) {
+      logger->warn("received signal {} ({}); forwarding it to the workers", sig, strsignal(sig));
+      stop_all(sig);
+      mux_.join();
+      return Outcome{Ending::kSignal, 128 + sig, -1, std::string("dtrun received ") + strsignal(sig)};
+    }
+    if (stop_check && std::chrono::steady_clock::now() >= next_check) {
+      next_check = std::chrono::steady_clock::now() + poll_every;
+      if (std::optional<Outcome> stop = stop_check()) {
+        logger->error("{}; stopping this node's workers", stop->reason);
+        stop_all(SIGTERM);
+        mux_.join();
+        stop->ending = Ending::kStopRequested;
+        return *stop;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace rtd::launcher

@@ -1,0 +1,75 @@
+// Supervisor: starts this node's workers (fork/exec, each in its own process
+// group), watches them, forwards signals, and stops the rest when one fails:
+// SIGTERM, the grace period, then SIGKILL.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+#include "launcher/log_mux.h"
+
+namespace rtd::launcher {
+
+struct WorkerSpec {
+  int global_rank = 0;
+  std::vector<std::string> env;  // KEY=VALUE, the whole environment
+};
+
+struct SupervisorOptions {
+  std::string program_path;  // resolved, executable
+  std::vector<std::string> args;
+  std::string log_dir;       // empty: no files
+  int attempt = 0;
+  std::chrono::seconds grace_period{5};
+};
+
+enum class Ending { kSuccess, kWorkerFailed, kSignal, kStopRequested };
+
+struct Outcome {
+  Ending ending = Ending::kSuccess;
+  int exit_code = 0;     // the failing worker's code (128+N for signal N), or 128+signal
+  int failed_rank = -1;
+  std::string reason;
+};
+
+// Returns nothing while the workers should go on, else the outcome to end with
+// (a failure on another node, say).
+using StopCheck = std::function<std::optional<Outcome>()>;
+
+class Supervisor {
+ public:
+  explicit Supervisor(SupervisorOptions options) : options_(std::move(options)) {}
+  ~Supervisor();
+
+  // Starts every worker; throws rtd::Error when one cannot be started.
+  void start(const std::vector<WorkerSpec>& workers);
+  // Blocks until all workers ended, one failed, a signal arrived or stop_check
+  // (polled every poll_every) asked to stop; every worker has exited on return.
+  Outcome watch(const StopCheck& stop_check, std::chrono::milliseconds poll_every);
+
+ private:
+  struct Child {
+    pid_t pid = -1;
+    int rank = 0;
+    bool running = false;
+    int status = 0;
+  };
+  void spawn(const WorkerSpec& spec);
+  int reap(bool block);  // returns number reaped
+  void stop_all(int sig);
+  bool any_running() const;
+
+  SupervisorOptions options_;
+  std::vector<Child> children_;
+  LogMux mux_;
+};
+
+// Finds program on path (unless it contains '/'); throws rtd::Error(kConfig) when
+// it does not exist or is not executable.
+std::string resolve_program(const std::string& program, const std::string& path);
+
+}  // namespace rtd::launcher

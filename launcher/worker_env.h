@@ -1,0 +1,28 @@
+// The environment each worker starts with: the agent's own, then torchrun's
+// variables, dtrun's, and the --env overrides (DESIGN.md, "Worker environment").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "rendezvous.pb.h"
+#include "runtime/core/config.h"
+
+namespace rtd::launcher {
+
+struct WorkerEnvInput {
+  const EnvMap* parent = nullptr;           // the agent's environment
+  const proto::JoinResponse* layout = nullptr;
+  int local_rank = 0;
+  std::string store_addr;                   // host:port of the gRPC store
+  std::string token;
+  std::string node_addr;                    // this node's address for CPU collectives
+  int attempt = 0;                          // restart count, also the store round
+  int max_restarts = 0;
+  const std::vector<std::pair<std::string, std::string>>* overrides = nullptr;
+};
+
+// KEY=VALUE strings, sorted by key.
+std::vector<std::string> build_worker_env(const WorkerEnvInput& in);
+
+}  // namespace rtd::launcher

@@ -1,0 +1,82 @@
+// rtd::init(): configuration, logging, store and default communicator, in that order.
+#include <unistd.h>
+
+#include "collectives/factory.h"
+#include "rt_dist/context.h"
+#include "rt_dist/error.h"
+#include "runtime/core/config.h"
+#include "runtime/core/log.h"
+#include "runtime/env.h"
+
+namespace rtd {
+namespace {
+
+class ContextImpl : public Context {
+ public:
+  ContextImpl(WorldInfo world, std::shared_ptr<Store> store, std::unique_ptr<Communicator> comm,
+              std::chrono::milliseconds timeout)
+      : world_(std::move(world)), store_(std::move(store)), comm_(std::move(comm)),
+        timeout_(timeout) {}
+
+  const WorldInfo& world() const override { return world_; }
+  Communicator& comm() override { return *comm_; }
+  Store& store() override { return *store_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+ private:
+  WorldInfo world_;
+  std::shared_ptr<Store> store_;
+  std::unique_ptr<Communicator> comm_;
+  std::chrono::milliseconds timeout_;
+};
+
+std::shared_ptr<Store> connect_store(const Config& config, const WorldInfo& world) {
+  if (world.world_size == 1) return make_memory_store();
+  if (world.launcher == "dtrun") {
+    auto root = make_grpc_store(config.store_addr, config.token);
+    return make_prefix_store("round" + std::to_string(config.round), root);
+  }
+  throw Error(ErrorCategory::kConfig,
+              "a world of " + std::to_string(world.world_size) + " under " + world.launcher +
+                  " needs a store that librt_dist can reach; launch the job with dtrun "
+                  "(dtrun --nproc-per-node=N ./train)");
+}
+
+// Where this rank's CPU collectives listen: the node address dtrun found, or
+// loopback when every rank is on this host.
+std::string data_host(const Config& config, const WorldInfo& world) {
+  if (!config.node_addr.empty()) return config.node_addr;
+  if (world.local_world_size == world.world_size) return "127.0.0.1";
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
+  return name;
+}
+
+}  // namespace
+
+std::shared_ptr<Context> init(const InitOptions& options) {
+  Config config = Config::from_env(read_process_env());
+  WorldInfo world = detect_world(config);
+  log::setup("rank " + std::to_string(world.rank) + "/local " + std::to_string(world.local_rank),
+             config.log_spec);
+  auto logger = log::get("runtime");
+  logger->info("init: rank {} of {} (local {} of {}, node {}) under {}", world.rank,
+               world.world_size, world.local_rank, world.local_world_size, world.node_rank,
+               world.launcher);
+  logger->debug("config: store='{}' round={} addr='{}' timeout={}s backend={}", config.store_addr,
+                config.round, config.node_addr, config.timeout.count() / 1000, config.backend);
+
+  auto store = connect_store(config, world);
+  auto comm = make_communicator(CommunicatorOptions{
+      .backend = "gloo",
+      .store = make_prefix_store("comm/default", store),
+      .rank = world.rank,
+      .size = world.world_size,
+      .host = data_host(config, world),
+      .timeout = config.timeout,
+  });
+  return std::make_shared<ContextImpl>(std::move(world), std::move(store), std::move(comm),
+                                       config.timeout);
+}
+
+}  // namespace rtd

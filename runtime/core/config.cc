@@ -1,0 +1,124 @@
+// Reads and parses every environment variable of librt_dist and dtrun (the only
+// getenv-style reader in the code base); world consistency is checked in runtime/env.cc.
+#include "runtime/core/config.h"
+
+#include <charconv>
+#include <string_view>
+
+#include "rt_dist/error.h"
+
+extern char** environ;
+
+namespace rtd {
+namespace {
+
+constexpr ConfigVar kVars[] = {
+    {"RANK", "", "global rank of this worker (dtrun, torchrun)"},
+    {"WORLD_SIZE", "", "number of workers in the job"},
+    {"LOCAL_RANK", "", "rank of this worker on its node; selects the GPU"},
+    {"LOCAL_WORLD_SIZE", "", "number of workers on this node"},
+    {"GROUP_RANK", "", "rank of this worker's node"},
+    {"MASTER_ADDR", "", "address of node 0"},
+    {"MASTER_PORT", "", "a free port on node 0 left for the job's own use"},
+    {"OMPI_COMM_WORLD_RANK", "", "rank under Open MPI's mpirun"},
+    {"OMPI_COMM_WORLD_SIZE", "", "world size under mpirun"},
+    {"OMPI_COMM_WORLD_LOCAL_RANK", "", "local rank under mpirun"},
+    {"OMPI_COMM_WORLD_LOCAL_SIZE", "", "local size under mpirun"},
+    {"SLURM_PROCID", "", "rank under srun"},
+    {"SLURM_NTASKS", "", "world size under srun"},
+    {"SLURM_LOCALID", "", "local rank under srun"},
+    {"SLURM_NODEID", "", "node rank under srun"},
+    {"DTRUN_STORE", "", "host:port of dtrun's gRPC store"},
+    {"DTRUN_TOKEN", "", "job token that every control-plane call carries"},
+    {"DTRUN_ROUND", "0", "rendezvous round; store keys of a round live under its prefix"},
+    {"DTRUN_ADDR", "", "address this node's workers listen on for CPU collectives"},
+    {"RTD_LOG", "info", "log levels: 'debug' or per component 'store:debug,gloo:info'"},
+    {"RTD_TIMEOUT_S", "300", "seconds a collective or store wait may take before it fails"},
+    {"PATH", "/usr/local/bin:/usr/bin:/bin", "where dtrun looks for a program named without '/'"},
+    {"RTD_BACKEND", "auto", "default communicator: auto or gloo"},
+};
+
+const std::string* lookup(const EnvMap& env, const char* name) {
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty()) return nullptr;
+  return &it->second;
+}
+
+std::optional<int> parse_int(const EnvMap& env, const char* name, int min_value) {
+  const std::string* text = lookup(env, name);
+  if (text == nullptr) return std::nullopt;
+  int value = 0;
+  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc() || end != text->data() + text->size()) {
+    throw Error(ErrorCategory::kConfig, std::string("environment variable ") + name + "='" +
+                                            *text + "' is not an integer");
+  }
+  if (value < min_value) {
+    throw Error(ErrorCategory::kConfig, std::string("environment variable ") + name + "=" +
+                                            *text + " must be at least " +
+                                            std::to_string(min_value));
+  }
+  return value;
+}
+
+std::string parse_string(const EnvMap& env, const char* name, std::string fallback) {
+  const std::string* text = lookup(env, name);
+  return text ? *text : fallback;
+}
+
+}  // namespace
+
+EnvMap read_process_env() {
+  EnvMap env;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    std::string_view kv(*entry);
+    auto eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  return env;
+}
+
+std::span<const ConfigVar> config_table() { return kVars; }
+
+Config Config::from_env(const EnvMap& env) {
+  Config c;
+  c.rank = parse_int(env, "RANK", 0);
+  c.world_size = parse_int(env, "WORLD_SIZE", 1);
+  c.local_rank = parse_int(env, "LOCAL_RANK", 0);
+  c.local_world_size = parse_int(env, "LOCAL_WORLD_SIZE", 1);
+  c.group_rank = parse_int(env, "GROUP_RANK", 0);
+  c.master_addr = parse_string(env, "MASTER_ADDR", "");
+  c.master_port = parse_int(env, "MASTER_PORT", 0);
+  c.ompi_rank = parse_int(env, "OMPI_COMM_WORLD_RANK", 0);
+  c.ompi_size = parse_int(env, "OMPI_COMM_WORLD_SIZE", 1);
+  c.ompi_local_rank = parse_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  c.ompi_local_size = parse_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+  c.slurm_procid = parse_int(env, "SLURM_PROCID", 0);
+  c.slurm_ntasks = parse_int(env, "SLURM_NTASKS", 1);
+  c.slurm_localid = parse_int(env, "SLURM_LOCALID", 0);
+  c.slurm_nodeid = parse_int(env, "SLURM_NODEID", 0);
+  c.store_addr = parse_string(env, "DTRUN_STORE", "");
+  c.token = parse_string(env, "DTRUN_TOKEN", "");
+  c.round = parse_int(env, "DTRUN_ROUND", 0).value_or(0);
+  c.node_addr = parse_string(env, "DTRUN_ADDR", "");
+  c.log_spec = parse_string(env, "RTD_LOG", "info");
+  int timeout_s = parse_int(env, "RTD_TIMEOUT_S", 1).value_or(300);
+  c.timeout = std::chrono::seconds(timeout_s);
+  c.backend = parse_string(env, "RTD_BACKEND", "auto");
+  if (c.backend != "auto" && c.backend != "gloo") {
+    throw Error(ErrorCategory::kConfig,
+                "environment variable RTD_BACKEND='" + c.backend + "' is not one of: auto, gloo");
+  }
+  return c;
+}
+
+LauncherConfig launcher_config_from_env(const EnvMap& env) {
+  LauncherConfig c;
+  c.token = parse_string(env, "DTRUN_TOKEN", "");
+  c.log_spec = parse_string(env, "RTD_LOG", "info");
+  c.path = parse_string(env, "PATH", "/usr/local/bin:/usr/bin:/bin");
+  return c;
+}
+
+}  // namespace rtd

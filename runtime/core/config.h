@@ -1,0 +1,57 @@
+// Config: every environment variable librt_dist and dtrun read, parsed once into
+// typed fields. config.cc is the only reader of the process environment.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace rtd {
+
+using EnvMap = std::map<std::string, std::string>;
+
+// A snapshot of the process environment (the only place that reads it).
+EnvMap read_process_env();
+
+struct ConfigVar {
+  const char* name;
+  const char* default_value;  // "" when unset means "absent"
+  const char* doc;
+};
+// The table that docs/config.md and `dtrun --help-env` print.
+std::span<const ConfigVar> config_table();
+
+struct Config {
+  // Worker placement as the launcher wrote it (dtrun and torchrun share names).
+  std::optional<int> rank, world_size, local_rank, local_world_size, group_rank;
+  std::string master_addr;
+  std::optional<int> master_port;
+  // Open MPI and Slurm placement.
+  std::optional<int> ompi_rank, ompi_size, ompi_local_rank, ompi_local_size;
+  std::optional<int> slurm_procid, slurm_ntasks, slurm_localid, slurm_nodeid;
+  // dtrun's own.
+  std::string store_addr;  // DTRUN_STORE host:port
+  std::string token;       // DTRUN_TOKEN
+  int round = 0;           // DTRUN_ROUND
+  std::string node_addr;   // DTRUN_ADDR: where this node's workers listen
+  // Library settings.
+  std::string log_spec = "info";                     // RTD_LOG
+  std::chrono::milliseconds timeout{300'000};        // RTD_TIMEOUT_S
+  std::string backend = "auto";                      // RTD_BACKEND
+
+  // Throws rtd::Error(kConfig) naming the variable when a value is malformed.
+  static Config from_env(const EnvMap& env);
+};
+
+// What dtrun itself reads: only these, so that a worker's variables (RANK, ...)
+// in the caller's shell never make the launcher fail.
+struct LauncherConfig {
+  std::string token;              // DTRUN_TOKEN
+  std::string log_spec = "info";  // RTD_LOG
+  std::string path;               // PATH, to find the program
+};
+LauncherConfig launcher_config_from_env(const EnvMap& env);
+
+}  // namespace rtd

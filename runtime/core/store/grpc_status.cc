@@ -1,0 +1,32 @@
+// grpc::Status -> rtd::Error, with a hint of what to try for each code.
+#include "runtime/core/store/grpc_status.h"
+
+namespace rtd {
+
+Error error_from_grpc(const grpc::Status& status, const std::string& what,
+                      const std::string& target) {
+  std::string prefix = what + " at " + target + " failed: ";
+  std::string detail = status.error_message();
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return Error(ErrorCategory::kConfig,
+                   prefix + detail + " (every node and worker must use the same --token/DTRUN_TOKEN)",
+                   status.error_code());
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return Error(ErrorCategory::kTimeout, prefix + "deadline exceeded: " + detail,
+                   status.error_code());
+    case grpc::StatusCode::UNAVAILABLE:
+      return Error(ErrorCategory::kUnavailable,
+                   prefix + "server unreachable (" + detail +
+                       "); check that node rank 0's dtrun is running and the port is reachable",
+                   status.error_code());
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return Error(ErrorCategory::kConfig, prefix + detail, status.error_code());
+    default:
+      return Error(ErrorCategory::kBackend, prefix + detail, status.error_code());
+  }
+}
+
+}  // namespace rtd

@@ -1,0 +1,83 @@
+// World detection and consistency checks over the parsed Config.
+#include "runtime/env.h"
+
+#include <optional>
+#include <string>
+
+#include "rt_dist/error.h"
+
+namespace rtd {
+namespace {
+
+[[noreturn]] void bad(const std::string& message) { throw Error(ErrorCategory::kConfig, message); }
+
+int require(const std::optional<int>& value, const char* name, const char* launcher) {
+  if (!value) bad(std::string(name) + " is not set, but other " + launcher +
+                  " variables are; set it or unset them");
+  return *value;
+}
+
+void check_below(int value, const char* name, int bound, const char* bound_name) {
+  if (value >= bound) {
+    bad(std::string(name) + "=" + std::to_string(value) + " must be less than " + bound_name +
+        "=" + std::to_string(bound));
+  }
+}
+
+WorldInfo from_torchrun_names(const Config& c) {
+  const char* who = c.store_addr.empty() ? "torchrun" : "dtrun";
+  WorldInfo w;
+  w.launcher = who;
+  w.rank = require(c.rank, "RANK", who);
+  w.world_size = require(c.world_size, "WORLD_SIZE", who);
+  w.local_rank = c.local_rank.value_or(0);
+  w.local_world_size = c.local_world_size.value_or(w.world_size);
+  w.node_rank = c.group_rank.value_or(0);
+  return w;
+}
+
+WorldInfo from_mpi(const Config& c) {
+  WorldInfo w;
+  w.launcher = "mpirun";
+  w.rank = *c.ompi_rank;
+  w.world_size = require(c.ompi_size, "OMPI_COMM_WORLD_SIZE", "Open MPI");
+  w.local_rank = c.ompi_local_rank.value_or(0);
+  w.local_world_size = c.ompi_local_size.value_or(1);
+  w.node_rank = w.local_world_size > 0 ? w.rank / w.local_world_size : 0;
+  return w;
+}
+
+WorldInfo from_slurm(const Config& c) {
+  WorldInfo w;
+  w.launcher = "slurm";
+  w.rank = *c.slurm_procid;
+  w.world_size = require(c.slurm_ntasks, "SLURM_NTASKS", "Slurm");
+  w.local_rank = c.slurm_localid.value_or(0);
+  w.local_world_size = 1;  // Slurm does not export it per task; refined when needed
+  w.node_rank = c.slurm_nodeid.value_or(0);
+  return w;
+}
+
+}  // namespace
+
+WorldInfo detect_world(const Config& c) {
+  WorldInfo w;
+  if (c.rank || c.world_size || !c.store_addr.empty()) {
+    w = from_torchrun_names(c);
+    check_below(w.rank, "RANK", w.world_size, "WORLD_SIZE");
+    check_below(w.local_rank, "LOCAL_RANK", w.local_world_size, "LOCAL_WORLD_SIZE");
+    if (w.local_world_size > w.world_size) {
+      bad("LOCAL_WORLD_SIZE=" + std::to_string(w.local_world_size) +
+          " must not exceed WORLD_SIZE=" + std::to_string(w.world_size));
+    }
+  } else if (c.ompi_rank) {
+    w = from_mpi(c);
+    check_below(w.rank, "OMPI_COMM_WORLD_RANK", w.world_size, "OMPI_COMM_WORLD_SIZE");
+  } else if (c.slurm_procid) {
+    w = from_slurm(c);
+    check_below(w.rank, "SLURM_PROCID", w.world_size, "SLURM_NTASKS");
+  }
+  return w;
+}
+
+}  // namespace rtd

@@ -1,0 +1,14 @@
+// detect_world: where this process sits in the job, from the launcher's
+// variables (dtrun/torchrun, then Open MPI, then Slurm; none: a world of one).
+#pragma once
+
+#include "rt_dist/context.h"
+#include "runtime/core/config.h"
+
+namespace rtd {
+
+// Throws rtd::Error(kConfig) naming the variable when values are missing or
+// inconsistent (RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE, ...).
+WorldInfo detect_world(const Config& config);
+
+}  // namespace rtd

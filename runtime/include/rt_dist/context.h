@@ -1,0 +1,49 @@
+// rtd::init() and Context: the process's place in the job (read from the
+// environment that dtrun, torchrun, Open MPI or Slurm set), its store, and its
+// default communicator.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "rt_dist/communicator.h"
+#include "rt_dist/store.h"
+
+namespace rtd {
+
+enum class Backend { kAuto, kGloo };
+
+struct InitOptions {
+  Backend backend = Backend::kAuto;
+};
+
+struct WorldInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  std::string launcher = "none";  // "dtrun", "torchrun", "mpirun", "slurm" or "none"
+};
+
+class Context {
+ public:
+  virtual ~Context() = default;
+
+  virtual const WorldInfo& world() const = 0;
+  int rank() const { return world().rank; }
+  int world_size() const { return world().world_size; }
+  int local_rank() const { return world().local_rank; }
+  virtual Communicator& comm() = 0;
+  virtual Store& store() = 0;
+  // The timeout every collective of this context's communicators runs under.
+  virtual std::chrono::milliseconds timeout() const = 0;
+};
+
+// Reads the environment once, sets up logging, connects to the store and
+// builds the default communicator. Collective: every rank of the job calls it.
+// Throws rtd::Error(kConfig) naming the variable for a malformed environment.
+std::shared_ptr<Context> init(const InitOptions& options = {});
+
+}  // namespace rtd

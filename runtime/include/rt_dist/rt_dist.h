@@ -1,0 +1,9 @@
+// Umbrella header of librt_dist.
+#pragma once
+
+#include "rt_dist/communicator.h"
+#include "rt_dist/context.h"
+#include "rt_dist/error.h"
+#include "rt_dist/store.h"
+#include "rt_dist/types.h"
+#include "rt_dist/work.h"
