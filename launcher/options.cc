@@ -3,6 +3,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <set>
+
 #include "launcher/net.h"
 
 namespace rtd::launcher {
@@ -19,6 +22,25 @@ Examples:
 Workers get torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...)
 plus DTRUN_STORE, DTRUN_TOKEN and DTRUN_ROUND. Exit status: the first failing
 worker's exit code; 2 for bad flags; 1 for a failed rendezvous.)";
+
+// Flags that take a value as the next argument when written without '='.
+const std::set<std::string> kValueFlags = {
+    "--nproc-per-node", "--nproc_per_node", "--nnodes",        "--node-rank",
+    "--node_rank",      "--rdzv",           "--rdzv-endpoint", "--rdzv_endpoint",
+    "--rdzv-timeout",   "--rdzv_timeout",   "--max-restarts",  "--max_restarts",
+    "--grace-period",   "--log-dir",        "--log_dir",       "--env",
+    "--token"};
+
+// Index of the first argument that belongs to the program (or of "--").
+int find_program(int argc, const char* const* argv) {
+  int i = 1;
+  while (i < argc) {
+    std::string a = argv[i];
+    if (a == "--" || a.empty() || a[0] != '-') return i;
+    i += (a.find('=') == std::string::npos && kValueFlags.count(a)) ? 2 : 1;
+  }
+  return std::min(i, argc);
+}
 
 std::string parse_endpoint(const std::string& text, LaunchOptions& o) {
   auto colon = text.rfind(':');
@@ -91,7 +113,6 @@ ParseResult parse_options(int argc, const char* const* argv, const std::string& 
   CLI::App app{"dtrun: start one worker per GPU (or CPU slot) on each node and supervise them",
                "dtrun"};
   app.footer(kExamples);
-  app.prefix_command();  // everything from the program on belongs to the program
   app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
                  "workers on this node")->check(CLI::Range(1, 1024));
   app.add_option("--nnodes", o.nnodes, "nodes in the job")->check(CLI::Range(1, 65536));
@@ -110,26 +131,26 @@ ParseResult parse_options(int argc, const char* const* argv, const std::string& 
                  "seconds between SIGTERM and SIGKILL when stopping workers")
       ->check(CLI::Range(0, 3600));
   app.add_option("--log-dir,--log_dir", o.log_dir, "also write each worker's output to files here");
-  app.add_option("--env", env, "KEY=VALUE for every worker (repeatable)");
+  app.add_option("--env", env, "KEY=VALUE for every worker (repeatable)")
+;
   app.add_option("--token", o.token, "job token every control-plane call carries (DTRUN_TOKEN)");
 
+  // dtrun's flags end where the program begins; CLI11 sees only dtrun's part.
+  const int program_at = find_program(argc, argv);
   try {
-    app.parse(argc, argv);
+    app.parse(program_at, argv);
   } catch (const CLI::CallForHelp&) {
     return ParseResult{.exit_code = 0, .message = app.help()};
   } catch (const CLI::ParseError& e) {
     return ParseResult{.exit_code = 2,
                        .message = std::string("dtrun: ") + e.what() + "\nRun dtrun --help."};
   }
-  std::vector<std::string> rest = app.remaining();
+  std::vector<std::string> rest(argv + program_at, argv + argc);
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
   if (rest.empty()) {
     return ParseResult{.exit_code = 2,
                        .message = "dtrun: no program given\nUsage: dtrun [flags] program "
                                   "[args...]; run dtrun --help."};
-  }
-  if (rest.front().size() > 1 && rest.front()[0] == '-') {
-    return ParseResult{.exit_code = 2, .message = "dtrun: unknown flag '" + rest.front() +
-                                                  "'\nRun dtrun --help."};
   }
   o.program = rest.front();
   o.args.assign(rest.begin() + 1, rest.end());

@@ -1,0 +1,173 @@
+// 01_mlp_cpu: a two-layer MLP trained data-parallel on CPU to imitate a fixed
+// random teacher network. Each rank takes its slice of a global batch; the
+// gradients are averaged with all_reduce, so N ranks with batch B follow the
+// same loss curve as one rank with batch N*B. Uses only the public API.
+#include <cblas.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "rt_dist/rt_dist.h"
+
+namespace {
+
+struct Flags {
+  int steps = 100;
+  int batch = 32;  // per rank
+  int in = 32, hidden = 64, out = 8;
+  float lr = 0.1f;
+  int log_every = 10;
+};
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "missing value for %s\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--steps") f.steps = std::atoi(value());
+    else if (a == "--batch") f.batch = std::atoi(value());
+    else if (a == "--hidden") f.hidden = std::atoi(value());
+    else if (a == "--lr") f.lr = static_cast<float>(std::atof(value()));
+    else if (a == "--log-every") f.log_every = std::atoi(value());
+    else {
+      std::fprintf(stderr, "usage: mlp_cpu [--steps N] [--batch B] [--hidden H] [--lr LR] "
+                           "[--log-every K]\nunknown argument %s\n", a.c_str());
+      std::exit(2);
+    }
+  }
+  if (f.steps < 1 || f.batch < 1 || f.hidden < 1 || f.log_every < 1) {
+    std::fprintf(stderr, "steps, batch, hidden and log-every must be positive\n");
+    std::exit(2);
+  }
+  return f;
+}
+
+// A counter-based generator: the value at (stream, index) does not depend on
+// which rank asks, so every world size sees the same global batch.
+float uniform(std::uint64_t stream, std::uint64_t index) {
+  std::uint64_t z = stream * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;
+}
+
+void fill(std::vector<float>& w, std::uint64_t stream, float scale) {
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = scale * uniform(stream, i);
+}
+
+// C (m x n) = A (m x k) * B^T (n x k), row-major.
+void gemm_abt(int m, int n, int k, const float* a, const float* b, float* c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+}
+// C (m x n) = A^T * B, with A (k x m) and B (k x n), row-major.
+void gemm_atb(int m, int n, int k, const float* a, const float* b, float* c) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, n, k, 1.0f, a, m, b, n, 0.0f, c, n);
+}
+// C (m x n) = A (m x k) * B (k x n), row-major.
+void gemm_ab(int m, int n, int k, const float* a, const float* b, float* c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+}
+
+struct Mlp {
+  int in, hidden, out;
+  std::vector<float> w1, w2;  // hidden x in, out x hidden
+
+  // y = W2 tanh(W1 x) for each row of x (rows x in); keeps the activations in act.
+  void forward(int rows, const float* x, std::vector<float>& act, std::vector<float>& y) const {
+    act.resize(static_cast<std::size_t>(rows) * hidden);
+    y.resize(static_cast<std::size_t>(rows) * out);
+    gemm_abt(rows, hidden, in, x, w1.data(), act.data());
+    for (auto& a : act) a = std::tanh(a);
+    gemm_abt(rows, out, hidden, act.data(), w2.data(), y.data());
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f = parse_flags(argc, argv);
+  std::shared_ptr<rtd::Context> ctx;
+  try {
+    ctx = rtd::init();
+  } catch (const rtd::Error& e) {
+    std::fprintf(stderr, "mlp_cpu: %s\n", e.what());
+    return 1;
+  }
+  const int rank = ctx->rank(), world = ctx->world_size();
+  const int rows = f.batch;
+
+  Mlp teacher{f.in, f.hidden, f.out, std::vector<float>(f.hidden * f.in),
+              std::vector<float>(f.out * f.hidden)};
+  fill(teacher.w1, 1, 1.0f);
+  fill(teacher.w2, 2, 1.0f);
+  Mlp student = teacher;
+  fill(student.w1, 3, 0.3f);
+  fill(student.w2, 4, 0.3f);
+  // Rank 0's initial weights win everywhere (here they already agree; a real
+  // trainer would load a checkpoint on rank 0).
+  ctx->comm().broadcast(rtd::view(student.w1.data(), student.w1.size()), 0)->wait();
+  ctx->comm().broadcast(rtd::view(student.w2.data(), student.w2.size()), 0)->wait();
+
+  std::vector<float> x(rows * f.in), target, act, teacher_act, y;
+  std::vector<float> grad(student.w1.size() + student.w2.size());
+  float* g1 = grad.data();
+  float* g2 = grad.data() + student.w1.size();
+  std::vector<float> dy(rows * f.out), da(rows * f.hidden);
+  auto t0 = std::chrono::steady_clock::now();
+
+  for (int step = 1; step <= f.steps; ++step) {
+    // This rank's rows of the global batch of world * rows samples.
+    for (int r = 0; r < rows; ++r) {
+      std::uint64_t global_row = static_cast<std::uint64_t>(rank) * rows + r;
+      for (int c = 0; c < f.in; ++c) {
+        x[r * f.in + c] = uniform(1000 + step, global_row * f.in + c);
+      }
+    }
+    teacher.forward(rows, x.data(), teacher_act, target);
+    student.forward(rows, x.data(), act, y);
+
+    float loss = 0.0f;
+    const float norm = 1.0f / static_cast<float>(rows * f.out);
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      float d = y[i] - target[i];
+      loss += d * d * norm;
+      dy[i] = 2.0f * d * norm;
+    }
+    // Backward, layer 2 first; its gradient is reduced while layer 1's is computed.
+    gemm_atb(f.out, f.hidden, rows, dy.data(), act.data(), g2);
+    auto w2_work = ctx->comm().all_reduce(rtd::view(g2, student.w2.size()), rtd::ReduceOp::kAvg);
+    gemm_ab(rows, f.hidden, f.out, dy.data(), student.w2.data(), da.data());
+    for (std::size_t i = 0; i < da.size(); ++i) da[i] *= 1.0f - act[i] * act[i];
+    gemm_atb(f.hidden, f.in, rows, da.data(), x.data(), g1);
+    auto w1_work = ctx->comm().all_reduce(rtd::view(g1, student.w1.size()), rtd::ReduceOp::kAvg);
+    auto loss_work = ctx->comm().all_reduce(rtd::view(&loss, 1), rtd::ReduceOp::kAvg);
+    w2_work->wait();
+    w1_work->wait();
+    loss_work->wait();
+
+    for (std::size_t i = 0; i < student.w1.size(); ++i) student.w1[i] -= f.lr * g1[i];
+    for (std::size_t i = 0; i < student.w2.size(); ++i) student.w2[i] -= f.lr * g2[i];
+
+    if (rank == 0 && (step % f.log_every == 0 || step == 1 || step == f.steps)) {
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("step %d loss %.8e samples/s %.0f\n", step, loss,
+                  static_cast<double>(step) * rows * world / secs);
+      std::fflush(stdout);
+    }
+  }
+  ctx->comm().barrier()->wait();
+  return 0;
+}

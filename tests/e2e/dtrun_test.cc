@@ -1,0 +1,219 @@
+// dtrun as a user runs it: the worker environment, output prefixes, exit codes,
+// signals, restarts, and every bad-input case, each with a clear message.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tests/testing/run_command.h"
+
+namespace rtd {
+namespace {
+
+using testing_util::contains;
+using testing_util::run_command;
+
+const std::string kDtrun = DTRUN_PATH;
+
+std::string dtrun(const std::string& args) { return kDtrun + " " + args; }
+
+// A listening socket on a free loopback port, held for the test's lifetime.
+struct HeldPort {
+  int fd = -1;
+  int port = 0;
+  HeldPort() {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    listen(fd, 1);
+    socklen_t len = sizeof(a);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~HeldPort() { close(fd); }
+};
+
+int unused_port() {
+  HeldPort p;
+  return p.port;  // closed again on return: nobody listens there
+}
+
+TEST(Dtrun, WorkersGetTheTorchrunEnvironmentAndPrefixedOutput) {
+  auto r = run_command(dtrun("--nproc-per-node=3 sh -c \"echo R=\\$RANK W=\\$WORLD_SIZE "
+                             "L=\\$LOCAL_RANK LW=\\$LOCAL_WORLD_SIZE G=\\$GROUP_RANK "
+                             "S=\\${DTRUN_STORE:+set} T=\\${DTRUN_TOKEN:+set} "
+                             "MP=\\${MASTER_PORT:+set} OMP=\\$OMP_NUM_THREADS X=\\$X\" "));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string expected = "[rank " + std::to_string(rank) + "]: R=" + std::to_string(rank) +
+                           " W=3 L=" + std::to_string(rank) +
+                           " LW=3 G=0 S=set T=set MP=set OMP=1 X=";
+    EXPECT_TRUE(contains(r.output, expected)) << "missing: " << expected << "\n" << r.output;
+  }
+}
+
+TEST(Dtrun, EnvFlagReachesEveryWorker) {
+  auto r = run_command(dtrun("--nproc-per-node=2 --env X=hello --env NCCL_DEBUG=INFO "
+                             "sh -c \"echo X=\\$X N=\\$NCCL_DEBUG\""));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank 1]: X=hello N=INFO")) << r.output;
+}
+
+TEST(Dtrun, FailingWorkerStopsTheOthersAndItsExitCodeIsDtruns) {
+  auto r = run_command(dtrun("--nproc-per-node=3 sh -c \"if [ \\$RANK = 1 ]; then exit 7; fi; "
+                             "sleep 60\""),
+                       30);
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  EXPECT_TRUE(contains(r.output, "worker rank 1 exited with code 7")) << r.output;
+}
+
+TEST(Dtrun, SigtermIsForwardedToTheWorkers) {
+  auto r = run_command(
+      dtrun("--nproc-per-node=2 sh -c \"trap \\\"echo got TERM; exit 0\\\" TERM; echo ready; "
+            "while true; do sleep 0.1; done\"") +
+          " & pid=$!; sleep 2; kill -TERM $pid; wait $pid; echo dtrun_rc=$?",
+      30);
+  EXPECT_TRUE(contains(r.output, "[rank 0]: got TERM")) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank 1]: got TERM")) << r.output;
+  EXPECT_TRUE(contains(r.output, "dtrun_rc=143")) << r.output;
+}
+
+TEST(Dtrun, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  auto r = run_command(dtrun("--nproc-per-node=1 --grace-period=1 sh -c \"trap \\\"\\\" TERM; "
+                             "while true; do sleep 0.1; done\"") +
+                           " & pid=$!; sleep 2; kill -TERM $pid; wait $pid; echo dtrun_rc=$?",
+                       30);
+  EXPECT_TRUE(contains(r.output, "sending SIGKILL")) << r.output;
+  EXPECT_TRUE(contains(r.output, "dtrun_rc=143")) << r.output;
+}
+
+TEST(Dtrun, MaxRestartsRestartsTheWorkersAfterAFailure) {
+  auto r = run_command(dtrun("--nproc-per-node=2 --max-restarts=2 sh -c \"echo attempt "
+                             "\\$TORCHELASTIC_RESTART_COUNT round \\$DTRUN_ROUND; "
+                             "[ \\$TORCHELASTIC_RESTART_COUNT -ge 1 ]\""));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank 0]: attempt 0 round 0")) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank 0]: attempt 1 round 1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "restarting all workers (1 of 2 restarts)")) << r.output;
+  EXPECT_FALSE(contains(r.output, "attempt 2")) << r.output;
+}
+
+TEST(Dtrun, RestartsAreBoundedByMaxRestarts) {
+  auto r = run_command(dtrun("--nproc-per-node=1 --max-restarts=1 sh -c \"exit 4\""));
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_TRUE(contains(r.output, "restarting all workers (1 of 1 restarts)")) << r.output;
+}
+
+TEST(Dtrun, LogDirHoldsEachRanksOutput) {
+  std::string dir = ::testing::TempDir() + "dtrun_logs_" + std::to_string(getpid());
+  auto r = run_command(dtrun("--nproc-per-node=2 --log-dir=" + dir +
+                             " sh -c \"echo out-\\$RANK; echo err-\\$RANK >&2\"") +
+                       " && cat " + dir + "/attempt_0/rank_1.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "\nout-1\n")) << r.output;
+  EXPECT_TRUE(contains(r.output, "err-1\n")) << r.output;
+}
+
+TEST(Dtrun, MissingProgramIsAClearError) {
+  auto r = run_command(dtrun("--nproc-per-node=2 ./no-such-trainer"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "cannot run './no-such-trainer': no such file")) << r.output;
+  auto p = run_command(dtrun("no-such-trainer-on-path"));
+  EXPECT_TRUE(contains(p.output, "not found on PATH")) << p.output;
+}
+
+TEST(Dtrun, MalformedFlagsExitTwoNamingTheFlag) {
+  auto r = run_command(dtrun("--nproc-per-node=many true"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "--nproc-per-node")) << r.output;
+  auto h = run_command(dtrun("--help"));
+  EXPECT_EQ(h.exit_code, 0);
+  EXPECT_TRUE(contains(h.output, "Examples:")) << h.output;
+}
+
+TEST(Dtrun, UnreachableRendezvousFailsAfterTheTimeoutNotAHang) {
+  int port = unused_port();
+  auto r = run_command(dtrun("--nnodes=2 --node-rank=1 --rdzv=127.0.0.1:" + std::to_string(port) +
+                             " --rdzv-timeout=2 --token=t true"),
+                       30);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "could not reach the rendezvous at 127.0.0.1:" +
+                                     std::to_string(port) + " within 2 s"))
+      << r.output;
+}
+
+TEST(Dtrun, RendezvousPortInUseIsAClearError) {
+  HeldPort held;
+  auto r = run_command(dtrun("--nnodes=2 --node-rank=0 --rdzv=127.0.0.1:" +
+                             std::to_string(held.port) + " --rdzv-timeout=2 --token=t true"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "already in use")) << r.output;
+}
+
+// Two agents on this host, as two nodes; returns both outputs and exit codes.
+std::string two_nodes(const std::string& node0, const std::string& node1, int port) {
+  std::string rdzv = " --rdzv=127.0.0.1:" + std::to_string(port) + " ";
+  return dtrun("--nnodes=2 --node-rank=0" + rdzv + node0) + " > /tmp/n0.$$ 2>&1 & p0=$!; " +
+         dtrun("--nnodes=2 --node-rank=1" + rdzv + node1) +
+         "; echo node1_rc=$?; wait $p0; echo node0_rc=$?; cat /tmp/n0.$$; rm -f /tmp/n0.$$";
+}
+
+TEST(Dtrun, NodesThatDisagreeOnNprocPerNodeBothFail) {
+  auto r = run_command(two_nodes("--nproc-per-node=2 --rdzv-timeout=20 --token=t true",
+                                 "--nproc-per-node=3 --rdzv-timeout=20 --token=t true",
+                                 unused_port()),
+                       40);
+  EXPECT_TRUE(contains(r.output, "node1_rc=1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "node0_rc=1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--nproc-per-node=3 but node rank 0 with --nproc-per-node=2"))
+      << r.output;
+}
+
+TEST(Dtrun, NodesThatDisagreeOnNnodesBothFail) {
+  int port = unused_port();
+  std::string rdzv = " --rdzv=127.0.0.1:" + std::to_string(port) + " --token=t --rdzv-timeout=20 ";
+  auto r = run_command(dtrun("--nnodes=2 --node-rank=0" + rdzv + "true") +
+                           " > /tmp/m0.$$ 2>&1 & p0=$!; " +
+                           dtrun("--nnodes=3 --node-rank=1" + rdzv + "true") +
+                           "; echo node1_rc=$?; wait $p0; echo node0_rc=$?; cat /tmp/m0.$$",
+                       40);
+  EXPECT_TRUE(contains(r.output, "node1_rc=1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "node0_rc=1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--nnodes=3 but node rank 0 with --nnodes=2")) << r.output;
+}
+
+TEST(Dtrun, NodeWithTheWrongTokenIsRejected) {
+  auto r = run_command(two_nodes("--nproc-per-node=1 --rdzv-timeout=3 --token=right true",
+                                 "--nproc-per-node=1 --rdzv-timeout=3 --token=wrong true",
+                                 unused_port()),
+                       40);
+  EXPECT_TRUE(contains(r.output, "node1_rc=1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "token does not match")) << r.output;
+  EXPECT_TRUE(contains(r.output, "node0_rc=1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "only 1 of 2 nodes joined")) << r.output;
+}
+
+TEST(Dtrun, TwoNodesOnOneHostRunOneWorldAndAFailurePropagates) {
+  std::string show = "sh -c \"echo rank \\$RANK of \\$WORLD_SIZE group \\$GROUP_RANK\"";
+  auto ok = run_command(two_nodes("--nproc-per-node=2 --token=t " + show,
+                                  "--nproc-per-node=2 --token=t " + show, unused_port()),
+                        40);
+  EXPECT_TRUE(contains(ok.output, "node1_rc=0")) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "node0_rc=0")) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "[rank 3]: rank 3 of 4 group 1")) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "[rank 0]: rank 0 of 4 group 0")) << ok.output;
+
+  std::string fail = "sh -c \"if [ \\$RANK = 3 ]; then exit 5; fi; sleep 60\"";
+  auto bad = run_command(two_nodes("--nproc-per-node=2 --token=t " + fail,
+                                   "--nproc-per-node=2 --token=t " + fail, unused_port()),
+                         40);
+  EXPECT_TRUE(contains(bad.output, "node1_rc=5")) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "node0_rc=5")) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "another node failed")) << bad.output;
+}
+
+}  // namespace
+}  // namespace rtd

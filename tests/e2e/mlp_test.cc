@@ -1,0 +1,44 @@
+// The first trainer: N workers with batch B follow the loss curve of one worker
+// with batch N*B (to float tolerance), and the loss falls.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <regex>
+
+#include "tests/testing/run_command.h"
+
+namespace rtd {
+namespace {
+
+std::map<int, double> loss_curve(int workers, int batch) {
+  auto r = testing_util::run_command(std::string(DTRUN_PATH) + " --nproc-per-node=" +
+                                         std::to_string(workers) + " " + MLP_PATH +
+                                         " --steps 60 --log-every 5 --batch " +
+                                         std::to_string(batch),
+                                     120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::map<int, double> curve;
+  std::regex line(R"(\[rank 0\]: step (\d+) loss (\S+))");
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it) {
+    curve[std::stoi((*it)[1])] = std::stod((*it)[2]);
+  }
+  return curve;
+}
+
+TEST(MlpCpu, NWorkersMatchOneWorkerWithNTimesTheBatchAndLossFalls) {
+  auto one = loss_curve(1, 24);
+  ASSERT_EQ(one.size(), 13u) << "steps 1, 5, 10, ..., 60";
+  for (int workers : {2, 3}) {
+    auto many = loss_curve(workers, 24 / workers);
+    ASSERT_EQ(many.size(), one.size()) << workers << " workers";
+    for (const auto& [step, loss] : one) {
+      EXPECT_NEAR(many[step], loss, 1e-4 * std::fabs(loss))
+          << workers << " workers, step " << step;
+    }
+  }
+  EXPECT_LT(one.rbegin()->second, 0.5 * one.begin()->second) << "the loss must fall";
+}
+
+}  // namespace
+}  // namespace rtd

@@ -1,0 +1,73 @@
+#include "runtime/core/config.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "rt_dist/error.h"
+
+namespace rtd {
+namespace {
+
+TEST(Config, EmptyEnvironmentGivesDefaults) {
+  Config c = Config::from_env({});
+  EXPECT_FALSE(c.rank.has_value());
+  EXPECT_EQ(c.timeout, std::chrono::seconds(300));
+  EXPECT_EQ(c.log_spec, "info");
+  EXPECT_EQ(c.backend, "auto");
+  EXPECT_EQ(c.round, 0);
+}
+
+TEST(Config, ParsesEveryTypedField) {
+  Config c = Config::from_env({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
+                               {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "0"},
+                               {"DTRUN_STORE", "10.0.0.1:29500"}, {"DTRUN_TOKEN", "abc"},
+                               {"DTRUN_ROUND", "2"}, {"RTD_TIMEOUT_S", "7"},
+                               {"RTD_LOG", "store:debug"}});
+  EXPECT_EQ(*c.rank, 3);
+  EXPECT_EQ(*c.world_size, 8);
+  EXPECT_EQ(*c.local_rank, 1);
+  EXPECT_EQ(c.store_addr, "10.0.0.1:29500");
+  EXPECT_EQ(c.token, "abc");
+  EXPECT_EQ(c.round, 2);
+  EXPECT_EQ(c.timeout, std::chrono::seconds(7));
+  EXPECT_EQ(c.log_spec, "store:debug");
+}
+
+TEST(Config, NonNumberNamesTheVariable) {
+  try {
+    Config::from_env({{"RANK", "two"}});
+    FAIL() << "expected rtd::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kConfig);
+    EXPECT_NE(std::string(e.what()).find("RANK='two'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, TrailingGarbageAndNegativesAreRejected) {
+  EXPECT_THROW(Config::from_env({{"WORLD_SIZE", "4x"}}), Error);
+  EXPECT_THROW(Config::from_env({{"WORLD_SIZE", "0"}}), Error);
+  EXPECT_THROW(Config::from_env({{"LOCAL_RANK", "-1"}}), Error);
+  EXPECT_THROW(Config::from_env({{"RTD_TIMEOUT_S", "0"}}), Error);
+  EXPECT_THROW(Config::from_env({{"RTD_BACKEND", "carrier-pigeon"}}), Error);
+}
+
+TEST(Config, TableListsEveryVariableOnce) {
+  std::set<std::string> names;
+  for (const auto& var : config_table()) {
+    EXPECT_TRUE(names.insert(var.name).second) << var.name;
+    EXPECT_GT(std::string(var.doc).size(), 5u) << var.name;
+  }
+  for (const char* name : {"RANK", "WORLD_SIZE", "DTRUN_STORE", "DTRUN_TOKEN", "RTD_LOG"}) {
+    EXPECT_EQ(names.count(name), 1u) << name;
+  }
+}
+
+TEST(LauncherConfig, ReadsOnlyTheLaunchersVariables) {
+  LauncherConfig c = launcher_config_from_env({{"DTRUN_TOKEN", "t"}, {"RANK", "garbage"}});
+  EXPECT_EQ(c.token, "t");
+  EXPECT_EQ(c.log_spec, "info");
+}
+
+}  // namespace
+}  // namespace rtd
