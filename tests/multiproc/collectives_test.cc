@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/factory.h"
+#include "runtime/core/config.h"
 #include "rt_dist/rt_dist.h"
 #include "tests/testing/values.h"
 
@@ -223,7 +224,7 @@ TEST(Timeout, AllReduceThatOneRankNeverCallsFailsWithinItsDeadline) {
       .store = make_prefix_store("comm/timeout-test", std::shared_ptr<Store>(&g_ctx->store(), [](Store*) {})),
       .rank = comm().rank(),
       .size = comm().size(),
-      .host = "127.0.0.1",
+      .host = Config::from_env(read_process_env()).node_addr,
       .timeout = std::chrono::milliseconds(1500),
   });
   std::vector<float> buf(16, 1.0f);

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Two hosts in network namespaces joined by a veth pair: dtrun on each, node
+# rank 0 hosting the rendezvous on its veth address. Runs the collective tests
+# across hosts (2 nodes x 2 workers) and the CPU trainer, and checks that a
+# node started with a different --nproc-per-node fails on both sides.
+# Exits 77 (skipped) where network namespaces cannot be made, saying why.
+set -u
+dtrun=$1 collectives=$2 mlp=$3
+
+skip() { echo "SKIPPED: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces (ip netns)"
+command -v ip >/dev/null || skip "the 'ip' command (iproute2) is not installed"
+
+tag=rtd$$
+a=${tag}a b=${tag}b
+cleanup() {
+  ip netns pids "$a" 2>/dev/null | xargs -r kill -9 2>/dev/null
+  ip netns pids "$b" 2>/dev/null | xargs -r kill -9 2>/dev/null
+  ip netns del "$a" 2>/dev/null
+  ip netns del "$b" 2>/dev/null
+}
+trap cleanup EXIT
+ip netns add "$a" 2>/dev/null || skip "this machine does not allow 'ip netns add'"
+ip netns add "$b" || skip "this machine does not allow a second namespace"
+ip link add "v${tag}a" type veth peer name "v${tag}b" || skip "veth pairs are not available"
+ip link set "v${tag}a" netns "$a"
+ip link set "v${tag}b" netns "$b"
+ip -n "$a" addr add 10.213.7.1/24 dev "v${tag}a"
+ip -n "$b" addr add 10.213.7.2/24 dev "v${tag}b"
+for ns in "$a" "$b"; do
+  ip -n "$ns" link set lo up
+done
+ip -n "$a" link set "v${tag}a" up
+ip -n "$b" link set "v${tag}b" up
+
+fail=0
+check() {  # name, expected substring, file
+  if grep -qF -- "$2" "$3"; then echo "ok: $1"; else echo "FAILED: $1 (no '$2')"; cat "$3"; fail=1; fi
+}
+out=$(mktemp -d)
+rdzv="--rdzv=10.213.7.1:29400 --token=netns-test --rdzv-timeout=60"
+
+# 1. Every collective across the two hosts, world of 4.
+ip netns exec "$a" "$dtrun" --nnodes=2 --node-rank=0 --nproc-per-node=2 $rdzv \
+  --env RTD_TIMEOUT_S=60 --env RTD_LOG=warn "$collectives" >"$out/c0" 2>&1 &
+p0=$!
+ip netns exec "$b" "$dtrun" --nnodes=2 --node-rank=1 --nproc-per-node=2 $rdzv \
+  --env RTD_TIMEOUT_S=60 --env RTD_LOG=warn "$collectives" >"$out/c1" 2>&1
+rc1=$?
+wait $p0; rc0=$?
+[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || { echo "FAILED: collectives across hosts rc=$rc0/$rc1"; tail -n 30 "$out/c0" "$out/c1"; fail=1; }
+check "rank 3 ran on the second host" "[rank 3]: [  PASSED  ]" "$out/c1"
+check "rank 0 ran on the first host" "[rank 0]: [  PASSED  ]" "$out/c0"
+
+# 2. The trainer across hosts matches one worker with the whole batch.
+ip netns exec "$a" "$dtrun" --nnodes=2 --node-rank=0 --nproc-per-node=1 $rdzv \
+  "$mlp" --steps 30 --batch 16 --log-every 30 >"$out/m0" 2>&1 &
+p0=$!
+ip netns exec "$b" "$dtrun" --nnodes=2 --node-rank=1 --nproc-per-node=1 $rdzv \
+  "$mlp" --steps 30 --batch 16 --log-every 30 >"$out/m1" 2>&1
+wait $p0
+"$dtrun" --nproc-per-node=1 "$mlp" --steps 30 --batch 32 --log-every 30 >"$out/single" 2>&1
+two=$(grep -o 'step 30 loss [^ ]*' "$out/m0")
+one=$(grep -o 'step 30 loss [^ ]*' "$out/single")
+if [ -n "$two" ] && python3 -c "import sys; a=float('$two'.split()[-1]); b=float('$one'.split()[-1]); sys.exit(0 if abs(a-b) <= 1e-4*abs(b) else 1)" 2>/dev/null \
+   || { [ -n "$two" ] && [ "$two" = "$one" ]; }; then
+  echo "ok: trainer across hosts ($two) matches one worker ($one)"
+else
+  echo "FAILED: trainer across hosts '$two' vs one worker '$one'"; cat "$out/m0" "$out/m1"; fail=1
+fi
+
+# 3. Nodes that disagree fail together, with the reason, on both hosts.
+ip netns exec "$a" "$dtrun" --nnodes=2 --node-rank=0 --nproc-per-node=2 $rdzv true >"$out/d0" 2>&1 &
+p0=$!
+ip netns exec "$b" "$dtrun" --nnodes=2 --node-rank=1 --nproc-per-node=1 $rdzv true >"$out/d1" 2>&1
+rc1=$?
+wait $p0; rc0=$?
+[ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] || { echo "FAILED: disagreeing nodes exited $rc0/$rc1"; fail=1; }
+check "host 1 names the flag" "--nproc-per-node=1 but node rank 0 with --nproc-per-node=2" "$out/d1"
+check "host 0 names the flag" "--nproc-per-node=1 but node rank 0 with --nproc-per-node=2" "$out/d0"
+
+# 4. The rendezvous listens only on its own address: not on the host's loopback.
+ip netns exec "$a" "$dtrun" --nnodes=2 --node-rank=0 --nproc-per-node=1 --rdzv=10.213.7.1:29401 \
+  --token=t --rdzv-timeout=4 true >"$out/b0" 2>&1 &
+p0=$!
+sleep 1
+ip netns exec "$a" "$dtrun" --nnodes=2 --node-rank=1 --nproc-per-node=1 --rdzv=127.0.0.1:29401 \
+  --token=t --rdzv-timeout=2 true >"$out/b1" 2>&1
+wait $p0
+check "loopback of the rendezvous host is refused" "could not reach the rendezvous at 127.0.0.1:29401" "$out/b1"
+
+rm -rf "$out"
+exit $fail
