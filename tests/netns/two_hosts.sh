@@ -14,29 +14,28 @@ command -v ip >/dev/null || skip "the 'ip' command (iproute2) is not installed"
 tag=rtd$$
 a=${tag}a b=${tag}b
 cleanup() {
-  ip netns pids "$a" 2>/dev/null | xargs -r kill -9 2>/dev/null
-  ip netns pids "$b" 2>/dev/null | xargs -r kill -9 2>/dev/null
+  for p in ${pids:-}; do kill -9 "$p" 2>/dev/null; done
   ip netns del "$a" 2>/dev/null
   ip netns del "$b" 2>/dev/null
 }
 trap cleanup EXIT
 ip netns add "$a" 2>/dev/null || skip "this machine does not allow 'ip netns add'"
 ip netns add "$b" || skip "this machine does not allow a second namespace"
-ip link add "v${tag}a" type veth peer name "v${tag}b" || skip "veth pairs are not available"
-ip link set "v${tag}a" netns "$a"
-ip link set "v${tag}b" netns "$b"
-ip -n "$a" addr add 10.213.7.1/24 dev "v${tag}a"
-ip -n "$b" addr add 10.213.7.2/24 dev "v${tag}b"
-for ns in "$a" "$b"; do
-  ip -n "$ns" link set lo up
-done
-ip -n "$a" link set "v${tag}a" up
-ip -n "$b" link set "v${tag}b" up
 # nsenter switches only the network namespace ('ip netns exec' also remounts
 # /sys, which fails inside a chroot).
 in_a() { nsenter --net=/run/netns/"$a" "$@"; }
 in_b() { nsenter --net=/run/netns/"$b" "$@"; }
 in_a true 2>/dev/null || skip "cannot enter a network namespace with nsenter here"
+ip link add "v${tag}a" type veth peer name "v${tag}b" || skip "veth pairs are not available"
+ip link set "v${tag}a" netns "$a"
+ip link set "v${tag}b" netns "$b"
+in_a ip addr add 10.213.7.1/24 dev "v${tag}a"
+in_b ip addr add 10.213.7.2/24 dev "v${tag}b"
+for ns in "$a" "$b"; do
+  nsenter --net=/run/netns/"$ns" ip link set lo up
+done
+in_a ip link set "v${tag}a" up
+in_b ip link set "v${tag}b" up
 
 fail=0
 check() {  # name, expected substring, file
@@ -48,7 +47,7 @@ rdzv="--rdzv=10.213.7.1:29400 --token=netns-test --rdzv-timeout=60"
 # 1. Every collective across the two hosts, world of 4.
 in_a "$dtrun" --nnodes=2 --node-rank=0 --nproc-per-node=2 $rdzv \
   --env RTD_TIMEOUT_S=60 --env RTD_LOG=warn "$collectives" >"$out/c0" 2>&1 &
-p0=$!
+p0=$!; pids="${pids:-} $p0"
 in_b "$dtrun" --nnodes=2 --node-rank=1 --nproc-per-node=2 $rdzv \
   --env RTD_TIMEOUT_S=60 --env RTD_LOG=warn "$collectives" >"$out/c1" 2>&1
 rc1=$?
@@ -60,7 +59,7 @@ check "rank 0 ran on the first host" "[rank 0]: [  PASSED  ]" "$out/c0"
 # 2. The trainer across hosts matches one worker with the whole batch.
 in_a "$dtrun" --nnodes=2 --node-rank=0 --nproc-per-node=1 $rdzv \
   "$mlp" --steps 30 --batch 16 --log-every 30 >"$out/m0" 2>&1 &
-p0=$!
+p0=$!; pids="${pids:-} $p0"
 in_b "$dtrun" --nnodes=2 --node-rank=1 --nproc-per-node=1 $rdzv \
   "$mlp" --steps 30 --batch 16 --log-every 30 >"$out/m1" 2>&1
 wait $p0
@@ -76,7 +75,7 @@ fi
 
 # 3. Nodes that disagree fail together, with the reason, on both hosts.
 in_a "$dtrun" --nnodes=2 --node-rank=0 --nproc-per-node=2 $rdzv true >"$out/d0" 2>&1 &
-p0=$!
+p0=$!; pids="${pids:-} $p0"
 in_b "$dtrun" --nnodes=2 --node-rank=1 --nproc-per-node=1 $rdzv true >"$out/d1" 2>&1
 rc1=$?
 wait $p0; rc0=$?
@@ -87,7 +86,7 @@ check "host 0 names the flag" "--nproc-per-node=1 but node rank 0 with --nproc-p
 # 4. The rendezvous listens only on its own address: not on the host's loopback.
 in_a "$dtrun" --nnodes=2 --node-rank=0 --nproc-per-node=1 --rdzv=10.213.7.1:29401 \
   --token=t --rdzv-timeout=4 true >"$out/b0" 2>&1 &
-p0=$!
+p0=$!; pids="${pids:-} $p0"
 sleep 1
 in_a "$dtrun" --nnodes=2 --node-rank=1 --nproc-per-node=1 --rdzv=127.0.0.1:29401 \
   --token=t --rdzv-timeout=2 true >"$out/b1" 2>&1
