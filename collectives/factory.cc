@@ -3,6 +3,9 @@
 
 #include "collectives/gloo/gloo_communicator.h"
 #include "rt_dist/error.h"
+#ifdef RTD_HAVE_NCCL
+#include "collectives/nccl/nccl_communicator.h"
+#endif
 
 namespace rtd {
 
@@ -16,8 +19,40 @@ std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& optio
         .timeout = options.timeout,
     });
   }
+#ifdef RTD_HAVE_NCCL
+  if (options.backend == "nccl") {
+    return std::make_unique<nccl::NcclCommunicator>(nccl::NcclOptions{
+        .store = options.store,
+        .rank = options.rank,
+        .size = options.size,
+        .device = options.device,
+        .timeout = options.timeout,
+        .settings = options.nccl,
+    });
+  }
+  const char* built = "gloo, nccl";
+#else
+  const char* built = "gloo";
+#endif
   throw Error(ErrorCategory::kConfig, "communicator backend '" + options.backend +
-                                          "' is not built into this librt_dist (built: gloo)");
+                                          "' is not built into this librt_dist (built: " + built +
+                                          ")");
+}
+
+int usable_gpu_count(std::string* why) {
+#ifdef RTD_HAVE_NCCL
+  int count = 0;
+  cudaError_t rc = nccl::real_cuda_api()->get_device_count(&count);
+  if (rc != cudaSuccess) {
+    if (why) *why = std::string("no CUDA device: ") + nccl::real_cuda_api()->error_string(rc);
+    return 0;
+  }
+  if (count == 0 && why) *why = "no CUDA device is visible";
+  return count;
+#else
+  if (why) *why = "librt_dist was built without CUDA/NCCL (RTD_WITH_CUDA=OFF or no toolkit)";
+  return 0;
+#endif
 }
 
 }  // namespace rtd

@@ -6,20 +6,27 @@
 #include <string>
 
 #include "rt_dist/communicator.h"
+#include "rt_dist/context.h"
 #include "rt_dist/store.h"
 
 namespace rtd {
 
 struct CommunicatorOptions {
-  std::string backend = "gloo";  // "gloo" (more with the GPU path)
+  std::string backend = "gloo";  // "gloo" or "nccl"
   std::shared_ptr<Store> store;  // scoped to this communicator by the caller
   int rank = 0;
   int size = 1;
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";  // Gloo: the address this rank listens on
+  int device = 0;                  // NCCL: the GPU
   std::chrono::milliseconds timeout{300'000};
+  NcclSettings nccl;
 };
 
 // Collective over options.size ranks; throws rtd::Error(kConfig) for a backend not built.
 std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& options);
+
+// How many GPUs this process sees through a backend that was built (0 without
+// one); why says why there are none.
+int usable_gpu_count(std::string* why);
 
 }  // namespace rtd

@@ -37,6 +37,13 @@ void host_buffer(const char* op, const BufferView& buf) {
   if (buf.data == nullptr && buf.count > 0) fail(op, "buffer is null but count is nonzero");
 }
 
+void divisible(const char* op, std::size_t count, int size) {
+  if (count % static_cast<std::size_t>(size) != 0) {
+    fail(op, "count " + std::to_string(count) + " is not divisible by the communicator size " +
+                 std::to_string(size));
+  }
+}
+
 void reducible(const char* op, DType dtype, ReduceOp reduce) {
   bool integer = dtype == DType::kInt32 || dtype == DType::kInt64;
   if (integer && reduce == ReduceOp::kAvg) {

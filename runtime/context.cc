@@ -52,6 +52,36 @@ std::string data_host(const Config& config, const WorldInfo& world) {
   return name;
 }
 
+// The default backend: RTD_BACKEND, else the caller's choice, else NCCL when a GPU is visible.
+std::string choose_backend(const Config& config, const InitOptions& options) {
+  if (config.backend != "auto") return config.backend;
+  if (options.backend == Backend::kGloo) return "gloo";
+  if (options.backend == Backend::kNccl) return "nccl";
+  return usable_gpu_count(nullptr) > 0 ? "nccl" : "gloo";
+}
+
+// LOCAL_RANK's GPU; more workers than GPUs on a node is a configuration error.
+int choose_device(const WorldInfo& world) {
+  std::string why;
+  int gpus = usable_gpu_count(&why);
+  if (gpus == 0) throw Error(ErrorCategory::kConfig, "the NCCL backend needs a GPU: " + why);
+  if (world.local_world_size > gpus) {
+    throw Error(ErrorCategory::kConfig,
+                std::to_string(world.local_world_size) + " workers on this node but " +
+                    std::to_string(gpus) + " GPUs visible; use --nproc-per-node=" +
+                    std::to_string(gpus) + " or fewer, or RTD_BACKEND=gloo");
+  }
+  return world.local_rank;
+}
+
+NcclSettings nccl_settings(const Config& config, NcclSettings settings) {
+  if (settings.cga_cluster_size < 0) settings.cga_cluster_size = config.nccl_cga_cluster_size;
+  if (settings.min_ctas < 0) settings.min_ctas = config.nccl_min_ctas;
+  if (settings.max_ctas < 0) settings.max_ctas = config.nccl_max_ctas;
+  if (settings.net_name.empty()) settings.net_name = config.nccl_net_name;
+  return settings;
+}
+
 }  // namespace
 
 std::shared_ptr<Context> init(const InitOptions& options) {
@@ -67,13 +97,16 @@ std::shared_ptr<Context> init(const InitOptions& options) {
                 config.round, config.node_addr, config.timeout.count() / 1000, config.backend);
 
   auto store = connect_store(config, world);
+  std::string backend = choose_backend(config, options);
   auto comm = make_communicator(CommunicatorOptions{
-      .backend = "gloo",
+      .backend = backend,
       .store = make_prefix_store("comm/default", store),
       .rank = world.rank,
       .size = world.world_size,
       .host = data_host(config, world),
+      .device = backend == "nccl" ? choose_device(world) : 0,
       .timeout = config.timeout,
+      .nccl = nccl_settings(config, options.nccl),
   });
   return std::make_shared<ContextImpl>(std::move(world), std::move(store), std::move(comm),
                                        config.timeout);

@@ -6,10 +6,12 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "collectives/cpu_work.h"
+#include "collectives/group_work.h"
 #include "collectives/gloo/gloo_ops.h"
 #include "collectives/gloo/gloo_store_adapter.h"
 #include "collectives/validate.h"
@@ -31,6 +33,7 @@ Error from_gloo(const std::string& what, const ::gloo::Exception& e) {
 
 GlooCommunicator::GlooCommunicator(const GlooOptions& options)
     : rank_(options.rank), size_(options.size), timeout_(options.timeout) {
+  options_ = options;
   validate::rank_in_range("gloo init", "rank", rank_, size_);
   ::gloo::transport::tcp::attr attr;
   attr.hostname = options.host;
@@ -52,15 +55,18 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& options)
 GlooCommunicator::~GlooCommunicator() = default;
 
 template <typename Fn>
-std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t tag, Fn&& fn) {
+std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t tag, Fn&& fn,
+                                                std::shared_ptr<CpuWork> work) {
   std::string what = std::string("gloo ") + op + " #" + std::to_string(tag) + " on rank " +
                      std::to_string(rank_);
-  auto work = std::make_shared<CpuWork>(what, timeout_ + std::chrono::seconds(5));
+  if (!work) work = std::make_shared<CpuWork>(what, timeout_ + std::chrono::seconds(5));
   if (aborted_) {
     work->fail(Error(ErrorCategory::kBackend, what + ": communicator was aborted"));
     return work;
   }
   OpArgs args{.context = context_, .tag = tag, .timeout = timeout_};
+  std::shared_ptr<Work> result = work;
+  if (group_) group_->works.push_back(work);
   queue_.post([this, work, what, args, fn = std::forward<Fn>(fn)]() {
     if (aborted_) {
       work->fail(Error(ErrorCategory::kBackend, what + ": communicator was aborted"));
@@ -77,10 +83,11 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t ta
       work->fail(Error(ErrorCategory::kInternal, what + ": " + e.what()));
     }
   });
-  return work;
+  return result;
 }
 
-std::shared_ptr<Work> GlooCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op) {
+std::shared_ptr<Work> GlooCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
+                                                   StreamRef) {
   validate::host_buffer("all_reduce", in);
   validate::host_buffer("all_reduce", out);
   validate::same_dtype("all_reduce", in, out);
@@ -91,7 +98,7 @@ std::shared_ptr<Work> GlooCommunicator::all_reduce(BufferView in, BufferView out
   });
 }
 
-std::shared_ptr<Work> GlooCommunicator::broadcast(BufferView buf, int root) {
+std::shared_ptr<Work> GlooCommunicator::broadcast(BufferView buf, int root, StreamRef) {
   validate::host_buffer("broadcast", buf);
   validate::rank_in_range("broadcast", "root", root, size_);
   return enqueue("broadcast", next_tag(), [buf, root](const OpArgs& args) {
@@ -99,7 +106,7 @@ std::shared_ptr<Work> GlooCommunicator::broadcast(BufferView buf, int root) {
   });
 }
 
-std::shared_ptr<Work> GlooCommunicator::all_gather(BufferView in, BufferView out) {
+std::shared_ptr<Work> GlooCommunicator::all_gather(BufferView in, BufferView out, StreamRef) {
   validate::host_buffer("all_gather", in);
   validate::host_buffer("all_gather", out);
   validate::same_dtype("all_gather", in, out);
@@ -114,7 +121,7 @@ std::shared_ptr<Work> GlooCommunicator::all_gather(BufferView in, BufferView out
 }
 
 std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView out,
-                                                       ReduceOp op) {
+                                                       ReduceOp op, StreamRef) {
   validate::host_buffer("reduce_scatter", in);
   validate::host_buffer("reduce_scatter", out);
   validate::same_dtype("reduce_scatter", in, out);
@@ -133,28 +140,95 @@ std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView
   });
 }
 
-std::shared_ptr<Work> GlooCommunicator::barrier() {
+std::shared_ptr<Work> GlooCommunicator::all_to_all(BufferView in, BufferView out, StreamRef) {
+  validate::host_buffer("all_to_all", in);
+  validate::host_buffer("all_to_all", out);
+  validate::same_dtype("all_to_all", in, out);
+  validate::count_equals("all_to_all", "output", out.count, in.count);
+  validate::divisible("all_to_all", in.count, size_);
+  if (in.data == out.data && in.count > 0) {
+    throw Error(ErrorCategory::kInvalidArgument, "all_to_all: in and out must not be the same buffer");
+  }
+  return enqueue("all_to_all", next_tag(), [in, out](const OpArgs& args) {
+    if (in.count > 0) run_all_to_all(args, in, out);
+  });
+}
+
+std::shared_ptr<Work> GlooCommunicator::barrier(StreamRef) {
   return enqueue("barrier", next_tag(), [](const OpArgs& args) { run_barrier(args); });
 }
 
-std::shared_ptr<Work> GlooCommunicator::send(BufferView buf, int peer, int tag) {
-  validate::host_buffer("send", buf);
-  validate::rank_in_range("send", "peer", peer, size_);
-  if (peer == rank_) throw Error(ErrorCategory::kInvalidArgument, "send: peer is this rank");
-  if (tag < 0) throw Error(ErrorCategory::kInvalidArgument, "send: tag must be non-negative");
-  return enqueue("send", static_cast<std::uint32_t>(tag), [buf, peer](const OpArgs& args) {
-    if (buf.count > 0) run_send(args, buf, peer);
+std::shared_ptr<Work> GlooCommunicator::point_to_point(bool is_send, BufferView buf, int peer,
+                                                       int tag) {
+  const char* op = is_send ? "send" : "recv";
+  validate::host_buffer(op, buf);
+  validate::rank_in_range(op, "peer", peer, size_);
+  if (peer == rank_) throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": peer is this rank");
+  if (tag < 0) throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": tag must be non-negative");
+  P2POp p2p{is_send, buf, peer, static_cast<std::uint32_t>(tag)};
+  if (group_) {
+    group_->p2p.push_back(PendingP2P{is_send, buf, peer, p2p.tag});
+    if (!group_->p2p_work) {
+      group_->p2p_work = std::make_shared<CpuWork>("gloo group send/recv on rank " +
+                                                       std::to_string(rank_),
+                                                   timeout_ + std::chrono::seconds(5));
+    }
+    return group_->p2p_work;
+  }
+  return enqueue(op, p2p.tag, [p2p](const OpArgs& args) {
+    if (p2p.buf.count > 0) run_point_to_point(args, {p2p});
   });
 }
 
-std::shared_ptr<Work> GlooCommunicator::recv(BufferView buf, int peer, int tag) {
-  validate::host_buffer("recv", buf);
-  validate::rank_in_range("recv", "peer", peer, size_);
-  if (peer == rank_) throw Error(ErrorCategory::kInvalidArgument, "recv: peer is this rank");
-  if (tag < 0) throw Error(ErrorCategory::kInvalidArgument, "recv: tag must be non-negative");
-  return enqueue("recv", static_cast<std::uint32_t>(tag), [buf, peer](const OpArgs& args) {
-    if (buf.count > 0) run_recv(args, buf, peer);
-  });
+std::shared_ptr<Work> GlooCommunicator::send(BufferView buf, int peer, int tag, StreamRef) {
+  return point_to_point(true, buf, peer, tag);
+}
+
+std::shared_ptr<Work> GlooCommunicator::recv(BufferView buf, int peer, int tag, StreamRef) {
+  return point_to_point(false, buf, peer, tag);
+}
+
+std::shared_ptr<Work> GlooCommunicator::group(const std::function<void()>& body) {
+  if (group_) throw Error(ErrorCategory::kInvalidArgument, "group: groups do not nest");
+  group_ = std::make_unique<GroupState>();
+  try {
+    body();
+  } catch (...) {
+    group_.reset();
+    throw;
+  }
+  std::unique_ptr<GroupState> state = std::move(group_);
+  if (!state->p2p.empty()) {
+    std::vector<P2POp> ops;
+    for (const auto& p : state->p2p) ops.push_back(P2POp{p.is_send, p.buf, p.peer, p.tag});
+    state->works.push_back(enqueue(
+        "group send/recv", ops.front().tag,
+        [ops](const OpArgs& args) { run_point_to_point(args, ops); }, state->p2p_work));
+  }
+  return std::make_shared<GroupWork>(std::move(state->works), timeout_ + std::chrono::seconds(5));
+}
+
+std::unique_ptr<Communicator> GlooCommunicator::split(int color, int key) {
+  // Every rank learns every (color, key) through this communicator, then the
+  // members of each color build their own mesh under a store prefix of their own.
+  std::vector<std::int64_t> mine{color, key};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size_));
+  all_gather(view(mine.data(), 2), view(all.data(), all.size()), {})->wait();
+  const std::uint32_t seq = next_split_++;
+  if (color < 0) return nullptr;
+  std::vector<std::pair<std::int64_t, int>> members;  // (key, parent rank)
+  for (int r = 0; r < size_; ++r) {
+    if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], r);
+  }
+  std::sort(members.begin(), members.end());
+  int new_rank = 0;
+  while (members[new_rank].second != rank_) ++new_rank;
+  GlooOptions sub = options_;
+  sub.store = make_prefix_store("split" + std::to_string(seq) + "/color" + std::to_string(color),
+                                options_.store);
+  sub.rank = new_rank;
+  sub.size = static_cast<int>(members.size());
+  return std::make_unique<GlooCommunicator>(sub);
 }
 
 void GlooCommunicator::abort() {

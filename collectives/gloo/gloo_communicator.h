@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 
+#include "collectives/cpu_work.h"
 #include "collectives/op_queue.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/store.h"
@@ -32,20 +33,44 @@ class GlooCommunicator : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "gloo"; }
 
-  std::shared_ptr<Work> all_reduce(BufferView in, BufferView out, ReduceOp op) override;
-  std::shared_ptr<Work> broadcast(BufferView buf, int root) override;
-  std::shared_ptr<Work> all_gather(BufferView in, BufferView out) override;
-  std::shared_ptr<Work> reduce_scatter(BufferView in, BufferView out, ReduceOp op) override;
-  std::shared_ptr<Work> barrier() override;
-  std::shared_ptr<Work> send(BufferView buf, int peer, int tag) override;
-  std::shared_ptr<Work> recv(BufferView buf, int peer, int tag) override;
+  std::shared_ptr<Work> all_reduce(BufferView in, BufferView out, ReduceOp op,
+                                   StreamRef stream) override;
+  std::shared_ptr<Work> broadcast(BufferView buf, int root, StreamRef stream) override;
+  std::shared_ptr<Work> all_gather(BufferView in, BufferView out, StreamRef stream) override;
+  std::shared_ptr<Work> reduce_scatter(BufferView in, BufferView out, ReduceOp op,
+                                       StreamRef stream) override;
+  std::shared_ptr<Work> all_to_all(BufferView in, BufferView out, StreamRef stream) override;
+  std::shared_ptr<Work> barrier(StreamRef stream) override;
+  std::shared_ptr<Work> send(BufferView buf, int peer, int tag, StreamRef stream) override;
+  std::shared_ptr<Work> recv(BufferView buf, int peer, int tag, StreamRef stream) override;
+  std::shared_ptr<Work> group(const std::function<void()>& body) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
   void abort() override;
 
  private:
   // Posts fn to the queue; its Work names the operation and sequence number.
+  // work: created here unless given (a group's point-to-point Work exists before its task).
   template <typename Fn>
-  std::shared_ptr<Work> enqueue(const char* op, std::uint32_t tag, Fn&& fn);
+  std::shared_ptr<Work> enqueue(const char* op, std::uint32_t tag, Fn&& fn,
+                                std::shared_ptr<CpuWork> work = nullptr);
   std::uint32_t next_tag() { return next_tag_++; }
+  std::shared_ptr<Work> point_to_point(bool is_send, BufferView buf, int peer, int tag);
+
+  // Inside group(): point-to-point operations are posted together, then waited.
+  struct PendingP2P {
+    bool is_send;
+    BufferView buf;
+    int peer;
+    std::uint32_t tag;
+  };
+  struct GroupState {
+    std::vector<std::shared_ptr<Work>> works;
+    std::vector<PendingP2P> p2p;
+    std::shared_ptr<CpuWork> p2p_work;  // what every send/recv inside the group returns
+  };
+  std::unique_ptr<GroupState> group_;
+  GlooOptions options_;
+  std::uint32_t next_split_ = 0;
 
   const int rank_;
   const int size_;

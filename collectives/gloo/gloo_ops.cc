@@ -4,6 +4,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
@@ -97,16 +98,34 @@ void run_barrier(const OpArgs& args) {
   ::gloo::barrier(opts);
 }
 
-void run_send(const OpArgs& args, const BufferView& buf, int peer) {
-  auto ub = args.context->createUnboundBuffer(buf.data, buf.bytes());
-  ub->send(peer, ::gloo::Slot::build(kP2PSlotPrefix, args.tag));
-  ub->waitSend(args.timeout);
+void run_all_to_all(const OpArgs& args, const BufferView& in, const BufferView& out) {
+  ::gloo::AlltoallOptions opts(args.context);
+  opts.setInput(static_cast<std::uint8_t*>(in.data), in.bytes());
+  opts.setOutput(static_cast<std::uint8_t*>(out.data), out.bytes());
+  opts.setTag(args.tag);
+  opts.setTimeout(args.timeout);
+  ::gloo::alltoall(opts);
 }
 
-void run_recv(const OpArgs& args, const BufferView& buf, int peer) {
-  auto ub = args.context->createUnboundBuffer(buf.data, buf.bytes());
-  ub->recv(peer, ::gloo::Slot::build(kP2PSlotPrefix, args.tag));
-  ub->waitRecv(args.timeout);
+void run_point_to_point(const OpArgs& args, const std::vector<P2POp>& ops) {
+  std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> bufs;
+  for (const auto& op : ops) {
+    auto ub = args.context->createUnboundBuffer(op.buf.data, op.buf.bytes());
+    auto slot = ::gloo::Slot::build(kP2PSlotPrefix, op.tag);
+    if (op.is_send) {
+      ub->send(op.peer, slot);
+    } else {
+      ub->recv(op.peer, slot);
+    }
+    bufs.push_back(std::move(ub));
+  }
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].is_send) {
+      bufs[i]->waitSend(args.timeout);
+    } else {
+      bufs[i]->waitRecv(args.timeout);
+    }
+  }
 }
 
 }  // namespace rtd::gloo_backend

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "rt_dist/types.h"
 
@@ -25,8 +26,16 @@ void run_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& 
 void run_broadcast(const OpArgs& args, const BufferView& buf, int root);
 // out's own slot already holds this rank's input.
 void run_all_gather(const OpArgs& args, const BufferView& out, std::size_t bytes_per_rank);
+void run_all_to_all(const OpArgs& args, const BufferView& in, const BufferView& out);
 void run_barrier(const OpArgs& args);
-void run_send(const OpArgs& args, const BufferView& buf, int peer);
-void run_recv(const OpArgs& args, const BufferView& buf, int peer);
+struct P2POp {
+  bool is_send;
+  BufferView buf;
+  int peer;
+  std::uint32_t tag;
+};
+// Posts every send and receive first, then waits for all of them, so that
+// pairs of operations in any order cannot wait on each other.
+void run_point_to_point(const OpArgs& args, const std::vector<P2POp>& ops);
 
 }  // namespace rtd::gloo_backend

@@ -35,7 +35,11 @@ constexpr ConfigVar kVars[] = {
     {"RTD_LOG", "info", "log levels: 'debug' or per component 'store:debug,gloo:info'"},
     {"RTD_TIMEOUT_S", "300", "seconds a collective or store wait may take before it fails"},
     {"PATH", "/usr/local/bin:/usr/bin:/bin", "where dtrun looks for a program named without '/'"},
-    {"RTD_BACKEND", "auto", "default communicator: auto or gloo"},
+    {"RTD_BACKEND", "auto", "default communicator: auto (NCCL when a GPU is visible), gloo or nccl"},
+    {"RTD_NCCL_CGA_CLUSTER_SIZE", "", "ncclConfig_t.cgaClusterSize of NCCL communicators"},
+    {"RTD_NCCL_MIN_CTAS", "", "ncclConfig_t.minCTAs: fewest thread blocks NCCL uses"},
+    {"RTD_NCCL_MAX_CTAS", "", "ncclConfig_t.maxCTAs: most thread blocks NCCL uses"},
+    {"RTD_NCCL_NET_NAME", "", "ncclConfig_t.netName: the network plugin NCCL uses (IB, Socket)"},
 };
 
 const std::string* lookup(const EnvMap& env, const char* name) {
@@ -106,10 +110,14 @@ Config Config::from_env(const EnvMap& env) {
   int timeout_s = parse_int(env, "RTD_TIMEOUT_S", 1).value_or(300);
   c.timeout = std::chrono::seconds(timeout_s);
   c.backend = parse_string(env, "RTD_BACKEND", "auto");
-  if (c.backend != "auto" && c.backend != "gloo") {
-    throw Error(ErrorCategory::kConfig,
-                "environment variable RTD_BACKEND='" + c.backend + "' is not one of: auto, gloo");
+  if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl") {
+    throw Error(ErrorCategory::kConfig, "environment variable RTD_BACKEND='" + c.backend +
+                                            "' is not one of: auto, gloo, nccl");
   }
+  c.nccl_cga_cluster_size = parse_int(env, "RTD_NCCL_CGA_CLUSTER_SIZE", 0).value_or(-1);
+  c.nccl_min_ctas = parse_int(env, "RTD_NCCL_MIN_CTAS", 1).value_or(-1);
+  c.nccl_max_ctas = parse_int(env, "RTD_NCCL_MAX_CTAS", 1).value_or(-1);
+  c.nccl_net_name = parse_string(env, "RTD_NCCL_NET_NAME", "");
   return c;
 }
 

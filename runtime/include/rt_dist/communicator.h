@@ -1,10 +1,16 @@
-// Communicator: collectives over a fixed group of ranks. Every collective is
-// collective (all ranks call it, in the same order), returns at once with a
-// Work, and may be called from one thread at a time per communicator.
+// Communicator: collectives over a fixed group of ranks.
+//
+// Every collective is collective (all ranks of the communicator call it, in the
+// same order) and non-blocking: it returns a Work at once. Calls on one
+// communicator must come from one thread at a time.
+// Streams: a GPU backend orders the operation after the work already queued on
+// `stream` (the caller's CUDA stream; {} means the legacy default stream) and
+// never blocks the host; CPU backends ignore it. See [Stream order] in work.h.
 // In-place: all_reduce with in == out; all_gather with in at out + rank * in.count;
 // reduce_scatter with out at in + rank * out.count.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,19 +28,41 @@ class Communicator {
   virtual std::string backend() const = 0;
 
   // out = reduce(in over ranks); in.count == out.count.
-  virtual std::shared_ptr<Work> all_reduce(BufferView in, BufferView out, ReduceOp op) = 0;
-  std::shared_ptr<Work> all_reduce(BufferView buf, ReduceOp op) { return all_reduce(buf, buf, op); }
+  virtual std::shared_ptr<Work> all_reduce(BufferView in, BufferView out, ReduceOp op,
+                                           StreamRef stream = {}) = 0;
+  std::shared_ptr<Work> all_reduce(BufferView buf, ReduceOp op, StreamRef stream = {}) {
+    return all_reduce(buf, buf, op, stream);
+  }
   // buf on every rank = buf on root.
-  virtual std::shared_ptr<Work> broadcast(BufferView buf, int root) = 0;
+  virtual std::shared_ptr<Work> broadcast(BufferView buf, int root, StreamRef stream = {}) = 0;
   // out = concat(in of rank 0..size-1); out.count == in.count * size.
-  virtual std::shared_ptr<Work> all_gather(BufferView in, BufferView out) = 0;
-  // out = slice rank of reduce(in); in.count == out.count * size.
-  virtual std::shared_ptr<Work> reduce_scatter(BufferView in, BufferView out, ReduceOp op) = 0;
-  virtual std::shared_ptr<Work> barrier() = 0;
+  virtual std::shared_ptr<Work> all_gather(BufferView in, BufferView out,
+                                           StreamRef stream = {}) = 0;
+  // out = slice `rank` of reduce(in); in.count == out.count * size.
+  virtual std::shared_ptr<Work> reduce_scatter(BufferView in, BufferView out, ReduceOp op,
+                                               StreamRef stream = {}) = 0;
+  // Block j of in goes to rank j, landing as block `rank` of its out;
+  // in.count == out.count, divisible by size. Not in-place.
+  virtual std::shared_ptr<Work> all_to_all(BufferView in, BufferView out,
+                                           StreamRef stream = {}) = 0;
+  virtual std::shared_ptr<Work> barrier(StreamRef stream = {}) = 0;
   // Point-to-point: not collective; the peer posts the matching call with the same tag.
-  virtual std::shared_ptr<Work> send(BufferView buf, int peer, int tag = 0) = 0;
-  virtual std::shared_ptr<Work> recv(BufferView buf, int peer, int tag = 0) = 0;
-  // Fails every outstanding and later operation; bounded in time.
+  virtual std::shared_ptr<Work> send(BufferView buf, int peer, int tag = 0,
+                                     StreamRef stream = {}) = 0;
+  virtual std::shared_ptr<Work> recv(BufferView buf, int peer, int tag = 0,
+                                     StreamRef stream = {}) = 0;
+
+  // Runs body, whose operations on this communicator form one group (NCCL:
+  // ncclGroupStart/End; they may then progress together, so paired send/recv
+  // cannot deadlock). Returns one Work that completes when all of them have;
+  // the Works the operations return inside body must not be waited on there.
+  virtual std::shared_ptr<Work> group(const std::function<void()>& body) = 0;
+
+  // Collective over this communicator: ranks with the same color form a new
+  // communicator, ordered by (key, rank). color < 0: this rank joins none (nullptr).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // Fails every outstanding and later operation, in bounded time. Not collective.
   virtual void abort() = 0;
 };
 

@@ -12,10 +12,22 @@
 
 namespace rtd {
 
-enum class Backend { kAuto, kGloo };
+// kAuto: NCCL when librt_dist was built with it and this process sees a GPU,
+// else Gloo; RTD_BACKEND overrides it.
+enum class Backend { kAuto, kGloo, kNccl };
+
+// Per-communicator NCCL settings (ncclConfig_t); -1 or empty leaves NCCL's default.
+// RTD_NCCL_* variables fill them when the trainer leaves them unset.
+struct NcclSettings {
+  int cga_cluster_size = -1;
+  int min_ctas = -1;
+  int max_ctas = -1;
+  std::string net_name;
+};
 
 struct InitOptions {
   Backend backend = Backend::kAuto;
+  NcclSettings nccl;
 };
 
 struct WorldInfo {
@@ -35,6 +47,8 @@ class Context {
   int rank() const { return world().rank; }
   int world_size() const { return world().world_size; }
   int local_rank() const { return world().local_rank; }
+  // The default communicator (NCCL or Gloo, see Backend). Its GPU, under NCCL,
+  // is LOCAL_RANK's and is the current CUDA device after init().
   virtual Communicator& comm() = 0;
   virtual Store& store() = 0;
   // The timeout every collective of this context's communicators runs under.

@@ -1,4 +1,11 @@
 // Work: the handle of one asynchronous collective. Thread-safe.
+//
+// [Stream order] A GPU operation is ordered after what the caller's stream held
+// when it was called (an event recorded there, waited on by the communicator's
+// own stream). Work::wait(stream) orders a stream after the operation the same
+// way. Neither blocks the host. The buffers must stay alive until the
+// operation completes (done(), wait(), or later work on a stream ordered
+// after it).
 #pragma once
 
 #include <chrono>

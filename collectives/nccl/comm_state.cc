@@ -1,0 +1,116 @@
+// CommState: async-error polling, settle, abort with a bound, orderly shutdown.
+#include "collectives/nccl/comm_state.h"
+
+#include <future>
+#include <thread>
+
+#include "collectives/nccl/nccl_check.h"
+#include "runtime/core/log.h"
+
+namespace rtd::nccl {
+namespace {
+constexpr std::chrono::seconds kAbortBound{10};
+}
+
+CommState::~CommState() {
+  for (cudaEvent_t e : free_events_) RTD_CUDA_CHECK_WARN(*cuda_, cuda_->event_destroy(e), "event destroy");
+}
+
+cudaEvent_t CommState::take_event() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_events_.empty()) {
+      cudaEvent_t e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+  }
+  cudaEvent_t e = nullptr;
+  RTD_CUDA_CHECK(*cuda_, cuda_->event_create(&e), "creating a CUDA event");
+  return e;
+}
+
+void CommState::give_event(cudaEvent_t event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_events_.push_back(event);
+}
+
+std::optional<Error> CommState::failure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failure_ || gone_) return failure_;
+  ncclResult_t state = ncclSuccess;
+  ncclResult_t rc = nccl_->comm_get_async_error(comm_, &state);
+  if (rc != ncclSuccess) state = rc;
+  if (state != ncclSuccess && state != ncclInProgress) {
+    failure_ = nccl_error(*nccl_, comm_, state,
+                          "NCCL communicator of rank " + std::to_string(rank_) + " failed");
+  }
+  return failure_;
+}
+
+void CommState::settle(ncclComm_t comm, const std::string& what,
+                       std::chrono::steady_clock::time_point deadline) {
+  auto pause = std::chrono::microseconds(10);
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t rc = nccl_->comm_get_async_error(comm, &state);
+    if (rc != ncclSuccess) throw nccl_error(*nccl_, comm, rc, what);
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) throw nccl_error(*nccl_, comm, state, what);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      if (comm == comm_) abort(what + " timed out");
+      else nccl_->comm_abort(comm);
+      throw Error(ErrorCategory::kTimeout,
+                  what + " did not finish within the timeout on rank " + std::to_string(rank_) +
+                      "; a peer may be missing or stuck (communicator aborted)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+void CommState::abort(const std::string& why) {
+  if (aborted_.exchange(true)) return;
+  ncclComm_t comm;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_) {
+      failure_ = Error(ErrorCategory::kBackend, "NCCL communicator of rank " +
+                                                    std::to_string(rank_) + " aborted: " + why);
+    }
+    comm = gone_ ? nullptr : comm_;
+    gone_ = true;
+  }
+  if (comm == nullptr) return;
+  log::get("nccl")->error("rank {}: aborting the NCCL communicator: {}", rank_, why);
+  auto nccl = nccl_;
+  auto done = std::make_shared<std::promise<void>>();
+  auto finished = done->get_future();
+  std::thread([nccl, comm, done] {
+    nccl->comm_abort(comm);
+    done->set_value();
+  }).detach();
+  if (finished.wait_for(kAbortBound) != std::future_status::ready) {
+    log::get("nccl")->error("rank {}: ncclCommAbort did not return within {} s; abandoning it",
+                            rank_, kAbortBound.count());
+  }
+}
+
+void CommState::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gone_ || comm_ == nullptr) return;
+  }
+  try {
+    ncclResult_t rc = nccl_->comm_finalize(comm_);
+    if (rc != ncclSuccess && rc != ncclInProgress) throw nccl_error(*nccl_, comm_, rc, "finalize");
+    settle(comm_, "finalizing the NCCL communicator", std::chrono::steady_clock::now() + timeout_);
+    std::lock_guard<std::mutex> lock(mu_);
+    nccl_->comm_destroy(comm_);
+    gone_ = true;
+  } catch (const Error& e) {
+    abort(std::string("orderly shutdown failed: ") + e.what());
+  }
+}
+
+}  // namespace rtd::nccl

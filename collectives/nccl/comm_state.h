@@ -1,0 +1,62 @@
+// CommState: what a communicator and its outstanding Works share: the NCCL
+// handle, the APIs, the event pool, and abort. Works may outlive their
+// communicator, so the handle is guarded and marked gone once destroyed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/nccl/cuda_api.h"
+#include "collectives/nccl/nccl_api.h"
+#include "rt_dist/error.h"
+
+namespace rtd::nccl {
+
+class CommState {
+ public:
+  CommState(std::shared_ptr<NcclApi> nccl, std::shared_ptr<CudaApi> cuda, int rank,
+            std::chrono::milliseconds timeout)
+      : nccl_(std::move(nccl)), cuda_(std::move(cuda)), rank_(rank), timeout_(timeout) {}
+  ~CommState();  // destroys the pooled events
+
+  NcclApi& nccl() { return *nccl_; }
+  CudaApi& cuda() { return *cuda_; }
+  int rank() const { return rank_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  ncclComm_t comm() const { return comm_; }
+  void set_comm(ncclComm_t comm) { comm_ = comm; }
+
+  cudaEvent_t take_event();
+  void give_event(cudaEvent_t event);
+
+  // The communicator's error once it failed (an asynchronous NCCL error or an abort).
+  std::optional<Error> failure();
+  // Polls NCCL until the last call on the communicator finished (nonblocking
+  // mode answers ncclInProgress meanwhile); aborts and throws kTimeout at deadline.
+  void settle(ncclComm_t comm, const std::string& what,
+              std::chrono::steady_clock::time_point deadline);
+  // Aborts once, in bounded time (ncclCommAbort on a helper thread that is
+  // abandoned if it overruns); later operations fail with why.
+  void abort(const std::string& why);
+  bool aborted() const { return aborted_; }
+  // Orderly end: finalize (polled against the timeout), then destroy; abort on failure.
+  void shutdown();
+
+ private:
+  std::shared_ptr<NcclApi> nccl_;
+  std::shared_ptr<CudaApi> cuda_;
+  const int rank_;
+  const std::chrono::milliseconds timeout_;
+  ncclComm_t comm_ = nullptr;
+  std::mutex mu_;
+  std::vector<cudaEvent_t> free_events_;
+  std::atomic<bool> aborted_{false};
+  bool gone_ = false;  // the handle was destroyed or aborted
+  std::optional<Error> failure_;
+};
+
+}  // namespace rtd::nccl

@@ -1,0 +1,42 @@
+// Checks for CUDA and NCCL return codes (STYLE.md 3.3): each throws
+// rtd::Error(kBackend) naming what was being done, the code's string and the
+// rank; the _WARN twins only log, for destructors and abort paths.
+#pragma once
+
+#include <string>
+
+#include "collectives/nccl/cuda_api.h"
+#include "collectives/nccl/nccl_api.h"
+#include "rt_dist/error.h"
+#include "runtime/core/log.h"
+
+#define RTD_CUDA_CHECK(api, expr, what)                                                  \
+  do {                                                                                   \
+    cudaError_t rtd_cuda_rc_ = (expr);                                                   \
+    if (rtd_cuda_rc_ != cudaSuccess) {                                                   \
+      throw ::rtd::Error(::rtd::ErrorCategory::kBackend,                                 \
+                         std::string(what) + ": CUDA error " + (api).error_string(rtd_cuda_rc_), \
+                         static_cast<int>(rtd_cuda_rc_));                                \
+    }                                                                                    \
+  } while (0)
+
+#define RTD_CUDA_CHECK_WARN(api, expr, what)                                             \
+  do {                                                                                   \
+    cudaError_t rtd_cuda_rc_ = (expr);                                                   \
+    if (rtd_cuda_rc_ != cudaSuccess) {                                                   \
+      ::rtd::log::get("nccl")->warn("{}: CUDA error {}", what,                           \
+                                    (api).error_string(rtd_cuda_rc_));                   \
+    }                                                                                    \
+  } while (0)
+
+namespace rtd::nccl {
+
+// The message of an NCCL failure: what, the code's string, NCCL's last error.
+inline Error nccl_error(NcclApi& api, ncclComm_t comm, ncclResult_t rc, const std::string& what) {
+  std::string detail = api.error_string(rc);
+  const char* last = api.last_error(comm);
+  if (last && *last) detail += std::string(" (") + last + ")";
+  return Error(ErrorCategory::kBackend, what + ": NCCL error: " + detail, static_cast<int>(rc));
+}
+
+}  // namespace rtd::nccl

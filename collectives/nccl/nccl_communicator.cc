@@ -1,0 +1,266 @@
+// NcclCommunicator: setup, the launch idiom, and each operation's checks.
+#include "collectives/nccl/nccl_communicator.h"
+
+#include "collectives/nccl/nccl_bootstrap.h"
+#include "collectives/nccl/nccl_check.h"
+#include "collectives/nccl/nccl_types.h"
+#include "collectives/nccl/nccl_work.h"
+#include "collectives/validate.h"
+#include "runtime/core/log.h"
+
+namespace rtd::nccl {
+namespace {
+
+std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  return std::chrono::steady_clock::now() + timeout;
+}
+
+void device_buffer(const char* op, const BufferView& buf) {
+  if (buf.device != DeviceType::kCuda) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                std::string(op) + ": the NCCL backend takes CUDA device buffers "
+                                  "(BufferView.device = kCuda); use the Gloo backend for host memory");
+  }
+  if (buf.data == nullptr && buf.count > 0) {
+    throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": buffer is null but count is nonzero");
+  }
+}
+
+}  // namespace
+
+ncclConfig_t NcclCommunicator::make_config() const {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // init, abort and finalize are polled against our deadline
+  const NcclSettings& s = options_.settings;
+  if (s.cga_cluster_size >= 0) config.cgaClusterSize = s.cga_cluster_size;
+  if (s.min_ctas > 0) config.minCTAs = s.min_ctas;
+  if (s.max_ctas > 0) config.maxCTAs = s.max_ctas;
+  if (!s.net_name.empty()) config.netName = options_.settings.net_name.c_str();
+  return config;
+}
+
+void NcclCommunicator::create_stream_and_scratch() {
+  CudaApi& cuda = state_->cuda();
+  RTD_CUDA_CHECK(cuda, cuda.set_device(options_.device),
+                 "selecting GPU " + std::to_string(options_.device));
+  RTD_CUDA_CHECK(cuda, cuda.stream_create(&stream_), "creating the communication stream");
+  RTD_CUDA_CHECK(cuda, cuda.event_create(&start_), "creating a CUDA event");
+  RTD_CUDA_CHECK(cuda, cuda.malloc(&scratch_, sizeof(float)), "allocating the barrier scratch");
+}
+
+NcclCommunicator::NcclCommunicator(NcclOptions options)
+    : options_(std::move(options)), rank_(options_.rank), size_(options_.size) {
+  if (!options_.nccl) options_.nccl = real_nccl_api();
+  if (!options_.cuda) options_.cuda = real_cuda_api();
+  validate::rank_in_range("nccl init", "rank", rank_, size_);
+  state_ = std::make_shared<CommState>(options_.nccl, options_.cuda, rank_, options_.timeout);
+  create_stream_and_scratch();
+  auto deadline = deadline_after(options_.timeout);
+  ncclUniqueId id = exchange_unique_id(*options_.store, *options_.nccl, rank_, options_.timeout);
+  ncclConfig_t config = make_config();
+  ncclComm_t comm = nullptr;
+  ncclResult_t rc = options_.nccl->comm_init_rank_config(&comm, size_, id, rank_, &config);
+  state_->set_comm(comm);
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    throw nccl_error(*options_.nccl, comm, rc, "rank " + std::to_string(rank_) + " creating the NCCL communicator");
+  }
+  state_->settle(comm, "rank " + std::to_string(rank_) + " creating the NCCL communicator", deadline);
+  log::get("nccl")->info("NCCL communicator of {} ranks ready on GPU {}", size_, options_.device);
+}
+
+NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclComm_t comm,
+                                   int rank, int size)
+    : options_(options), rank_(rank), size_(size) {
+  state_ = std::make_shared<CommState>(options_.nccl, options_.cuda, rank_, options_.timeout);
+  state_->set_comm(comm);
+  create_stream_and_scratch();
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (!state_) return;
+  state_->shutdown();
+  CudaApi& cuda = state_->cuda();
+  if (scratch_) RTD_CUDA_CHECK_WARN(cuda, cuda.free(scratch_), "freeing the barrier scratch");
+  if (start_) RTD_CUDA_CHECK_WARN(cuda, cuda.event_destroy(start_), "destroying an event");
+  if (stream_) RTD_CUDA_CHECK_WARN(cuda, cuda.stream_destroy(stream_), "destroying the stream");
+}
+
+template <typename Call>
+std::shared_ptr<Work> NcclCommunicator::launch(const char* op, StreamRef caller, Call&& call) {
+  std::string what = std::string("nccl ") + op + " #" + std::to_string(seq_++) + " on rank " +
+                     std::to_string(rank_);
+  if (auto failure = state_->failure()) {
+    throw Error(failure->category(), what + ": " + failure->what(), failure->backend_code());
+  }
+  CudaApi& cuda = state_->cuda();
+  auto caller_stream = static_cast<cudaStream_t>(caller.cuda_stream);
+  RTD_CUDA_CHECK(cuda, cuda.event_record(start_, caller_stream), what + ": recording on the caller's stream");
+  RTD_CUDA_CHECK(cuda, cuda.stream_wait_event(stream_, start_), what + ": ordering after the caller");
+  ncclResult_t rc = call(stream_);
+  if (rc == ncclInProgress) {
+    state_->settle(state_->comm(), what, deadline_after(options_.timeout));
+  } else if (rc != ncclSuccess) {
+    throw nccl_error(state_->nccl(), state_->comm(), rc, what);
+  }
+  if (group_work_) return group_work_;
+  cudaEvent_t end = state_->take_event();
+  RTD_CUDA_CHECK(cuda, cuda.event_record(end, stream_), what + ": recording its end");
+  return std::make_shared<NcclWork>(state_, end, what);
+}
+
+std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
+                                                   StreamRef stream) {
+  device_buffer("all_reduce", in);
+  device_buffer("all_reduce", out);
+  validate::same_dtype("all_reduce", in, out);
+  validate::count_equals("all_reduce", "output", out.count, in.count);
+  validate::reducible("all_reduce", in.dtype, op);
+  return launch("all_reduce", stream, [&](cudaStream_t s) {
+    return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype), to_nccl(op),
+                                     state_->comm(), s);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root, StreamRef stream) {
+  device_buffer("broadcast", buf);
+  validate::rank_in_range("broadcast", "root", root, size_);
+  return launch("broadcast", stream, [&](cudaStream_t s) {
+    return state_->nccl().broadcast(buf.data, buf.data, buf.count, to_nccl(buf.dtype), root,
+                                    state_->comm(), s);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
+                                                   StreamRef stream) {
+  device_buffer("all_gather", in);
+  device_buffer("all_gather", out);
+  validate::same_dtype("all_gather", in, out);
+  validate::count_equals("all_gather", "output", out.count, in.count * size_);
+  return launch("all_gather", stream, [&](cudaStream_t s) {
+    return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype),
+                                     state_->comm(), s);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out,
+                                                       ReduceOp op, StreamRef stream) {
+  device_buffer("reduce_scatter", in);
+  device_buffer("reduce_scatter", out);
+  validate::same_dtype("reduce_scatter", in, out);
+  validate::count_equals("reduce_scatter", "input", in.count, out.count * size_);
+  validate::reducible("reduce_scatter", in.dtype, op);
+  return launch("reduce_scatter", stream, [&](cudaStream_t s) {
+    return state_->nccl().reduce_scatter(in.data, out.data, out.count, to_nccl(in.dtype),
+                                         to_nccl(op), state_->comm(), s);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out,
+                                                   StreamRef stream) {
+  device_buffer("all_to_all", in);
+  device_buffer("all_to_all", out);
+  validate::same_dtype("all_to_all", in, out);
+  validate::count_equals("all_to_all", "output", out.count, in.count);
+  validate::divisible("all_to_all", in.count, size_);
+  if (in.data == out.data && in.count > 0) {
+    throw Error(ErrorCategory::kInvalidArgument, "all_to_all: in and out must not be the same buffer");
+  }
+  // One grouped send and receive per peer (the NCCL idiom for all-to-all).
+  const std::size_t block = in.count / size_;
+  const std::size_t block_bytes = block * dtype_size(in.dtype);
+  return launch("all_to_all", stream, [&](cudaStream_t s) {
+    NcclApi& api = state_->nccl();
+    ncclResult_t rc = api.group_start();
+    for (int peer = 0; peer < size_ && rc == ncclSuccess; ++peer) {
+      rc = api.send(static_cast<const char*>(in.data) + peer * block_bytes, block,
+                    to_nccl(in.dtype), peer, state_->comm(), s);
+      if (rc == ncclSuccess) {
+        rc = api.recv(static_cast<char*>(out.data) + peer * block_bytes, block,
+                      to_nccl(in.dtype), peer, state_->comm(), s);
+      }
+    }
+    ncclResult_t end = api.group_end();
+    return rc != ncclSuccess ? rc : end;
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::barrier(StreamRef stream) {
+  return launch("barrier", stream, [&](cudaStream_t s) {
+    return state_->nccl().all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, state_->comm(), s);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::send(BufferView buf, int peer, int tag, StreamRef stream) {
+  device_buffer("send", buf);
+  validate::rank_in_range("send", "peer", peer, size_);
+  if (peer == rank_) throw Error(ErrorCategory::kInvalidArgument, "send: peer is this rank");
+  return launch("send", stream, [&](cudaStream_t s) {
+    return state_->nccl().send(buf.data, buf.count, to_nccl(buf.dtype), peer, state_->comm(), s);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::recv(BufferView buf, int peer, int tag, StreamRef stream) {
+  device_buffer("recv", buf);
+  validate::rank_in_range("recv", "peer", peer, size_);
+  if (peer == rank_) throw Error(ErrorCategory::kInvalidArgument, "recv: peer is this rank");
+  return launch("recv", stream, [&](cudaStream_t s) {
+    return state_->nccl().recv(buf.data, buf.count, to_nccl(buf.dtype), peer, state_->comm(), s);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body) {
+  if (group_work_) throw Error(ErrorCategory::kInvalidArgument, "group: groups do not nest");
+  std::string what = "nccl group #" + std::to_string(seq_++) + " on rank " + std::to_string(rank_);
+  group_end_ = state_->take_event();
+  auto work = std::make_shared<NcclWork>(state_, group_end_, what);
+  group_work_ = work;
+  NcclApi& api = state_->nccl();
+  ncclResult_t rc = api.group_start();
+  if (rc != ncclSuccess) {
+    group_work_.reset();
+    throw nccl_error(api, state_->comm(), rc, what + ": ncclGroupStart");
+  }
+  try {
+    body();
+  } catch (...) {
+    api.group_end();
+    group_work_.reset();
+    throw;
+  }
+  group_work_.reset();
+  rc = api.group_end();
+  if (rc == ncclInProgress) {
+    state_->settle(state_->comm(), what, deadline_after(options_.timeout));
+  } else if (rc != ncclSuccess) {
+    throw nccl_error(api, state_->comm(), rc, what + ": ncclGroupEnd");
+  }
+  RTD_CUDA_CHECK(state_->cuda(), state_->cuda().event_record(group_end_, stream_),
+                 what + ": recording its end");
+  return work;
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+  std::string what = "rank " + std::to_string(rank_) + " splitting the NCCL communicator";
+  ncclConfig_t config = make_config();
+  ncclComm_t child = nullptr;
+  NcclApi& api = state_->nccl();
+  ncclResult_t rc = api.comm_split(state_->comm(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
+                                   &child, &config);
+  if (rc != ncclSuccess && rc != ncclInProgress) throw nccl_error(api, state_->comm(), rc, what);
+  state_->settle(state_->comm(), what, deadline_after(options_.timeout));
+  if (child == nullptr) return nullptr;
+  state_->settle(child, what, deadline_after(options_.timeout));
+  // The child's rank and size: the ranks of this color ordered by (key, rank),
+  // as NCCL orders them; learned from the child itself.
+  int child_rank = 0, child_size = 0;
+  if (api.comm_user_rank(child, &child_rank) != ncclSuccess ||
+      api.comm_count(child, &child_size) != ncclSuccess) {
+    throw Error(ErrorCategory::kBackend, what + ": cannot read the new communicator's rank");
+  }
+  return std::unique_ptr<Communicator>(
+      new NcclCommunicator(FromSplit{}, options_, child, child_rank, child_size));
+}
+
+void NcclCommunicator::abort() { state_->abort("abort() called"); }
+
+}  // namespace rtd::nccl

@@ -1,0 +1,78 @@
+// NcclCommunicator: the GPU backend. Bootstraps through our Store, creates a
+// nonblocking NCCL communicator on the rank's device, and runs each operation
+// on its own stream ordered after the caller's stream ([Stream order], work.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collectives/nccl/comm_state.h"
+#include "rt_dist/communicator.h"
+#include "rt_dist/context.h"
+#include "rt_dist/store.h"
+
+namespace rtd::nccl {
+
+struct NcclOptions {
+  std::shared_ptr<Store> store;  // scoped to this communicator
+  int rank = 0;
+  int size = 1;
+  int device = 0;
+  std::chrono::milliseconds timeout{300'000};
+  NcclSettings settings;
+  std::shared_ptr<NcclApi> nccl;  // real ones when null
+  std::shared_ptr<CudaApi> cuda;
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  // Collective: every rank constructs it with the same store and size. Fails
+  // with kTimeout (and aborts) if the communicator is not ready within timeout.
+  explicit NcclCommunicator(NcclOptions options);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "nccl"; }
+
+  std::shared_ptr<Work> all_reduce(BufferView in, BufferView out, ReduceOp op,
+                                   StreamRef stream) override;
+  std::shared_ptr<Work> broadcast(BufferView buf, int root, StreamRef stream) override;
+  std::shared_ptr<Work> all_gather(BufferView in, BufferView out, StreamRef stream) override;
+  std::shared_ptr<Work> reduce_scatter(BufferView in, BufferView out, ReduceOp op,
+                                       StreamRef stream) override;
+  std::shared_ptr<Work> all_to_all(BufferView in, BufferView out, StreamRef stream) override;
+  std::shared_ptr<Work> barrier(StreamRef stream) override;
+  std::shared_ptr<Work> send(BufferView buf, int peer, int tag, StreamRef stream) override;
+  std::shared_ptr<Work> recv(BufferView buf, int peer, int tag, StreamRef stream) override;
+  std::shared_ptr<Work> group(const std::function<void()>& body) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  void abort() override;
+
+  // The communicator's own stream (for tests and benchmarks).
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  struct FromSplit {};
+  NcclCommunicator(FromSplit, const NcclOptions& options, ncclComm_t comm, int rank, int size);
+  void create_stream_and_scratch();
+  // Orders the comm stream after the caller's, makes the NCCL call, and (outside
+  // a group) records the end event. call(stream) returns the ncclResult_t.
+  template <typename Call>
+  std::shared_ptr<Work> launch(const char* op, StreamRef caller, Call&& call);
+  ncclConfig_t make_config() const;
+
+  NcclOptions options_;
+  int rank_;
+  int size_;
+  std::shared_ptr<CommState> state_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr;  // recorded on the caller's stream before each call
+  void* scratch_ = nullptr;      // 4 bytes for barrier()
+  std::uint64_t seq_ = 0;
+  // Inside group(): the group's end event and Work, returned by every operation.
+  cudaEvent_t group_end_ = nullptr;
+  std::shared_ptr<Work> group_work_;
+};
+
+}  // namespace rtd::nccl

@@ -1,0 +1,67 @@
+// NcclWork: completion by event query, failure by async error, timeout by abort.
+#include "collectives/nccl/nccl_work.h"
+
+#include <thread>
+
+#include "collectives/nccl/nccl_check.h"
+
+namespace rtd::nccl {
+
+NcclWork::NcclWork(std::shared_ptr<CommState> state, cudaEvent_t end, std::string what)
+    : state_(std::move(state)), end_(end), what_(std::move(what)) {}
+
+NcclWork::~NcclWork() { state_->give_event(end_); }
+
+bool NcclWork::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (complete_ || error_) return true;
+  cudaError_t rc = state_->cuda().event_query(end_);
+  if (rc == cudaSuccess) {
+    complete_ = true;
+    return true;
+  }
+  if (rc != cudaErrorNotReady) {
+    error_ = Error(ErrorCategory::kBackend,
+                   what_ + ": CUDA error " + state_->cuda().error_string(rc), rc);
+    return true;
+  }
+  if (auto failure = state_->failure()) {
+    error_ = Error(failure->category(), what_ + ": " + failure->what(), failure->backend_code());
+    return true;
+  }
+  return false;
+}
+
+void NcclWork::wait(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(2);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string why = what_ + " did not complete within " + std::to_string(timeout.count()) +
+                        " ms on rank " + std::to_string(state_->rank()) +
+                        "; a peer may have failed or not called it";
+      state_->abort(why);
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = Error(ErrorCategory::kTimeout, why + " (communicator aborted)");
+      throw *error_;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(500));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_) throw *error_;
+}
+
+void NcclWork::wait(StreamRef stream) {
+  RTD_CUDA_CHECK(state_->cuda(),
+                 state_->cuda().stream_wait_event(static_cast<cudaStream_t>(stream.cuda_stream), end_),
+                 what_ + ": ordering a stream after it");
+}
+
+std::optional<Error> NcclWork::error() const {
+  done();
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+}  // namespace rtd::nccl

@@ -1,0 +1,34 @@
+// NcclWork: the Work of one NCCL operation (or group): the event recorded on
+// the communicator's stream after it. Polls the event and the communicator's
+// async error; on a host wait that overruns its deadline, aborts the communicator.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collectives/nccl/comm_state.h"
+#include "rt_dist/work.h"
+
+namespace rtd::nccl {
+
+class NcclWork : public Work {
+ public:
+  NcclWork(std::shared_ptr<CommState> state, cudaEvent_t end, std::string what);
+  ~NcclWork() override;
+
+  bool done() const override;
+  void wait() override { wait(state_->timeout()); }
+  void wait(std::chrono::milliseconds timeout) override;
+  void wait(StreamRef stream) override;
+  std::optional<Error> error() const override;
+
+ private:
+  std::shared_ptr<CommState> state_;
+  cudaEvent_t end_;
+  std::string what_;
+  mutable std::mutex mu_;
+  mutable std::optional<Error> error_;
+  mutable bool complete_ = false;
+};
+
+}  // namespace rtd::nccl

@@ -1,0 +1,43 @@
+// [Stream order] on a real GPU: a collective waits for the caller's stream,
+// and Work::wait(stream) orders another stream without blocking the host.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include "tests/gpu/spin_kernel.h"
+#include "tests/multiproc/world.h"
+
+namespace rtd::testing_util {
+namespace {
+
+class StreamOrder : public WorldTest {};
+
+TEST_F(StreamOrder, WaitOnAStreamDoesNotBlockTheHostAndOrdersTheStream) {
+  cudaStream_t caller = nullptr, other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  Placed buf(DType::kFloat32, 1 << 20);
+  for (std::size_t i = 0; i < buf.host.count; ++i) buf.host.set(i, 1.0);
+  buf.push();
+
+  // About a second of GPU time on the caller's stream, ahead of the collective.
+  launch_spin(caller, 2'000'000'000LL);
+  auto work = comm().all_reduce(buf.view(), ReduceOp::kSum, StreamRef{caller});
+  EXPECT_FALSE(work->done()) << "the collective must wait for the caller's stream";
+  work->wait(StreamRef{other});
+  EXPECT_FALSE(work->done()) << "wait(stream) returned only after the collective finished";
+
+  cudaEvent_t after = nullptr;
+  ASSERT_EQ(cudaEventCreate(&after), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(after, other), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(after), cudaSuccess);
+  EXPECT_TRUE(work->done()) << "the other stream ran ahead of the collective";
+  work->wait();
+  buf.pull();
+  EXPECT_EQ(buf.host.get(12345), static_cast<double>(comm().size()));
+  cudaEventDestroy(after);
+  cudaStreamDestroy(caller);
+  cudaStreamDestroy(other);
+}
+
+}  // namespace
+}  // namespace rtd::testing_util
