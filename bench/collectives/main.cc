@@ -1,0 +1,107 @@
+// collective_bench: nccl-tests-style sweep of ops x sizes x dtypes through one
+// Runner (our communicator on GPU or CPU, or raw NCCL), with a wrong-element
+// count per row. Run it under dtrun; rank 0 prints the table (and JSON).
+//   dtrun --nproc-per-node=2 collective_bench --mode ours --max-bytes 1G
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+#include <vector>
+
+#include "bench/collectives/runner.h"
+#include "bench/common/report.h"
+#include "bench/common/typed_fill.h"
+#include "rt_dist/error.h"
+
+namespace rtd::bench {
+namespace {
+
+// Element counts of (input, output) for an op whose nccl-tests "size" is count elements.
+std::pair<std::size_t, std::size_t> shape(const std::string& op, std::size_t count, int n) {
+  if (op == "reduce_scatter") return {count, count / n};
+  if (op == "all_gather") return {count / n, count};
+  return {count, count};
+}
+
+// Expected output element i when rank r's input is all r + 1 (broadcast: root 0).
+double expected(const std::string& op, std::size_t i, std::size_t block, int n) {
+  if (op == "all_reduce" || op == "reduce_scatter") return n * (n + 1) / 2.0;
+  if (op == "broadcast") return 1.0;
+  return static_cast<double>(i / block + 1);  // all_gather, all_to_all: block j from rank j
+}
+
+Row measure(Runner& runner, const BenchOptions& o, const std::string& op, DType dtype,
+            std::size_t bytes) {
+  const int n = runner.size();
+  std::size_t count = bytes / dtype_size(dtype);
+  if (op != "all_reduce" && op != "broadcast") count -= count % n;
+  auto [in_count, out_count] = shape(op, count, n);
+  const std::size_t esize = dtype_size(dtype);
+  std::vector<char> host(std::max(in_count, out_count) * esize);
+  OpBuffers b{runner.alloc(in_count * esize), runner.alloc(out_count * esize), in_count,
+              out_count, dtype};
+  fill_value(host.data(), dtype, in_count, runner.rank() + 1);
+  runner.upload(op == "broadcast" ? b.out : b.in, host.data(), in_count * esize);
+
+  runner.barrier();
+  runner.time(op, b, o.warmup);
+  std::vector<double> blocks;
+  for (int k = 0; k < o.blocks; ++k) {
+    runner.barrier();
+    blocks.push_back(runner.time(op, b, o.iters));
+  }
+  std::sort(blocks.begin(), blocks.end());
+  long long wrong = -1;
+  if (o.check) {
+    runner.download(host.data(), b.out, out_count * esize);
+    const std::size_t block = std::max<std::size_t>(1, out_count / n);
+    wrong = count_wrong(host.data(), dtype, out_count,
+                        [&](std::size_t i) { return expected(op, i, block, n); });
+  }
+  runner.release(b.in);
+  runner.release(b.out);
+  return make_row(op, dtype, count * esize, blocks[blocks.size() / 2], n, wrong);
+}
+
+int run(int argc, char** argv) {
+  BenchOptions o;
+  try {
+    o = parse_bench_options(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collective_bench: %s\n%s\n", e.what(), bench_usage().c_str());
+    return 2;
+  }
+  std::unique_ptr<Runner> runner = o.mode == "gloo" ? make_gloo_runner() : make_gpu_runner(o.mode);
+  const bool leader = runner->rank() == 0;
+  if (leader) {
+    print_header(runner->describe() + ", " + std::to_string(runner->size()) + " ranks, median of " +
+                 std::to_string(o.blocks) + " blocks of " + std::to_string(o.iters) + " ops");
+  }
+  std::vector<Row> rows;
+  long long total_wrong = 0;
+  for (DType dtype : o.dtypes) {
+    for (const auto& op : o.ops) {
+      for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+        if (bytes / dtype_size(dtype) < static_cast<std::size_t>(runner->size())) continue;
+        Row row = measure(*runner, o, op, dtype, bytes);
+        total_wrong += std::max(0LL, row.wrong);
+        if (leader) print_row(row);
+        rows.push_back(row);
+      }
+    }
+  }
+  if (leader && !o.json.empty()) write_json(o.json, o.mode, o.label, runner->size(), rows);
+  if (total_wrong > 0) std::fprintf(stderr, "rank %d: %lld wrong elements\n", runner->rank(), total_wrong);
+  return total_wrong > 0 ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace rtd::bench
+
+int main(int argc, char** argv) {
+  try {
+    return rtd::bench::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collective_bench: %s\n", e.what());
+    return 1;
+  }
+}

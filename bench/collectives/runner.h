@@ -1,0 +1,43 @@
+// Runner: what the collective benchmark needs from one way of running
+// collectives (our communicator on GPU or CPU, or NCCL called directly), so
+// that every mode goes through the same sizes, checks and report.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "bench/common/bench_options.h"
+#include "rt_dist/types.h"
+
+namespace rtd::bench {
+
+struct OpBuffers {
+  void* in;
+  void* out;
+  std::size_t in_count;
+  std::size_t out_count;
+  DType dtype;
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string describe() const = 0;
+  virtual void* alloc(std::size_t bytes) = 0;
+  virtual void release(void* ptr) = 0;
+  virtual void upload(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void download(void* dst, const void* src, std::size_t bytes) = 0;
+  // Runs iters operations back to back; returns microseconds per operation.
+  virtual double time(const std::string& op, const OpBuffers& b, int iters) = 0;
+  // All ranks arrive before any leaves (and the device is idle).
+  virtual void barrier() = 0;
+};
+
+std::unique_ptr<Runner> make_gloo_runner();
+// mode "ours" (our NCCL communicator) or "raw" (NCCL calls, no layer of ours).
+std::unique_ptr<Runner> make_gpu_runner(const std::string& mode);
+
+}  // namespace rtd::bench

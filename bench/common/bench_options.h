@@ -1,0 +1,32 @@
+// The benchmark harness's flags, nccl-tests style; one parser for every benchmark.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "rt_dist/types.h"
+
+namespace rtd::bench {
+
+struct BenchOptions {
+  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                  "all_to_all"};
+  std::size_t min_bytes = 1024;
+  std::size_t max_bytes = std::size_t{1} << 30;
+  std::size_t factor = 2;
+  std::vector<DType> dtypes = {DType::kFloat32, DType::kBFloat16};
+  int warmup = 5;
+  int iters = 20;        // per timed block
+  int blocks = 5;        // timed blocks; the median block is reported
+  bool check = true;     // count wrong elements after the timed loop
+  std::string mode = "ours";  // ours (our communicator), raw (NCCL directly), gloo
+  std::string json;      // write the rows here too (rank 0)
+  std::string label;     // free text copied into the JSON
+};
+
+// Throws std::invalid_argument naming the flag.
+BenchOptions parse_bench_options(int argc, char** argv);
+std::string bench_usage();
+
+}  // namespace rtd::bench
