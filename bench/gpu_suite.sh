@@ -25,14 +25,14 @@ run() {  # name, limit, command...
   echo "== $name: exit $rc in $(( $(date +%s) - start )) s"
   return $rc
 }
-dt() { "$bin/dtrun" --env NCCL_NVLS_ENABLE=0 --env RTD_LOG=warn "$@"; }
+dt=("$bin/dtrun" --env NCCL_NVLS_ENABLE=0 --env RTD_LOG=warn)
 
 for n in 1 $ngpu; do
-  run gpu_tests_np$n 240 dt --nproc-per-node=$n "$bin/gpu_collectives_test"
+  run gpu_tests_np$n 240 "${dt[@]}" --nproc-per-node=$n "$bin/gpu_collectives_test"
   grep -E '^\[rank 0\]: \[  (PASSED|FAILED|SKIPPED) ' "$out/gpu_tests_np$n.log" | head -20
 done
 for mode in ${BENCH_MODES:-raw ours}; do
-  run bench_$mode 300 dt --nproc-per-node=$ngpu "$bin/collective_bench" --mode $mode \
+  run bench_$mode 300 "${dt[@]}" --nproc-per-node=$ngpu "$bin/collective_bench" --mode $mode \
     --max-bytes ${BENCH_MAX:-1G} --json "$out/bench_$mode.json" --label "$(hostname)"
 done
 if [ -n "$anchor" ]; then
