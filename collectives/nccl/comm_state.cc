@@ -10,6 +10,21 @@
 namespace rtd::nccl {
 namespace {
 constexpr std::chrono::seconds kAbortBound{10};
+constexpr std::chrono::milliseconds kSpinBeforeSleep{2};
+
+// Runs fn on a helper thread and waits up to bound; returns false (leaving the
+// thread behind) when it overran: NCCL's abort and destroy can hang
+// (NVIDIA/nccl#1013), and our callers must not.
+template <typename Fn>
+bool run_bounded(Fn fn, std::chrono::milliseconds bound) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto finished = done->get_future();
+  std::thread([fn = std::move(fn), done]() mutable {
+    fn();
+    done->set_value();
+  }).detach();
+  return finished.wait_for(bound) == std::future_status::ready;
+}
 }
 
 CommState::~CommState() {
@@ -50,22 +65,30 @@ std::optional<Error> CommState::failure() {
 
 void CommState::settle(ncclComm_t comm, const std::string& what,
                        std::chrono::steady_clock::time_point deadline) {
-  auto pause = std::chrono::microseconds(10);
+  // Enqueueing usually finishes within microseconds: spin (yielding) for a
+  // while before sleeping, since a sleep costs tens of microseconds per call.
+  const auto spin_until = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+  auto pause = std::chrono::microseconds(50);
   for (;;) {
     ncclResult_t state = ncclSuccess;
     ncclResult_t rc = nccl_->comm_get_async_error(comm, &state);
     if (rc != ncclSuccess) throw nccl_error(*nccl_, comm, rc, what);
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) throw nccl_error(*nccl_, comm, state, what);
-    if (std::chrono::steady_clock::now() >= deadline) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
       if (comm == comm_) abort(what + " timed out");
       else nccl_->comm_abort(comm);
       throw Error(ErrorCategory::kTimeout,
                   what + " did not finish within the timeout on rank " + std::to_string(rank_) +
                       "; a peer may be missing or stuck (communicator aborted)");
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    if (now < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    }
   }
 }
 
@@ -84,32 +107,37 @@ void CommState::abort(const std::string& why) {
   if (comm == nullptr) return;
   log::get("nccl")->error("rank {}: aborting the NCCL communicator: {}", rank_, why);
   auto nccl = nccl_;
-  auto done = std::make_shared<std::promise<void>>();
-  auto finished = done->get_future();
-  std::thread([nccl, comm, done] {
-    nccl->comm_abort(comm);
-    done->set_value();
-  }).detach();
-  if (finished.wait_for(kAbortBound) != std::future_status::ready) {
+  if (!run_bounded([nccl, comm] { nccl->comm_abort(comm); }, kAbortBound)) {
     log::get("nccl")->error("rank {}: ncclCommAbort did not return within {} s; abandoning it",
                             rank_, kAbortBound.count());
   }
 }
 
 void CommState::shutdown() {
+  ncclComm_t comm;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (gone_ || comm_ == nullptr) return;
+    comm = comm_;
   }
+  // Finalize flushes what is in flight; it needs every peer, so it is polled
+  // against the timeout, and a peer that is gone turns it into an abort.
   try {
-    ncclResult_t rc = nccl_->comm_finalize(comm_);
-    if (rc != ncclSuccess && rc != ncclInProgress) throw nccl_error(*nccl_, comm_, rc, "finalize");
-    settle(comm_, "finalizing the NCCL communicator", std::chrono::steady_clock::now() + timeout_);
-    std::lock_guard<std::mutex> lock(mu_);
-    nccl_->comm_destroy(comm_);
-    gone_ = true;
+    ncclResult_t rc = nccl_->comm_finalize(comm);
+    if (rc != ncclSuccess && rc != ncclInProgress) throw nccl_error(*nccl_, comm, rc, "finalize");
+    settle(comm, "finalizing the NCCL communicator", std::chrono::steady_clock::now() + timeout_);
   } catch (const Error& e) {
     abort(std::string("orderly shutdown failed: ") + e.what());
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone_ = true;
+  }
+  auto nccl = nccl_;
+  if (!run_bounded([nccl, comm] { nccl->comm_destroy(comm); }, kAbortBound)) {
+    log::get("nccl")->error("rank {}: ncclCommDestroy did not return within {} s; abandoning it",
+                            rank_, kAbortBound.count());
   }
 }
 

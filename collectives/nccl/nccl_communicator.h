@@ -35,6 +35,7 @@ class NcclCommunicator : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
 
+  using Communicator::all_reduce;  // the in-place form
   std::shared_ptr<Work> all_reduce(BufferView in, BufferView out, ReduceOp op,
                                    StreamRef stream) override;
   std::shared_ptr<Work> broadcast(BufferView buf, int root, StreamRef stream) override;

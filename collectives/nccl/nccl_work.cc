@@ -34,7 +34,10 @@ bool NcclWork::done() const {
 
 void NcclWork::wait(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto pause = std::chrono::microseconds(2);
+  // Spin (yielding) for the first millisecond: short operations finish in
+  // microseconds and a sleep costs tens of them.
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+  auto pause = std::chrono::microseconds(50);
   while (!done()) {
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string why = what_ + " did not complete within " + std::to_string(timeout.count()) +
@@ -45,8 +48,12 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
       error_ = Error(ErrorCategory::kTimeout, why + " (communicator aborted)");
       throw *error_;
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(500));
+    if (std::chrono::steady_clock::now() < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(500));
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (error_) throw *error_;

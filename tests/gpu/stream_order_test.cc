@@ -3,6 +3,9 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "tests/gpu/spin_kernel.h"
 #include "tests/multiproc/world.h"
 
@@ -29,7 +32,15 @@ TEST_F(StreamOrder, WaitOnAStreamDoesNotBlockTheHostAndOrdersTheStream) {
   cudaEvent_t after = nullptr;
   ASSERT_EQ(cudaEventCreate(&after), cudaSuccess);
   ASSERT_EQ(cudaEventRecord(after, other), cudaSuccess);
-  ASSERT_EQ(cudaEventSynchronize(after), cudaSuccess);
+  // Poll with a deadline rather than cudaEventSynchronize, so that a bug here
+  // fails the test instead of hanging it.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  cudaError_t state;
+  while ((state = cudaEventQuery(after)) == cudaErrorNotReady &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(state, cudaSuccess) << "the other stream did not finish within 60 s";
   EXPECT_TRUE(work->done()) << "the other stream ran ahead of the collective";
   work->wait();
   buf.pull();

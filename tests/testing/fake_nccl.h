@@ -1,0 +1,161 @@
+// FakeNcclApi and FakeCudaApi: scripted stand-ins for NCCL and the CUDA runtime
+// that record every call, so that the NCCL backend's ordering, deadline and
+// abort logic is tested without a GPU. Handles are made-up pointers.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collectives/nccl/cuda_api.h"
+#include "collectives/nccl/nccl_api.h"
+
+namespace rtd::testing_util {
+
+// One shared log of calls, in order, e.g. "event_record e1 s0" or "all_reduce s1".
+class CallLog {
+ public:
+  void add(std::string call) {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back(std::move(call));
+  }
+  std::vector<std::string> calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+  int count(const std::string& prefix) {
+    int n = 0;
+    for (const auto& c : calls()) n += c.rfind(prefix, 0) == 0;
+    return n;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> calls_;
+};
+
+inline std::string handle_name(const void* p, char kind) {
+  return kind + std::to_string(reinterpret_cast<std::uintptr_t>(p) & 0xffff);
+}
+
+class FakeCudaApi : public nccl::CudaApi {
+ public:
+  explicit FakeCudaApi(CallLog* log) : log_(log) {}
+  std::atomic<bool> events_complete{true};  // what event_query answers
+
+  cudaError_t get_device_count(int* count) override { *count = 2; return cudaSuccess; }
+  cudaError_t set_device(int device) override { log_->add("set_device " + std::to_string(device)); return cudaSuccess; }
+  cudaError_t stream_create(cudaStream_t* s) override {
+    *s = reinterpret_cast<cudaStream_t>(0x1000 + next_++);
+    log_->add("stream_create " + handle_name(*s, 's'));
+    return cudaSuccess;
+  }
+  cudaError_t stream_destroy(cudaStream_t) override { return cudaSuccess; }
+  cudaError_t event_create(cudaEvent_t* e) override {
+    *e = reinterpret_cast<cudaEvent_t>(0x2000 + next_++);
+    return cudaSuccess;
+  }
+  cudaError_t event_destroy(cudaEvent_t) override { return cudaSuccess; }
+  cudaError_t event_record(cudaEvent_t e, cudaStream_t s) override {
+    log_->add("event_record " + handle_name(e, 'e') + " " + handle_name(s, 's'));
+    return cudaSuccess;
+  }
+  cudaError_t event_query(cudaEvent_t e) override {
+    log_->add("event_query " + handle_name(e, 'e'));
+    return events_complete ? cudaSuccess : cudaErrorNotReady;
+  }
+  cudaError_t stream_wait_event(cudaStream_t s, cudaEvent_t e) override {
+    log_->add("stream_wait_event " + handle_name(s, 's') + " " + handle_name(e, 'e'));
+    return cudaSuccess;
+  }
+  cudaError_t malloc(void** p, size_t) override { *p = reinterpret_cast<void*>(0x3000); return cudaSuccess; }
+  cudaError_t free(void*) override { return cudaSuccess; }
+  const char* error_string(cudaError_t) override { return "fake CUDA error"; }
+
+ private:
+  CallLog* log_;
+  std::atomic<int> next_{1};
+};
+
+class FakeNcclApi : public nccl::NcclApi {
+ public:
+  explicit FakeNcclApi(CallLog* log) : log_(log) {}
+  // ncclInProgress answers left before the state turns to async_state.
+  std::atomic<int> in_progress_polls{0};
+  std::atomic<bool> never_ready{false};
+  std::atomic<ncclResult_t> async_state{ncclSuccess};
+  std::atomic<ncclResult_t> collective_result{ncclSuccess};
+
+  ncclResult_t get_unique_id(ncclUniqueId* id) override {
+    for (char& c : id->internal) c = 'u';
+    return ncclSuccess;
+  }
+  ncclResult_t comm_init_rank_config(ncclComm_t* comm, int nranks, ncclUniqueId, int rank,
+                                     ncclConfig_t* config) override {
+    *comm = reinterpret_cast<ncclComm_t>(0x4000);
+    log_->add("comm_init rank=" + std::to_string(rank) + " of " + std::to_string(nranks) +
+              " blocking=" + std::to_string(config->blocking) +
+              " maxCTAs=" + std::to_string(config->maxCTAs));
+    return ncclInProgress;
+  }
+  ncclResult_t comm_split(ncclComm_t, int color, int key, ncclComm_t* out, ncclConfig_t*) override {
+    log_->add("comm_split " + std::to_string(color) + " " + std::to_string(key));
+    *out = color < 0 ? nullptr : reinterpret_cast<ncclComm_t>(0x5000);
+    return ncclInProgress;
+  }
+  ncclResult_t comm_get_async_error(ncclComm_t, ncclResult_t* state) override {
+    log_->add("get_async_error");
+    if (never_ready || in_progress_polls.fetch_sub(1) > 0) {
+      *state = ncclInProgress;
+    } else {
+      *state = async_state;
+    }
+    return ncclSuccess;
+  }
+  ncclResult_t comm_finalize(ncclComm_t) override { log_->add("comm_finalize"); return ncclSuccess; }
+  ncclResult_t comm_destroy(ncclComm_t) override { log_->add("comm_destroy"); return ncclSuccess; }
+  ncclResult_t comm_abort(ncclComm_t) override { log_->add("comm_abort"); return ncclSuccess; }
+  ncclResult_t comm_user_rank(ncclComm_t, int* rank) override { *rank = 0; return ncclSuccess; }
+  ncclResult_t comm_count(ncclComm_t, int* count) override { *count = 1; return ncclSuccess; }
+  ncclResult_t group_start() override { log_->add("group_start"); return ncclSuccess; }
+  ncclResult_t group_end() override { log_->add("group_end"); return ncclSuccess; }
+  ncclResult_t all_reduce(const void*, void*, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                          cudaStream_t s) override {
+    log_->add("all_reduce " + std::to_string(count) + " " + handle_name(s, 's'));
+    return collective_result;
+  }
+  ncclResult_t broadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t s) override {
+    log_->add("broadcast " + handle_name(s, 's'));
+    return collective_result;
+  }
+  ncclResult_t reduce_scatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                              cudaStream_t s) override {
+    log_->add("reduce_scatter " + handle_name(s, 's'));
+    return collective_result;
+  }
+  ncclResult_t all_gather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t s) override {
+    log_->add("all_gather " + handle_name(s, 's'));
+    return collective_result;
+  }
+  ncclResult_t send(const void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t) override {
+    log_->add("send " + std::to_string(peer));
+    return collective_result;
+  }
+  ncclResult_t recv(void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t) override {
+    log_->add("recv " + std::to_string(peer));
+    return collective_result;
+  }
+  const char* error_string(ncclResult_t) override { return "fake NCCL error"; }
+  const char* last_error(ncclComm_t) override { return "remote peer went away"; }
+
+ private:
+  CallLog* log_;
+};
+
+}  // namespace rtd::testing_util

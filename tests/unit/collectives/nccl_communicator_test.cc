@@ -1,0 +1,215 @@
+// The NCCL backend's protocol with fakes: nonblocking init polled against a
+// deadline, the stream-ordering idiom, host waits that abort on timeout, async
+// errors surfacing through Work, groups, and teardown. No GPU needed.
+#include "collectives/nccl/nccl_communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "collectives/nccl/nccl_bootstrap.h"
+#include "tests/testing/fake_nccl.h"
+
+namespace rtd::nccl {
+namespace {
+
+using testing_util::CallLog;
+using testing_util::FakeCudaApi;
+using testing_util::FakeNcclApi;
+
+class NcclWithFakes : public ::testing::Test {
+ protected:
+  std::unique_ptr<NcclCommunicator> make(std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                                         NcclSettings settings = {}, int size = 1) {
+    return std::make_unique<NcclCommunicator>(NcclOptions{
+        .store = make_memory_store(), .rank = 0, .size = size, .device = 1, .timeout = timeout,
+        .settings = settings, .nccl = nccl_, .cuda = cuda_});
+  }
+  // Calls go through the interface, as a trainer's do (its default arguments).
+  static Communicator& base(Communicator& c) { return c; }
+  BufferView device_view(std::size_t count) {
+    return BufferView{reinterpret_cast<void*>(0x7000), count, DType::kFloat32, DeviceType::kCuda};
+  }
+  // Index of the first call starting with prefix, or -1.
+  int index_of(const std::string& prefix) {
+    auto calls = log_.calls();
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].rfind(prefix, 0) == 0) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  CallLog log_;
+  std::shared_ptr<FakeNcclApi> nccl_ = std::make_shared<FakeNcclApi>(&log_);
+  std::shared_ptr<FakeCudaApi> cuda_ = std::make_shared<FakeCudaApi>(&log_);
+};
+
+TEST_F(NcclWithFakes, InitIsNonblockingAndPolledUntilReady) {
+  nccl_->in_progress_polls = 3;
+  auto comm = make(std::chrono::seconds(5), NcclSettings{.max_ctas = 8});
+  EXPECT_EQ(log_.count("set_device 1"), 1);
+  EXPECT_EQ(log_.count("comm_init rank=0 of 1 blocking=0 maxCTAs=8"), 1);
+  EXPECT_GE(log_.count("get_async_error"), 4);
+  EXPECT_EQ(log_.count("comm_abort"), 0);
+}
+
+TEST_F(NcclWithFakes, InitThatNeverFinishesAbortsAndTimesOut) {
+  nccl_->never_ready = true;
+  try {
+    make(std::chrono::milliseconds(100));
+    FAIL() << "expected a timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("creating the NCCL communicator"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(log_.count("comm_abort"), 1);
+}
+
+TEST_F(NcclWithFakes, CollectiveIsOrderedAfterTheCallersStreamOnItsOwnStream) {
+  auto comm = make();
+  std::string comm_stream = testing_util::handle_name(comm->stream(), 's');
+  log_.clear();
+  auto caller = reinterpret_cast<cudaStream_t>(0x99);
+  auto work = base(*comm).all_reduce(device_view(10), ReduceOp::kSum, StreamRef{caller});
+  auto calls = log_.calls();
+  int record_start = index_of("event_record");
+  int wait = index_of("stream_wait_event " + comm_stream);
+  int reduce = index_of("all_reduce 10 " + comm_stream);
+  ASSERT_GE(record_start, 0);
+  EXPECT_NE(calls[record_start].find(" s153"), std::string::npos) << calls[record_start] << " (caller 0x99)";
+  EXPECT_LT(record_start, wait);
+  EXPECT_LT(wait, reduce);
+  EXPECT_EQ(calls.back().rfind("event_record", 0), 0u) << "the end event is recorded last";
+  EXPECT_NE(calls.back().find(comm_stream), std::string::npos);
+}
+
+TEST_F(NcclWithFakes, WaitOnAStreamEnqueuesADependencyWithoutQueryingOrBlocking) {
+  auto comm = make();
+  cuda_->events_complete = false;  // the operation never finishes
+  auto work = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  log_.clear();
+  auto other = reinterpret_cast<cudaStream_t>(0x42);
+  work->wait(StreamRef{other});
+  auto calls = log_.calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].rfind("stream_wait_event s66 ", 0), 0u) << calls[0];
+  cuda_->events_complete = true;
+}
+
+TEST_F(NcclWithFakes, HostWaitPastItsDeadlineAbortsTheCommunicatorAndTimesOut) {
+  auto comm = make();
+  cuda_->events_complete = false;
+  auto work = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  EXPECT_FALSE(work->done());
+  try {
+    work->wait(std::chrono::milliseconds(50));
+    FAIL() << "expected a timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("communicator aborted"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(log_.count("comm_abort"), 1);
+  EXPECT_TRUE(work->done());
+  // Later operations fail at once, naming the abort.
+  try {
+    base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+    FAIL() << "expected the aborted communicator to refuse";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+  }
+  cuda_->events_complete = true;
+  comm.reset();
+  EXPECT_EQ(log_.count("comm_finalize"), 0) << "an aborted communicator is not finalized";
+}
+
+TEST_F(NcclWithFakes, AsyncErrorSurfacesThroughWork) {
+  auto comm = make();
+  cuda_->events_complete = false;
+  auto work = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  nccl_->async_state = ncclRemoteError;
+  EXPECT_TRUE(work->done());
+  auto error = work->error();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->category(), ErrorCategory::kBackend);
+  EXPECT_NE(std::string(error->what()).find("remote peer went away"), std::string::npos) << error->what();
+  EXPECT_THROW(work->wait(), Error);
+  cuda_->events_complete = true;
+  nccl_->async_state = ncclSuccess;
+}
+
+TEST_F(NcclWithFakes, FailedCallIsABackendErrorWithNcclsMessage) {
+  auto comm = make();
+  nccl_->collective_result = ncclInvalidUsage;
+  try {
+    base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kBackend);
+    EXPECT_NE(std::string(e.what()).find("fake NCCL error"), std::string::npos) << e.what();
+  }
+  nccl_->collective_result = ncclSuccess;
+}
+
+TEST_F(NcclWithFakes, GroupBracketsItsCallsAndReturnsOneWork) {
+  auto comm = make(std::chrono::seconds(5), {}, 2);
+  log_.clear();
+  std::shared_ptr<Work> inner_send, inner_recv;
+  auto work = base(*comm).group([&] {
+    inner_send = base(*comm).send(device_view(4), 1, 0);
+    inner_recv = base(*comm).recv(device_view(4), 1, 0);
+  });
+  EXPECT_EQ(work, inner_send) << "operations inside a group return the group's Work";
+  EXPECT_EQ(work, inner_recv);
+  EXPECT_LT(index_of("group_start"), index_of("send 1"));
+  EXPECT_LT(index_of("recv 1"), index_of("group_end"));
+  EXPECT_EQ(log_.calls().back().rfind("event_record", 0), 0u);
+}
+
+TEST_F(NcclWithFakes, HostBuffersAndBadSizesAreRejected) {
+  auto comm = make();
+  float host[4];
+  EXPECT_THROW(base(*comm).all_reduce(view(host, 4), ReduceOp::kSum), Error);
+  EXPECT_THROW(base(*comm).all_gather(device_view(4), device_view(5)), Error);
+  EXPECT_EQ(log_.count("all_reduce"), 0);
+}
+
+TEST_F(NcclWithFakes, TeardownFinalizesThenDestroys) {
+  auto comm = make();
+  comm.reset();
+  EXPECT_LT(index_of("comm_finalize"), index_of("comm_destroy"));
+  EXPECT_EQ(log_.count("comm_abort"), 0);
+}
+
+TEST_F(NcclWithFakes, SplitWithNoColorJoinsNothing) {
+  auto comm = make();
+  EXPECT_EQ(base(*comm).split(-1, 0), nullptr);
+  EXPECT_EQ(log_.count("comm_split -1 0"), 1);
+  auto child = base(*comm).split(3, 0);
+  ASSERT_NE(child, nullptr);
+  EXPECT_EQ(child->size(), 1);
+}
+
+TEST(NcclBootstrap, RankZeroPublishesAndOthersReadTheSameId) {
+  CallLog log;
+  FakeNcclApi api(&log);
+  auto store = make_memory_store();
+  ncclUniqueId a = exchange_unique_id(*store, api, 0, std::chrono::seconds(1));
+  ncclUniqueId b = exchange_unique_id(*store, api, 1, std::chrono::seconds(1));
+  EXPECT_EQ(std::string(a.internal, sizeof(a.internal)), std::string(b.internal, sizeof(b.internal)));
+}
+
+TEST(NcclBootstrap, MissingRankZeroIsATimeoutNamingTheKey) {
+  CallLog log;
+  FakeNcclApi api(&log);
+  auto store = make_memory_store();
+  try {
+    exchange_unique_id(*store, api, 1, std::chrono::milliseconds(50));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("nccl_unique_id"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rtd::nccl
