@@ -78,6 +78,9 @@ NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclCo
 
 NcclCommunicator::~NcclCommunicator() {
   if (!state_) return;
+  log::get("nccl")->debug("rank {}: {} of {} calls answered ncclInProgress; {} us settling them",
+                          rank_, in_progress_, seq_,
+                          std::chrono::duration_cast<std::chrono::microseconds>(settling_).count());
   state_->shutdown();
   CudaApi& cuda = state_->cuda();
   if (scratch_) RTD_CUDA_CHECK_WARN(cuda, cuda.free(scratch_), "freeing the barrier scratch");
@@ -98,7 +101,10 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, StreamRef caller,
   RTD_CUDA_CHECK(cuda, cuda.stream_wait_event(stream_, start_), what + ": ordering after the caller");
   ncclResult_t rc = call(stream_);
   if (rc == ncclInProgress) {
+    auto start = std::chrono::steady_clock::now();
     state_->settle(state_->comm(), what, deadline_after(options_.timeout));
+    ++in_progress_;
+    settling_ += std::chrono::steady_clock::now() - start;
   } else if (rc != ncclSuccess) {
     throw nccl_error(state_->nccl(), state_->comm(), rc, what);
   }
