@@ -132,8 +132,13 @@ void CommState::shutdown() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (gone_) return;  // aborted meanwhile (by a watchdog)
     gone_ = true;
   }
+  destroy_other(comm);
+}
+
+void CommState::destroy_other(ncclComm_t comm) {
   auto nccl = nccl_;
   if (!run_bounded([nccl, comm] { nccl->comm_destroy(comm); }, kAbortBound)) {
     log::get("nccl")->error("rank {}: ncclCommDestroy did not return within {} s; abandoning it",

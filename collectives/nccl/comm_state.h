@@ -45,6 +45,8 @@ class CommState {
   bool aborted() const { return aborted_; }
   // Orderly end: finalize (polled against the timeout), then destroy; abort on failure.
   void shutdown();
+  // Destroys a communicator other than comm() (the one init used), in bounded time.
+  void destroy_other(ncclComm_t comm);
 
  private:
   std::shared_ptr<NcclApi> nccl_;

@@ -28,9 +28,9 @@ void device_buffer(const char* op, const BufferView& buf) {
 
 }  // namespace
 
-ncclConfig_t NcclCommunicator::make_config() const {
+ncclConfig_t NcclCommunicator::make_config(bool blocking) const {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // init, abort and finalize are polled against our deadline
+  config.blocking = blocking ? 1 : 0;
   const NcclSettings& s = options_.settings;
   if (s.cga_cluster_size >= 0) config.cgaClusterSize = s.cga_cluster_size;
   if (s.min_ctas > 0) config.minCTAs = s.min_ctas;
@@ -48,6 +48,18 @@ void NcclCommunicator::create_stream_and_scratch() {
   RTD_CUDA_CHECK(cuda, cuda.malloc(&scratch_, sizeof(float)), "allocating the barrier scratch");
 }
 
+void NcclCommunicator::start_watchdog() {
+  std::weak_ptr<CommState> state = state_;
+  watchdog_ = std::make_unique<CallWatchdog>(options_.timeout, [state](const std::string& why) {
+    if (auto s = state.lock()) s->abort(why);
+  });
+}
+
+// [Two communicators] Init runs on a nonblocking communicator, polled against
+// the deadline, so that a missing peer cannot hang it. A nonblocking
+// communicator hands every later call to a helper thread (about 70 us each on
+// H200, measured), so the data path runs on a blocking communicator split off
+// it; its calls that could wait on a peer are bounded by the CallWatchdog.
 NcclCommunicator::NcclCommunicator(NcclOptions options)
     : options_(std::move(options)), rank_(options_.rank), size_(options_.size) {
   if (!options_.nccl) options_.nccl = real_nccl_api();
@@ -55,16 +67,32 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   validate::rank_in_range("nccl init", "rank", rank_, size_);
   state_ = std::make_shared<CommState>(options_.nccl, options_.cuda, rank_, options_.timeout);
   create_stream_and_scratch();
+  const std::string who = "rank " + std::to_string(rank_);
   auto deadline = deadline_after(options_.timeout);
   ncclUniqueId id = exchange_unique_id(*options_.store, *options_.nccl, rank_, options_.timeout);
-  ncclConfig_t config = make_config();
-  ncclComm_t comm = nullptr;
-  ncclResult_t rc = options_.nccl->comm_init_rank_config(&comm, size_, id, rank_, &config);
-  state_->set_comm(comm);
+  ncclConfig_t init_config = make_config(false);
+  ncclComm_t init_comm = nullptr;
+  ncclResult_t rc = options_.nccl->comm_init_rank_config(&init_comm, size_, id, rank_, &init_config);
+  state_->set_comm(init_comm);
   if (rc != ncclSuccess && rc != ncclInProgress) {
-    throw nccl_error(*options_.nccl, comm, rc, "rank " + std::to_string(rank_) + " creating the NCCL communicator");
+    throw nccl_error(*options_.nccl, init_comm, rc, who + " creating the NCCL communicator");
   }
-  state_->settle(comm, "rank " + std::to_string(rank_) + " creating the NCCL communicator", deadline);
+  state_->settle(init_comm, who + " creating the NCCL communicator", deadline);
+
+  start_watchdog();
+  ncclConfig_t data_config = make_config(true);
+  ncclComm_t data_comm = nullptr;
+  {
+    CallWatchdog::Scope scope(*watchdog_, "creating the blocking data-path communicator");
+    rc = options_.nccl->comm_split(init_comm, 0, rank_, &data_comm, &data_config);
+  }
+  if (watchdog_->fired()) throw_call_failed(rc, who + " creating the data-path communicator");
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    throw nccl_error(*options_.nccl, init_comm, rc, who + " creating the data-path communicator");
+  }
+  if (rc == ncclInProgress) state_->settle(data_comm, who + " creating the data-path communicator", deadline);
+  state_->set_comm(data_comm);
+  state_->destroy_other(init_comm);
   log::get("nccl")->info("NCCL communicator of {} ranks ready on GPU {}", size_, options_.device);
 }
 
@@ -74,14 +102,31 @@ NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclCo
   state_ = std::make_shared<CommState>(options_.nccl, options_.cuda, rank_, options_.timeout);
   state_->set_comm(comm);
   create_stream_and_scratch();
+  start_watchdog();
+}
+
+void NcclCommunicator::throw_call_failed(ncclResult_t rc, const std::string& what) {
+  if (watchdog_ && watchdog_->fired()) {
+    throw Error(ErrorCategory::kTimeout,
+                what + " did not return within " + std::to_string(options_.timeout.count()) +
+                    " ms on rank " + std::to_string(rank_) +
+                    "; a peer may be missing or stuck (communicator aborted)");
+  }
+  throw nccl_error(state_->nccl(), state_->comm(), rc, what);
 }
 
 NcclCommunicator::~NcclCommunicator() {
   if (!state_) return;
+  if (watchdog_) {
+    CallWatchdog::Scope scope(*watchdog_, "finalizing the communicator");
+    state_->shutdown();
+  } else {
+    state_->shutdown();
+  }
+  watchdog_.reset();
   log::get("nccl")->debug("rank {}: {} of {} calls answered ncclInProgress; {} us settling them",
                           rank_, in_progress_, seq_,
                           std::chrono::duration_cast<std::chrono::microseconds>(settling_).count());
-  state_->shutdown();
   CudaApi& cuda = state_->cuda();
   if (scratch_) RTD_CUDA_CHECK_WARN(cuda, cuda.free(scratch_), "freeing the barrier scratch");
   if (start_) RTD_CUDA_CHECK_WARN(cuda, cuda.event_destroy(start_), "destroying an event");
@@ -99,14 +144,19 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, StreamRef caller,
   auto caller_stream = static_cast<cudaStream_t>(caller.cuda_stream);
   RTD_CUDA_CHECK(cuda, cuda.event_record(start_, caller_stream), what + ": recording on the caller's stream");
   RTD_CUDA_CHECK(cuda, cuda.stream_wait_event(stream_, start_), what + ": ordering after the caller");
-  ncclResult_t rc = call(stream_);
+  ncclResult_t rc;
+  {
+    CallWatchdog::Scope scope(*watchdog_, op);
+    rc = call(stream_);
+  }
+  if (watchdog_->fired()) throw_call_failed(rc, what);
   if (rc == ncclInProgress) {
     auto start = std::chrono::steady_clock::now();
     state_->settle(state_->comm(), what, deadline_after(options_.timeout));
     ++in_progress_;
     settling_ += std::chrono::steady_clock::now() - start;
   } else if (rc != ncclSuccess) {
-    throw nccl_error(state_->nccl(), state_->comm(), rc, what);
+    throw_call_failed(rc, what);
   }
   if (group_work_) return group_work_;
   cudaEvent_t end = state_->take_event();
@@ -234,7 +284,11 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
     throw;
   }
   group_work_.reset();
-  rc = api.group_end();
+  {
+    CallWatchdog::Scope scope(*watchdog_, "ncclGroupEnd");
+    rc = api.group_end();
+  }
+  if (watchdog_->fired()) throw_call_failed(rc, what);
   if (rc == ncclInProgress) {
     state_->settle(state_->comm(), what, deadline_after(options_.timeout));
   } else if (rc != ncclSuccess) {
@@ -247,11 +301,15 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   std::string what = "rank " + std::to_string(rank_) + " splitting the NCCL communicator";
-  ncclConfig_t config = make_config();
+  ncclConfig_t config = make_config(true);
   ncclComm_t child = nullptr;
   NcclApi& api = state_->nccl();
-  ncclResult_t rc = api.comm_split(state_->comm(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
-                                   &child, &config);
+  ncclResult_t rc;
+  {
+    CallWatchdog::Scope scope(*watchdog_, "ncclCommSplit");
+    rc = api.comm_split(state_->comm(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+  }
+  if (watchdog_->fired()) throw_call_failed(rc, what);
   if (rc != ncclSuccess && rc != ncclInProgress) throw nccl_error(api, state_->comm(), rc, what);
   state_->settle(state_->comm(), what, deadline_after(options_.timeout));
   if (child == nullptr) return nullptr;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "collectives/nccl/call_watchdog.h"
 #include "collectives/nccl/comm_state.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/context.h"
@@ -61,12 +62,16 @@ class NcclCommunicator : public Communicator {
   // a group) records the end event. call(stream) returns the ncclResult_t.
   template <typename Call>
   std::shared_ptr<Work> launch(const char* op, StreamRef caller, Call&& call);
-  ncclConfig_t make_config() const;
+  // blocking=false for init (polled against the deadline); true for the data path.
+  ncclConfig_t make_config(bool blocking) const;
+  void start_watchdog();
+  [[noreturn]] void throw_call_failed(ncclResult_t rc, const std::string& what);
 
   NcclOptions options_;
   int rank_;
   int size_;
   std::shared_ptr<CommState> state_;
+  std::unique_ptr<CallWatchdog> watchdog_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr;  // recorded on the caller's stream before each call
   void* scratch_ = nullptr;      // 4 bytes for barrier()

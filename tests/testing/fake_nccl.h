@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/nccl/cuda_api.h"
@@ -104,8 +105,9 @@ class FakeNcclApi : public nccl::NcclApi {
               " maxCTAs=" + std::to_string(config->maxCTAs));
     return ncclInProgress;
   }
-  ncclResult_t comm_split(ncclComm_t, int color, int key, ncclComm_t* out, ncclConfig_t*) override {
-    log_->add("comm_split " + std::to_string(color) + " " + std::to_string(key));
+  ncclResult_t comm_split(ncclComm_t, int color, int key, ncclComm_t* out, ncclConfig_t* config) override {
+    log_->add("comm_split " + std::to_string(color) + " " + std::to_string(key) +
+              " blocking=" + std::to_string(config->blocking));
     *out = color < 0 ? nullptr : reinterpret_cast<ncclComm_t>(0x5000);
     return ncclInProgress;
   }
@@ -120,7 +122,13 @@ class FakeNcclApi : public nccl::NcclApi {
   }
   ncclResult_t comm_finalize(ncclComm_t) override { log_->add("comm_finalize"); return ncclSuccess; }
   ncclResult_t comm_destroy(ncclComm_t) override { log_->add("comm_destroy"); return ncclSuccess; }
-  ncclResult_t comm_abort(ncclComm_t) override { log_->add("comm_abort"); return ncclSuccess; }
+  ncclResult_t comm_abort(ncclComm_t) override {
+    log_->add("comm_abort");
+    aborted = true;
+    return ncclSuccess;
+  }
+  std::atomic<bool> block_collectives{false};  // all_reduce blocks until comm_abort
+  std::atomic<bool> aborted{false};
   ncclResult_t comm_user_rank(ncclComm_t, int* rank) override { *rank = 0; return ncclSuccess; }
   ncclResult_t comm_count(ncclComm_t, int* count) override { *count = 1; return ncclSuccess; }
   ncclResult_t group_start() override { log_->add("group_start"); return ncclSuccess; }
@@ -128,7 +136,8 @@ class FakeNcclApi : public nccl::NcclApi {
   ncclResult_t all_reduce(const void*, void*, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                           cudaStream_t s) override {
     log_->add("all_reduce " + std::to_string(count) + " " + handle_name(s, 's'));
-    return collective_result;
+    while (block_collectives && !aborted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return block_collectives ? ncclSystemError : collective_result.load();
   }
   ncclResult_t broadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t s) override {
     log_->add("broadcast " + handle_name(s, 's'));

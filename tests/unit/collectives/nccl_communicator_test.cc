@@ -53,6 +53,26 @@ TEST_F(NcclWithFakes, InitIsNonblockingAndPolledUntilReady) {
   EXPECT_EQ(log_.count("comm_abort"), 0);
 }
 
+TEST_F(NcclWithFakes, DataPathRunsOnABlockingCommunicatorSplitOffTheInitOne) {
+  auto comm = make();
+  EXPECT_EQ(log_.count("comm_split 0 0 blocking=1"), 1);
+  EXPECT_LT(index_of("comm_split"), index_of("comm_destroy")) << "the init communicator is released";
+}
+
+TEST_F(NcclWithFakes, CallThatNeverReturnsIsAbortedByTheWatchdog) {
+  auto comm = make(std::chrono::milliseconds(200));
+  nccl_->block_collectives = true;  // e.g. waiting to connect to a peer that never comes
+  try {
+    base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+    FAIL() << "expected a timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("did not return within 200 ms"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(log_.count("comm_abort"), 1);
+  nccl_->block_collectives = false;
+}
+
 TEST_F(NcclWithFakes, InitThatNeverFinishesAbortsAndTimesOut) {
   nccl_->never_ready = true;
   try {
@@ -175,8 +195,10 @@ TEST_F(NcclWithFakes, HostBuffersAndBadSizesAreRejected) {
 
 TEST_F(NcclWithFakes, TeardownFinalizesThenDestroys) {
   auto comm = make();
+  log_.clear();
   comm.reset();
   EXPECT_LT(index_of("comm_finalize"), index_of("comm_destroy"));
+  EXPECT_EQ(log_.count("comm_destroy"), 1);
   EXPECT_EQ(log_.count("comm_abort"), 0);
 }
 

@@ -1,0 +1,59 @@
+// CallWatchdog: a thread that looks at the call in flight a few times per timeout.
+#include "collectives/nccl/call_watchdog.h"
+
+#include <algorithm>
+
+namespace rtd::nccl {
+namespace {
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+CallWatchdog::CallWatchdog(std::chrono::milliseconds timeout,
+                           std::function<void(const std::string&)> on_expire)
+    : timeout_(timeout), on_expire_(std::move(on_expire)), thread_([this] { run(); }) {}
+
+CallWatchdog::~CallWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CallWatchdog::begin(const char* what) {
+  what_.store(what, std::memory_order_relaxed);
+  started_ns_.store(now_ns(), std::memory_order_relaxed);
+  seq_.fetch_add(1, std::memory_order_release);  // now odd
+}
+
+void CallWatchdog::end() { seq_.fetch_add(1, std::memory_order_release); }
+
+void CallWatchdog::run() {
+  const auto poll = std::clamp(timeout_ / 10, std::chrono::milliseconds(1),
+                               std::chrono::milliseconds(100));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, poll, [&] { return stopping_; })) {
+    std::uint64_t seq = seq_.load(std::memory_order_acquire);
+    if (seq % 2 == 0) continue;
+    std::int64_t elapsed = now_ns() - started_ns_.load(std::memory_order_relaxed);
+    if (elapsed < std::chrono::nanoseconds(timeout_).count()) continue;
+    if (seq_.load(std::memory_order_acquire) != seq) continue;  // that call just ended
+    fired_ = true;
+    std::string what = what_.load(std::memory_order_relaxed);
+    lock.unlock();
+    on_expire_(what + " was still inside NCCL after " + std::to_string(timeout_.count()) +
+               " ms (a peer may be missing or stuck)");
+    lock.lock();
+    // One expiry per call: wait for it to end before watching again.
+    while (!stopping_ && seq_.load(std::memory_order_acquire) == seq) {
+      cv_.wait_for(lock, poll);
+    }
+  }
+}
+
+}  // namespace rtd::nccl
