@@ -90,7 +90,12 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   if (rc != ncclSuccess && rc != ncclInProgress) {
     throw nccl_error(*options_.nccl, init_comm, rc, who + " creating the data-path communicator");
   }
-  if (rc == ncclInProgress) state_->settle(data_comm, who + " creating the data-path communicator", deadline);
+  // From a nonblocking parent the new handle is valid only once the parent settles.
+  state_->settle(init_comm, who + " creating the data-path communicator", deadline);
+  if (data_comm == nullptr) {
+    throw Error(ErrorCategory::kBackend, who + ": ncclCommSplit returned no communicator");
+  }
+  state_->settle(data_comm, who + " creating the data-path communicator", deadline);
   state_->set_comm(data_comm);
   state_->destroy_other(init_comm);
   log::get("nccl")->info("NCCL communicator of {} ranks ready on GPU {}", size_, options_.device);
