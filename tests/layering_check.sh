@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DESIGN.md's dependency column, checked on #include lines:
+# DESIGN.md's dependency column, checked on #include lines (and no host syncs in the library):
 #   runtime/core never includes collectives/, runtime/ (the rest) or launcher/;
 #   collectives/ never includes runtime/ beyond runtime/core or launcher/;
 #   examples/ use only the public headers; nothing outside launcher/ and tests/ includes launcher/.
@@ -16,5 +16,8 @@ forbid collectives 'launcher/|runtime/(env|context)' "backends do not know the c
 forbid examples 'runtime/|collectives/|launcher/|tests/' "examples use only rt_dist/ headers"
 forbid sharding 'launcher/' "only dtrun uses the launcher"
 forbid bench 'launcher/' "only dtrun uses the launcher"
+# STYLE.md 3.4: no implicit host syncs in library code.
+syncs=$(grep -rnE 'cuda(Stream|Device|Event)Synchronize' "$root/collectives" "$root/runtime" "$root/sharding" 2>/dev/null)
+if [ -n "$syncs" ]; then echo "host synchronization in library code:"; echo "$syncs"; fail=1; fi
 [ $fail -eq 0 ] && echo "layering: ok"
 exit $fail
