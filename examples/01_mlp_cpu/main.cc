@@ -1,7 +1,8 @@
 // 01_mlp_cpu: a two-layer MLP trained data-parallel on CPU to imitate a fixed
-// random teacher network. Each rank takes its slice of a global batch; the
-// gradients are averaged with all_reduce, so N ranks with batch B follow the
-// same loss curve as one rank with batch N*B. Uses only the public API.
+// random teacher network. Each rank takes its slice of a global batch; rtd::DDP
+// averages the gradients (layer 2's bucket is reduced while layer 1's gradient
+// is computed), so N ranks with batch B follow the same loss curve as one rank
+// with batch N*B. Uses only the public API.
 #include <cblas.h>
 
 #include <chrono>
@@ -101,12 +102,16 @@ int main(int argc, char** argv) {
   Flags f = parse_flags(argc, argv);
   std::shared_ptr<rtd::Context> ctx;
   try {
-    ctx = rtd::init();
+    ctx = rtd::init({.backend = rtd::Backend::kGloo});
   } catch (const rtd::Error& e) {
     std::fprintf(stderr, "mlp_cpu: %s\n", e.what());
     return 1;
   }
   const int rank = ctx->rank(), world = ctx->world_size();
+  if (ctx->comm().backend() != "gloo") {
+    std::fprintf(stderr, "mlp_cpu trains on the CPU: run it with RTD_BACKEND=gloo (or without a GPU)\n");
+    return 2;
+  }
   const int rows = f.batch;
 
   Mlp teacher{f.in, f.hidden, f.out, std::vector<float>(f.hidden * f.in),
@@ -116,15 +121,16 @@ int main(int argc, char** argv) {
   Mlp student = teacher;
   fill(student.w1, 3, 0.3f);
   fill(student.w2, 4, 0.3f);
-  // Rank 0's initial weights win everywhere (here they already agree; a real
-  // trainer would load a checkpoint on rank 0).
-  ctx->comm().broadcast(rtd::view(student.w1.data(), student.w1.size()), 0)->wait();
-  ctx->comm().broadcast(rtd::view(student.w2.data(), student.w2.size()), 0)->wait();
+  // DDP broadcasts rank 0's initial weights and owns the gradient buffers;
+  // small buckets so that each layer's gradient is a bucket of its own.
+  rtd::DDP ddp(*ctx,
+               {rtd::view(student.w1.data(), student.w1.size()),
+                rtd::view(student.w2.data(), student.w2.size())},
+               {.bucket_mb = 0.001, .first_bucket_mb = 0.001});
+  float* g1 = static_cast<float*>(ddp.grad(0).data);
+  float* g2 = static_cast<float*>(ddp.grad(1).data);
 
   std::vector<float> x(rows * f.in), target, act, teacher_act, y;
-  std::vector<float> grad(student.w1.size() + student.w2.size());
-  float* g1 = grad.data();
-  float* g2 = grad.data() + student.w1.size();
   std::vector<float> dy(rows * f.out), da(rows * f.hidden);
   auto t0 = std::chrono::steady_clock::now();
 
@@ -146,17 +152,15 @@ int main(int argc, char** argv) {
       loss += d * d * norm;
       dy[i] = 2.0f * d * norm;
     }
-    // Backward, layer 2 first; its gradient is reduced while layer 1's is computed.
+    // Backward, layer 2 first; its bucket is reduced while layer 1's gradient is computed.
     gemm_atb(f.out, f.hidden, rows, dy.data(), act.data(), g2);
-    auto w2_work = ctx->comm().all_reduce(rtd::view(g2, student.w2.size()), rtd::ReduceOp::kAvg);
+    ddp.grad_ready(1);
     gemm_ab(rows, f.hidden, f.out, dy.data(), student.w2.data(), da.data());
     for (std::size_t i = 0; i < da.size(); ++i) da[i] *= 1.0f - act[i] * act[i];
     gemm_atb(f.hidden, f.in, rows, da.data(), x.data(), g1);
-    auto w1_work = ctx->comm().all_reduce(rtd::view(g1, student.w1.size()), rtd::ReduceOp::kAvg);
-    auto loss_work = ctx->comm().all_reduce(rtd::view(&loss, 1), rtd::ReduceOp::kAvg);
-    w2_work->wait();
-    w1_work->wait();
-    loss_work->wait();
+    ddp.grad_ready(0);
+    ddp.finish();
+    ctx->comm().all_reduce(rtd::view(&loss, 1), rtd::ReduceOp::kAvg)->wait();
 
     for (std::size_t i = 0; i < student.w1.size(); ++i) student.w1[i] -= f.lr * g1[i];
     for (std::size_t i = 0; i < student.w2.size(); ++i) student.w2[i] -= f.lr * g2[i];

@@ -1,0 +1,55 @@
+// DeviceBuffer and the host halves of zero/cast; GPU halves in gpu::.
+#include "collectives/device_memory.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "rt_dist/error.h"
+
+namespace rtd {
+
+DeviceBuffer::DeviceBuffer(DeviceType device, int device_index, std::size_t bytes)
+    : device_(device), bytes_(bytes) {
+  if (device == DeviceType::kCuda) {
+    data_ = gpu::allocate(device_index, bytes);
+  } else {
+    data_ = std::calloc(bytes == 0 ? 1 : bytes, 1);
+    if (data_ == nullptr) throw Error(ErrorCategory::kInternal, "out of host memory");
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ == nullptr) return;
+  if (device_ == DeviceType::kCuda) gpu::release(data_);
+  else std::free(data_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : device_(other.device_), data_(std::exchange(other.data_, nullptr)), bytes_(other.bytes_) {}
+
+void zero_async(const BufferView& buf, StreamRef stream) {
+  if (buf.device == DeviceType::kCuda) return gpu::zero_async(buf.data, buf.bytes(), stream);
+  std::memset(buf.data, 0, buf.bytes());
+}
+
+void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream) {
+  if (src.count != dst.count) throw Error(ErrorCategory::kInternal, "cast: counts differ");
+  if (src.device == DeviceType::kCuda) return gpu::cast_async(src, dst, stream);
+  if (src.dtype == dst.dtype) {
+    std::memmove(dst.data, src.data, src.bytes());
+  } else if (src.dtype == DType::kFloat32 && dst.dtype == DType::kBFloat16) {
+    auto* in = static_cast<const float*>(src.data);
+    auto* out = static_cast<std::uint16_t*>(dst.data);
+    for (std::size_t i = 0; i < src.count; ++i) out[i] = float_to_bf16(in[i]);
+  } else if (src.dtype == DType::kBFloat16 && dst.dtype == DType::kFloat32) {
+    auto* in = static_cast<const std::uint16_t*>(src.data);
+    auto* out = static_cast<float*>(dst.data);
+    for (std::size_t i = 0; i < src.count; ++i) out[i] = bf16_to_float(in[i]);
+  } else {
+    throw Error(ErrorCategory::kInvalidArgument, "cast: only float32 <-> bfloat16");
+  }
+}
+
+}  // namespace rtd

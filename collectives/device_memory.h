@@ -1,0 +1,43 @@
+// Owned buffers and the few element-wise operations the reducer needs, on the
+// host or a GPU: zero, and cast between float32 and bfloat16. GPU operations
+// are enqueued on the given stream and never block the host.
+#pragma once
+
+#include <cstddef>
+
+#include "rt_dist/types.h"
+#include "rt_dist/work.h"
+
+namespace rtd {
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer(DeviceType device, int device_index, std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+  DeviceType device() const { return device_; }
+
+ private:
+  DeviceType device_;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+void zero_async(const BufferView& buf, StreamRef stream);
+// dst = src converted (float32 <-> bfloat16, or a plain copy for equal dtypes).
+void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream);
+
+// The GPU side, implemented in nccl/device_ops.cu (or a stub without CUDA).
+namespace gpu {
+void* allocate(int device, std::size_t bytes);
+void release(void* ptr);
+void zero_async(void* ptr, std::size_t bytes, StreamRef stream);
+void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream);
+}  // namespace gpu
+
+}  // namespace rtd

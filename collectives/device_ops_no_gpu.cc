@@ -1,0 +1,15 @@
+// Built without CUDA: GPU buffers cannot exist, so every GPU operation says so.
+#include "collectives/device_memory.h"
+#include "rt_dist/error.h"
+
+namespace rtd::gpu {
+namespace {
+[[noreturn]] void no_gpu() {
+  throw Error(ErrorCategory::kConfig, "librt_dist was built without CUDA; GPU buffers are not supported");
+}
+}  // namespace
+void* allocate(int, std::size_t) { no_gpu(); }
+void release(void*) {}
+void zero_async(void*, std::size_t, StreamRef) { no_gpu(); }
+void cast_async(const BufferView&, const BufferView&, StreamRef) { no_gpu(); }
+}  // namespace rtd::gpu

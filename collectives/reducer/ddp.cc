@@ -1,0 +1,208 @@
+// rtd::DDP: the bucket state machine of one training step (docs/ddp.md).
+#include "rt_dist/ddp.h"
+
+#include <atomic>
+#include <sstream>
+
+#include "collectives/device_memory.h"
+#include "collectives/reducer/bucket_plan.h"
+#include "rt_dist/error.h"
+#include "runtime/core/log.h"
+
+namespace rtd {
+namespace {
+
+constexpr std::chrono::seconds kShapeCheckTimeout{300};
+std::atomic<int> g_instances{0};  // every rank builds its DDPs in the same order
+
+std::string shape_fingerprint(const std::vector<BufferView>& params) {
+  std::ostringstream out;
+  out << params.size() << " parameters [";
+  for (std::size_t i = 0; i < params.size(); ++i) out << (i ? "," : "") << params[i].count;
+  out << "]";
+  return out.str();
+}
+
+// Host buffers: the host waits; GPU buffers: the stream waits.
+void complete(Work& work, DeviceType device, StreamRef stream) {
+  if (device == DeviceType::kCuda) work.wait(stream);
+  else work.wait();
+}
+
+}  // namespace
+
+struct DDP::Impl {
+  Communicator& comm;
+  DDPOptions options;
+  std::vector<BufferView> params;
+  DeviceType device;
+  int device_index;
+  BucketPlan plan;
+  std::vector<DeviceBuffer> grads;  // per bucket, float32
+  std::vector<DeviceBuffer> wire;   // per bucket, the reduce dtype when it is not float32
+  std::vector<bool> ready;          // per parameter, this step
+  std::vector<int> pending;         // per bucket, parameters not ready yet
+  std::vector<std::shared_ptr<Work>> works;
+  int next_launch = 0;
+  bool no_sync = false;
+
+  Impl(Communicator& c, DDPOptions o, std::vector<BufferView> p)
+      : comm(c), options(o), params(std::move(p)) {}
+
+  BufferView bucket_view(int b) const {
+    return BufferView{grads[b].data(), plan.bucket_counts[b], DType::kFloat32, device, device_index};
+  }
+  BufferView wire_view(int b) const {
+    return BufferView{wire[b].data(), plan.bucket_counts[b], options.reduce_dtype, device, device_index};
+  }
+  bool cast_on_wire() const { return options.reduce_dtype != DType::kFloat32; }
+
+  void reset_step() {
+    std::fill(ready.begin(), ready.end(), false);
+    for (std::size_t b = 0; b < pending.size(); ++b) pending[b] = static_cast<int>(plan.members[b].size());
+    works.assign(pending.size(), nullptr);
+    next_launch = 0;
+  }
+
+  // Buckets start strictly in order, so that every rank issues the same
+  // sequence of collectives whatever order its gradients became ready in.
+  void launch_ready(StreamRef stream) {
+    while (next_launch < static_cast<int>(pending.size()) && pending[next_launch] == 0) {
+      int b = next_launch++;
+      if (cast_on_wire()) {
+        cast_async(bucket_view(b), wire_view(b), stream);
+        works[b] = comm.all_reduce(wire_view(b), ReduceOp::kAvg, stream);
+      } else {
+        works[b] = comm.all_reduce(bucket_view(b), ReduceOp::kAvg, stream);
+      }
+    }
+  }
+
+  void check_same_model(Store& store) {
+    const std::string prefix = "ddp/" + std::to_string(g_instances++) + "/shape/";
+    const std::string mine = shape_fingerprint(params);
+    store.set(prefix + std::to_string(comm.rank()), mine);
+    for (int r = 0; r < comm.size(); ++r) {
+      std::string theirs = store.get(prefix + std::to_string(r), kShapeCheckTimeout);
+      if (theirs != mine) {
+        throw Error(ErrorCategory::kInvalidArgument,
+                    "DDP: rank " + std::to_string(comm.rank()) + " registered " + mine +
+                        " but rank " + std::to_string(r) + " registered " + theirs +
+                        "; every rank must build the same model");
+      }
+    }
+  }
+};
+
+DDP::DDP(Communicator& comm, Store& store, std::vector<BufferView> params, DDPOptions options)
+    : impl_(std::make_unique<Impl>(comm, options, std::move(params))) {
+  Impl& s = *impl_;
+  if (s.params.empty()) throw Error(ErrorCategory::kInvalidArgument, "DDP: no parameters");
+  s.device = s.params[0].device;
+  s.device_index = s.params[0].device_index;
+  std::vector<std::size_t> counts;
+  for (std::size_t i = 0; i < s.params.size(); ++i) {
+    const BufferView& p = s.params[i];
+    if (p.dtype != DType::kFloat32 || p.device != s.device) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "DDP: parameter " + std::to_string(i) +
+                      " must be float32 and on the same device as parameter 0");
+    }
+    counts.push_back(p.count);
+  }
+  if (options.reduce_dtype != DType::kFloat32 && options.reduce_dtype != DType::kBFloat16) {
+    throw Error(ErrorCategory::kInvalidArgument, "DDP: reduce_dtype must be float32 or bfloat16");
+  }
+  s.check_same_model(store);
+
+  s.plan = plan_buckets(counts, sizeof(float), static_cast<std::size_t>(options.first_bucket_mb * (1 << 20)),
+                        static_cast<std::size_t>(options.bucket_mb * (1 << 20)));
+  for (std::size_t b = 0; b < s.plan.bucket_counts.size(); ++b) {
+    s.grads.emplace_back(s.device, s.device_index, s.plan.bucket_counts[b] * sizeof(float));
+    zero_async(s.bucket_view(static_cast<int>(b)), {});
+    if (s.cast_on_wire()) {
+      s.wire.emplace_back(s.device, s.device_index,
+                          s.plan.bucket_counts[b] * dtype_size(options.reduce_dtype));
+    }
+  }
+  s.ready.assign(s.params.size(), false);
+  s.pending.assign(s.plan.bucket_counts.size(), 0);
+  s.reset_step();
+  if (options.broadcast_parameters) {
+    for (const BufferView& p : s.params) complete(*comm.broadcast(p, 0, {}), s.device, {});
+  }
+  log::get("ddp")->info("DDP: {} parameters in {} buckets ({} MB first, {} MB cap), reducing in {}",
+                        s.params.size(), s.plan.bucket_counts.size(), options.first_bucket_mb,
+                        options.bucket_mb, to_string(options.reduce_dtype));
+}
+
+DDP::~DDP() = default;
+
+BufferView DDP::grad(int i) const {
+  const Impl& s = *impl_;
+  if (i < 0 || i >= static_cast<int>(s.params.size())) {
+    throw Error(ErrorCategory::kInvalidArgument, "DDP::grad: no parameter " + std::to_string(i));
+  }
+  const BucketSlot& slot = s.plan.slots[i];
+  auto* base = static_cast<float*>(s.grads[slot.bucket].data());
+  return BufferView{base + slot.offset, s.params[i].count, DType::kFloat32, s.device, s.device_index};
+}
+
+void DDP::zero_grad(StreamRef stream) {
+  for (int b = 0; b < bucket_count(); ++b) zero_async(impl_->bucket_view(b), stream);
+}
+
+void DDP::grad_ready(int i, StreamRef stream) {
+  Impl& s = *impl_;
+  if (i < 0 || i >= static_cast<int>(s.params.size())) {
+    throw Error(ErrorCategory::kInvalidArgument, "DDP::grad_ready: no parameter " + std::to_string(i));
+  }
+  if (s.ready[i]) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "DDP::grad_ready: parameter " + std::to_string(i) + " marked ready twice in one step");
+  }
+  s.ready[i] = true;
+  --s.pending[s.plan.slots[i].bucket];
+  if (!s.no_sync) s.launch_ready(stream);
+}
+
+void DDP::finish(StreamRef stream) {
+  Impl& s = *impl_;
+  if (s.no_sync) {
+    s.reset_step();
+    return;
+  }
+  std::vector<int> missing;
+  for (std::size_t i = 0; i < s.params.size(); ++i) {
+    if (!s.ready[i]) missing.push_back(static_cast<int>(i));
+  }
+  if (!missing.empty() && !s.options.find_unused_parameters) {
+    std::string names;
+    for (std::size_t k = 0; k < missing.size() && k < 10; ++k) names += (k ? ", " : "") + std::to_string(missing[k]);
+    if (missing.size() > 10) names += ", ...";
+    s.reset_step();
+    throw Error(ErrorCategory::kInvalidArgument,
+                "DDP::finish: gradients of parameters " + names +
+                    " never became ready this step; call grad_ready for every parameter, or set "
+                    "find_unused_parameters to treat them as zero");
+  }
+  for (int i : missing) {
+    zero_async(grad(i), stream);
+    grad_ready(i, stream);
+  }
+  for (int b = 0; b < bucket_count(); ++b) {
+    complete(*s.works[b], s.device, stream);
+    if (s.cast_on_wire()) cast_async(s.wire_view(b), s.bucket_view(b), stream);
+  }
+  s.reset_step();
+}
+
+void DDP::set_no_sync(bool no_sync) { impl_->no_sync = no_sync; }
+
+int DDP::bucket_count() const { return static_cast<int>(impl_->plan.bucket_counts.size()); }
+
+std::size_t DDP::bucket_bytes(int bucket) const {
+  return impl_->plan.bucket_counts.at(bucket) * sizeof(float);
+}
+
+}  // namespace rtd

@@ -1,0 +1,73 @@
+// rtd::DDP: data-parallel gradient reduction in buckets, overlapped with backward.
+//
+// The trainer registers its parameters once; DDP allocates the gradients as
+// views into flat bucket buffers (grad(i)), so reducing them copies nothing.
+// As backward produces each final gradient the trainer calls grad_ready(i);
+// the moment a bucket is complete its all-reduce starts on the communicator's
+// stream, ordered after the trainer's stream, while backward goes on.
+// finish() makes the trainer's stream wait for every bucket (host buffers:
+// blocks the host), after which grad(i) holds the average over ranks.
+//
+// Collective: every rank constructs the same DDP (same parameters, same
+// order) and calls finish() each step. Not thread-safe: one thread drives it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rt_dist/communicator.h"
+#include "rt_dist/context.h"
+#include "rt_dist/store.h"
+#include "rt_dist/types.h"
+
+namespace rtd {
+
+struct DDPOptions {
+  double bucket_mb = 25.0;       // bucket cap after the first
+  double first_bucket_mb = 1.0;  // the first bucket reduced (the last parameters) is small
+  // Wire dtype of the reduction: kFloat32, or kBFloat16 (gradients are cast,
+  // reduced, and cast back; the sum of two ranks is formed in fp32 by NCCL/Gloo).
+  DType reduce_dtype = DType::kFloat32;
+  // finish() treats gradients that never became ready as zero (PyTorch's
+  // find_unused_parameters); otherwise it is an error naming them.
+  bool find_unused_parameters = false;
+  bool broadcast_parameters = true;  // rank 0's parameters win at construction
+};
+
+class DDP {
+ public:
+  // params: the model's parameters in registration order (all on one device,
+  // one dtype: float32). Checks across ranks that every rank registered the
+  // same count and shapes (a mismatch is rtd::Error(kInvalidArgument) on
+  // every rank, within the store timeout), then broadcasts from rank 0.
+  DDP(Communicator& comm, Store& store, std::vector<BufferView> params, DDPOptions options = {});
+  DDP(Context& ctx, std::vector<BufferView> params, DDPOptions options = {})
+      : DDP(ctx.comm(), ctx.store(), std::move(params), options) {}
+  ~DDP();
+  DDP(const DDP&) = delete;
+  DDP& operator=(const DDP&) = delete;
+
+  // Where parameter i's gradient lives (same count and dtype as the parameter).
+  BufferView grad(int i) const;
+  // Sets every gradient to zero, ordered on stream.
+  void zero_grad(StreamRef stream = {});
+  // Gradient i is final once the work queued on stream so far is done.
+  void grad_ready(int i, StreamRef stream = {});
+  // Every bucket reduced and averaged, stream ordered after it. Throws
+  // rtd::Error(kInvalidArgument) naming gradients that never became ready
+  // (unless find_unused_parameters).
+  void finish(StreamRef stream = {});
+  // While set, grad_ready only records and finish() reduces nothing:
+  // gradients accumulate over micro-steps (scale the loss by 1/k).
+  void set_no_sync(bool no_sync);
+
+  int bucket_count() const;
+  std::size_t bucket_bytes(int bucket) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rtd

@@ -1,0 +1,183 @@
+// rtd::DDP on the ranks dtrun started (Gloo with host buffers, or NCCL with GPU
+// buffers in gpu_collectives_test): N ranks with B samples each must produce
+// the gradient of the whole batch of N*B samples, which every rank also
+// computes serially as the reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "rt_dist/ddp.h"
+#include "tests/multiproc/world.h"
+
+namespace rtd::testing_util {
+namespace {
+
+// Parameter sizes that make several buckets with the small caps below.
+const std::vector<std::size_t> kSizes = {1000, 7, 300000, 5, 64, 40000};
+constexpr int kSamplesPerRank = 3;
+
+// The gradient of parameter k, element j, for global sample s: any fixed
+// function will do, since the loss is a mean over samples.
+float sample_grad(int s, std::size_t k, std::size_t j) {
+  return std::sin(0.37f * s + 0.11f * static_cast<float>(k) + 0.0007f * static_cast<float>(j));
+}
+
+// Mean gradient over global samples [first, first + n), scaled.
+std::vector<float> mean_grad(std::size_t k, int first, int n, float scale = 1.0f) {
+  std::vector<float> g(kSizes[k], 0.0f);
+  for (int s = first; s < first + n; ++s) {
+    for (std::size_t j = 0; j < g.size(); ++j) g[j] += sample_grad(s, k, j) * scale / n;
+  }
+  return g;
+}
+
+class DDPTest : public WorldTest {
+ protected:
+  void SetUp() override {
+    WorldTest::SetUp();
+    if (IsSkipped()) return;
+    for (std::size_t k = 0; k < kSizes.size(); ++k) {
+      params_.push_back(std::make_unique<Placed>(DType::kFloat32, kSizes[k]));
+      for (std::size_t j = 0; j < kSizes[k]; ++j) params_.back()->host.set(j, comm().rank() + 0.5);
+      params_.back()->push();
+    }
+  }
+  std::vector<BufferView> views() {
+    std::vector<BufferView> v;
+    for (auto& p : params_) v.push_back(p->view());
+    return v;
+  }
+  DDP make(DDPOptions options = {}) {
+    options.first_bucket_mb = 0.001;
+    options.bucket_mb = 0.5;
+    return DDP(comm(), test_context()->store(), views(), options);
+  }
+  // Writes values into parameter k's gradient (through the host).
+  void write_grad(DDP& ddp, std::size_t k, const std::vector<float>& values, bool accumulate) {
+    BufferView g = ddp.grad(static_cast<int>(k));
+    std::vector<float> current(values.size(), 0.0f);
+    if (accumulate) test_memory().to_host(current.data(), g.data, g.bytes());
+    for (std::size_t j = 0; j < values.size(); ++j) current[j] += values[j];
+    test_memory().to_device(g.data, current.data(), g.bytes());
+  }
+  std::vector<float> read_grad(DDP& ddp, std::size_t k) {
+    BufferView g = ddp.grad(static_cast<int>(k));
+    std::vector<float> out(g.count);
+    test_memory().to_host(out.data(), g.data, g.bytes());
+    return out;
+  }
+  void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                    const std::string& what) {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t j = 0; j < got.size(); ++j) {
+      // Terms are of size 1 and may cancel: the tolerance scales with them.
+      ASSERT_NEAR(got[j], want[j], rel * (std::fabs(want[j]) + 1.0)) << what << " element " << j;
+    }
+  }
+  // Marks gradients ready in a rank-dependent order: buckets must still start in order.
+  std::vector<std::size_t> shuffled_order() {
+    std::vector<std::size_t> order(kSizes.size());
+    for (std::size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
+    std::mt19937 rng(1234 + comm().rank());
+    std::shuffle(order.begin(), order.end(), rng);
+    return order;
+  }
+
+  std::vector<std::unique_ptr<Placed>> params_;
+};
+
+TEST_F(DDPTest, ParametersAreBroadcastFromRankZero) {
+  DDP ddp = make();
+  for (auto& p : params_) {
+    p->pull();
+    EXPECT_EQ(p->host.get(3), 0.5) << "rank 0's value";
+  }
+  EXPECT_GE(ddp.bucket_count(), 3);
+}
+
+TEST_F(DDPTest, NRanksEqualOneRankWithNTimesTheBatch) {
+  for (DType wire : {DType::kFloat32, DType::kBFloat16}) {
+    DDP ddp = make(DDPOptions{.reduce_dtype = wire});
+    const int n = comm().size(), r = comm().rank();
+    for (int step = 0; step < 2; ++step) {
+      ddp.zero_grad();
+      for (std::size_t k : shuffled_order()) {
+        write_grad(ddp, k, mean_grad(k, 100 * step + r * kSamplesPerRank, kSamplesPerRank), false);
+        ddp.grad_ready(static_cast<int>(k));
+      }
+      ddp.finish();
+      for (std::size_t k = 0; k < kSizes.size(); ++k) {
+        expect_close(read_grad(ddp, k), mean_grad(k, 100 * step, n * kSamplesPerRank),
+                     wire == DType::kBFloat16 ? 2e-2 : 1e-5,
+                     std::string(to_string(wire)) + " step " + std::to_string(step) + " param " +
+                         std::to_string(k));
+      }
+    }
+  }
+}
+
+TEST_F(DDPTest, NoSyncOverKMicroStepsEqualsKTimesTheBatch) {
+  DDP ddp = make();
+  const int n = comm().size(), r = comm().rank(), k_steps = 3;
+  ddp.zero_grad();
+  for (int micro = 0; micro < k_steps; ++micro) {
+    ddp.set_no_sync(micro < k_steps - 1);
+    // Micro-batch `micro` of this rank: samples laid out rank-major per micro-step.
+    int first = micro * n * kSamplesPerRank + r * kSamplesPerRank;
+    for (std::size_t k = 0; k < kSizes.size(); ++k) {
+      write_grad(ddp, k, mean_grad(k, first, kSamplesPerRank, 1.0f / k_steps), true);
+      ddp.grad_ready(static_cast<int>(k));
+    }
+    ddp.finish();
+  }
+  for (std::size_t k = 0; k < kSizes.size(); ++k) {
+    expect_close(read_grad(ddp, k), mean_grad(k, 0, k_steps * n * kSamplesPerRank), 1e-4,
+                 "param " + std::to_string(k));
+  }
+}
+
+TEST_F(DDPTest, GradientThatNeverBecameReadyIsAnErrorNamingIt) {
+  DDP ddp = make();
+  for (std::size_t k = 0; k < kSizes.size(); ++k) {
+    if (k != 2) ddp.grad_ready(static_cast<int>(k));
+  }
+  try {
+    ddp.finish();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("parameters 2 never became ready"), std::string::npos) << e.what();
+  }
+  comm().barrier()->wait();
+}
+
+TEST_F(DDPTest, UnusedParametersCountAsZeroWhenAsked) {
+  DDP ddp = make(DDPOptions{.find_unused_parameters = true});
+  for (std::size_t k = 0; k < kSizes.size(); ++k) write_grad(ddp, k, std::vector<float>(kSizes[k], 1.0f), false);
+  for (std::size_t k = 0; k < kSizes.size(); ++k) {
+    if (k != 4) ddp.grad_ready(static_cast<int>(k));
+  }
+  ddp.finish();
+  EXPECT_EQ(read_grad(ddp, 4), std::vector<float>(kSizes[4], 0.0f));
+  EXPECT_EQ(read_grad(ddp, 5)[9], 1.0f);
+}
+
+TEST_F(DDPTest, RanksWithDifferentModelsFailCleanlyOnEveryRank) {
+  if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
+  std::vector<BufferView> v = views();
+  if (comm().rank() == 1) v.pop_back();
+  try {
+    DDP ddp(comm(), test_context()->store(), v);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("every rank must build the same model"), std::string::npos) << e.what();
+  }
+  comm().barrier()->wait();
+}
+
+}  // namespace
+}  // namespace rtd::testing_util
