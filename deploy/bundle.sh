@@ -42,7 +42,8 @@ done
 for f in "$out"/bin/*; do
   file "$f" | grep -q ELF || continue
   strip --strip-unneeded "$f"
-  patchelf --set-rpath '$ORIGIN/../lib' "$f"
+  # The machine's CUDA libraries (cuBLASLt) are looked for in the usual toolkit place too.
+  patchelf --set-rpath '$ORIGIN/../lib:/usr/local/cuda/lib64' "$f"
 done
 for f in "$out"/lib/*.so*; do
   [ -L "$f" ] && continue

@@ -36,9 +36,13 @@ unsigned blocks_for(size_t n) {
 }  // namespace
 
 void* allocate(int device, std::size_t bytes) {
+  int current = 0;
+  check(cudaGetDevice(&current), "reading the current GPU");
   check(cudaSetDevice(device), "selecting the GPU");
   void* p = nullptr;
-  check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "allocating gradient buckets");
+  cudaError_t rc = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+  cudaSetDevice(current);  // the caller's current device stays as it was
+  check(rc, "allocating gradient buckets");
   return p;
 }
 

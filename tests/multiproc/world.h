@@ -50,7 +50,10 @@ class Placed {
     return BufferView{.data = static_cast<char*>(ptr_) + first * dtype_size(host.dtype),
                       .count = count,
                       .dtype = host.dtype,
-                      .device = test_memory().device()};
+                      .device = test_memory().device(),
+                      .device_index = test_memory().device() == DeviceType::kCuda
+                                          ? test_context()->local_rank()
+                                          : 0};
   }
   void push() { test_memory().to_device(ptr_, host.bytes.data(), host.bytes.size()); }
   void pull() { test_memory().to_host(host.bytes.data(), ptr_, host.bytes.size()); }

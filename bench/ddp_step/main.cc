@@ -1,0 +1,168 @@
+// ddp_step: the step time of the reference MLP on one GPU with no
+// communication, then with rtd::DDP for each bucket size x reduction dtype;
+// scaling efficiency (one-GPU step / DDP step), exposed communication (the
+// difference) and memory. Rank 0 prints a table and JSON. Run under dtrun:
+//   dtrun --nproc-per-node=2 ddp_step --bucket-mb 25,100,250 --reduce fp32,bf16
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "examples/02_mlp_gpu/model.h"
+#include "rt_dist/rt_dist.h"
+
+namespace {
+
+struct Result {
+  std::string mode;
+  double bucket_mb = 0;
+  std::string reduce;
+  double step_ms = 0;
+  double model_gib = 0;   // what the model and DDP allocated
+  double device_gib = 0;  // device memory in use (cudaMemGetInfo): adds NCCL, cuBLAS, the context
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+double device_used_gib() {
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  return static_cast<double>(total_b - free_b) / (1 << 30);
+}
+
+// Times `steps` steps after `warmup`, wall clock around a synchronized stream (as the anchor does).
+template <typename Step>
+double time_steps(Step&& step, int warmup, int steps, cudaStream_t s) {
+  for (int i = 1; i <= warmup; ++i) step(i);
+  cudaStreamSynchronize(s);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 1; i <= steps; ++i) step(warmup + i);
+  cudaStreamSynchronize(s);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+}
+
+Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s) {
+  mlp::Model model(c, s);
+  float* grads = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&grads), model.layer_elems() * c.layers * sizeof(float));
+  auto grad = [&](int l) { return grads + l * model.layer_elems(); };
+  double ms = time_steps(
+      [&](int i) {
+        model.forward(s);
+        model.backward(grad, [](int) {}, s);
+        model.optimizer_step(grad, i, s);
+      },
+      warmup, steps, s);
+  Result r{"one GPU", 0, "-", ms,
+           static_cast<double>(model.bytes() + model.layer_elems() * c.layers * sizeof(float)) / (1 << 30),
+           device_used_gib()};
+  cudaFree(grads);
+  return r;
+}
+
+Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb, const std::string& reduce,
+               int warmup, int steps, cudaStream_t s) {
+  mlp::Model model(c, s);
+  std::vector<rtd::BufferView> params;
+  for (int l = 0; l < c.layers; ++l) {
+    params.push_back({model.master(l), model.layer_elems(), rtd::DType::kFloat32, rtd::DeviceType::kCuda,
+                      ctx.local_rank()});
+  }
+  cudaStreamSynchronize(s);
+  rtd::DDP ddp(ctx, params,
+               {.bucket_mb = bucket_mb,
+                .reduce_dtype = reduce == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32});
+  cudaDeviceSynchronize();  // DDP broadcast rank 0's weights on the default stream
+  model.refresh_weights(s);
+  rtd::StreamRef ref{s};
+  auto grad = [&](int l) { return static_cast<float*>(ddp.grad(l).data); };
+  double ms = time_steps(
+      [&](int i) {
+        model.forward(s);
+        model.backward(grad, [&](int l) { ddp.grad_ready(l, ref); }, s);
+        ddp.finish(ref);
+        model.optimizer_step(grad, i, s);
+      },
+      warmup, steps, s);
+  std::size_t bucket_bytes = 0;
+  for (int b = 0; b < ddp.bucket_count(); ++b) {
+    bucket_bytes += ddp.bucket_bytes(b) * (reduce == "bf16" ? 3 : 2) / 2;  // + the bf16 wire copy
+  }
+  return Result{"DDP", bucket_mb, reduce, ms,
+                static_cast<double>(model.bytes() + bucket_bytes) / (1 << 30), device_used_gib()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mlp::MlpConfig c;
+  int warmup = 5, steps = 15;
+  std::vector<std::string> buckets{"25"}, reduces{"fp32"};
+  std::string json;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string f = argv[i], v = argv[i + 1];
+    if (f == "--hidden") c.hidden = std::stoi(v);
+    else if (f == "--layers") c.layers = std::stoi(v);
+    else if (f == "--batch") c.batch = std::stoi(v);
+    else if (f == "--warmup") warmup = std::stoi(v);
+    else if (f == "--steps") steps = std::stoi(v);
+    else if (f == "--bucket-mb") buckets = split(v);
+    else if (f == "--reduce") reduces = split(v);
+    else if (f == "--json") json = v;
+    else {
+      std::fprintf(stderr, "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
+                           "--bucket-mb 25,100 --reduce fp32,bf16 --json FILE]\n");
+      return 2;
+    }
+  }
+  try {
+    auto ctx = rtd::init({.backend = rtd::Backend::kNccl});
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    std::vector<Result> results;
+    results.push_back(run_single(c, warmup, steps, s));
+    ctx->comm().barrier()->wait();
+    for (const auto& r : reduces) {
+      for (const auto& b : buckets) {
+        results.push_back(run_ddp(*ctx, c, std::stod(b), r, warmup, steps, s));
+        ctx->comm().barrier()->wait();
+      }
+    }
+    if (ctx->rank() != 0) return 0;
+    const double single = results[0].step_ms;
+    std::printf("# MLP H=%d L=%d B=%d, %d ranks, %d timed steps after %d warm-up\n", c.hidden, c.layers,
+                c.batch, ctx->world_size(), steps, warmup);
+    std::printf("%-8s %9s %6s %10s %11s %12s %12s %13s\n", "mode", "bucket_mb", "reduce", "step_ms",
+                "efficiency", "exposed_ms", "model_GiB", "device_GiB");
+    std::ofstream out;
+    if (!json.empty()) out.open(json);
+    if (out) out << "{\"ranks\": " << ctx->world_size() << ", \"rows\": [\n";
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const Result& r = results[i];
+      std::printf("%-8s %9.0f %6s %10.2f %11.3f %12.2f %12.2f %13.2f\n", r.mode.c_str(), r.bucket_mb,
+                  r.reduce.c_str(), r.step_ms, single / r.step_ms, r.step_ms - single, r.model_gib,
+                  r.device_gib);
+      if (out) {
+        out << "  {\"mode\": \"" << r.mode << "\", \"bucket_mb\": " << r.bucket_mb << ", \"reduce\": \""
+            << r.reduce << "\", \"step_ms\": " << r.step_ms << ", \"efficiency\": " << single / r.step_ms
+            << ", \"exposed_ms\": " << r.step_ms - single << ", \"model_gib\": " << r.model_gib
+            << ", \"device_gib\": " << r.device_gib << "}" << (i + 1 < results.size() ? ",\n" : "\n");
+      }
+    }
+    if (out) out << "]}\n";
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddp_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

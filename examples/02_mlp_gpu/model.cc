@@ -1,0 +1,86 @@
+// Model: buffers, forward, backward with per-layer gradient hand-off, AdamW.
+#include "examples/02_mlp_gpu/model.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace mlp {
+
+template <typename T>
+T* Model::alloc(std::size_t n) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, n * sizeof(T)) != cudaSuccess) {
+    throw std::runtime_error("cudaMalloc of " + std::to_string(n * sizeof(T)) + " bytes failed");
+  }
+  allocations_.push_back(p);
+  bytes_ += n * sizeof(T);
+  return static_cast<T*>(p);
+}
+
+Model::Model(const MlpConfig& config, cudaStream_t s) : c_(config) {
+  const std::size_t w = layer_elems() * c_.layers;
+  const std::size_t act = std::size_t(c_.batch) * c_.hidden;
+  bytes_ += gemm_.workspace_bytes();
+  master_ = alloc<float>(w);
+  m_ = alloc<float>(w);
+  v_ = alloc<float>(w);
+  weights_ = alloc<__nv_bfloat16>(w);
+  for (int l = 0; l <= c_.layers; ++l) acts_.push_back(alloc<__nv_bfloat16>(act));
+  for (int l = 0; l < c_.layers; ++l) pre_.push_back(alloc<__nv_bfloat16>(act));
+  grad_a_ = alloc<__nv_bfloat16>(act);
+  grad_b_ = alloc<__nv_bfloat16>(act);
+  loss_ = alloc<float>(1);
+  // torch.nn.Linear's default: uniform in +-1/sqrt(fan_in); the input: uniform of variance 1.
+  init_uniform(master_, w, 1.0f / std::sqrt(static_cast<float>(c_.hidden)), 7, s);
+  to_bf16(master_, weights_, w, s);
+  cudaMemsetAsync(m_, 0, w * sizeof(float), s);
+  cudaMemsetAsync(v_, 0, w * sizeof(float), s);
+  cudaMemsetAsync(loss_, 0, sizeof(float), s);
+  init_uniform_bf16(acts_[0], act, 1.7320508f, 11, s);
+}
+
+Model::~Model() {
+  for (void* p : allocations_) cudaFree(p);
+}
+
+void Model::refresh_weights(cudaStream_t s) { to_bf16(master_, weights_, layer_elems() * c_.layers, s); }
+
+void Model::forward(cudaStream_t s) {
+  const std::size_t act = std::size_t(c_.batch) * c_.hidden;
+  for (int l = 0; l < c_.layers; ++l) {
+    gemm_.forward(acts_[l], weights_ + l * layer_elems(), pre_[l], c_.batch, c_.hidden, c_.hidden, s);
+    gelu_forward(pre_[l], acts_[l + 1], act, s);
+  }
+  loss_and_grad(acts_[c_.layers], grad_a_, loss_, act, s);
+}
+
+void Model::backward(const std::function<float*(int)>& grad, const std::function<void(int)>& ready,
+                     cudaStream_t s) {
+  const std::size_t act = std::size_t(c_.batch) * c_.hidden;
+  __nv_bfloat16* upstream = grad_a_;  // d loss / d acts_[l + 1]
+  __nv_bfloat16* scratch = grad_b_;
+  for (int l = c_.layers - 1; l >= 0; --l) {
+    gelu_backward(pre_[l], upstream, scratch, act, s);  // d loss / d pre_[l]
+    gemm_.grad_weight(scratch, acts_[l], grad(l), c_.batch, c_.hidden, c_.hidden, s);
+    ready(l);
+    if (l > 0) gemm_.grad_input(scratch, weights_ + l * layer_elems(), upstream, c_.batch, c_.hidden, c_.hidden, s);
+  }
+}
+
+void Model::optimizer_step(const std::function<const float*(int)>& grad, int step, cudaStream_t s) {
+  for (int l = 0; l < c_.layers; ++l) {
+    std::size_t off = l * layer_elems();
+    adamw_step(master_ + off, grad(l), m_ + off, v_ + off, weights_ + off, layer_elems(), adamw_, step, s);
+  }
+}
+
+float Model::take_loss(int steps, cudaStream_t s) {
+  float sum = 0.0f;
+  cudaMemcpyAsync(&sum, loss_, sizeof(float), cudaMemcpyDeviceToHost, s);
+  cudaMemsetAsync(loss_, 0, sizeof(float), s);
+  cudaStreamSynchronize(s);
+  return sum / (static_cast<float>(c_.batch) * c_.hidden * (steps > 0 ? steps : 1));
+}
+
+}  // namespace mlp

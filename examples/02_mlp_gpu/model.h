@@ -1,0 +1,68 @@
+// The reference MLP of shared/anchors/torch_anchor.py on one GPU: L layers of
+// Linear(H, H, bias=False) + GELU, loss mean(y^2), bf16 products with fp32
+// accumulation, fp32 master weights and a fused AdamW. Gradients go wherever
+// the caller says (DDP's buckets), and the caller hears as each becomes final.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "examples/02_mlp_gpu/gemm.h"
+#include "examples/02_mlp_gpu/kernels.h"
+
+namespace mlp {
+
+struct MlpConfig {
+  int hidden = 8192;
+  int layers = 8;
+  int batch = 8192;  // tokens per rank per step
+};
+
+class Model {
+ public:
+  Model(const MlpConfig& config, cudaStream_t stream);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  std::size_t layer_elems() const { return std::size_t(c_.hidden) * c_.hidden; }
+  float* master(int layer) { return master_ + layer * layer_elems(); }
+  // Recomputes the bf16 copies from the fp32 weights (after DDP broadcast them).
+  void refresh_weights(cudaStream_t s);
+  // Forward on a fixed input; the loss accumulates on the device.
+  void forward(cudaStream_t s);
+  // grad(l): where layer l's fp32 weight gradient goes; ready(l) is called
+  // right after it is enqueued (last layer first).
+  void backward(const std::function<float*(int)>& grad, const std::function<void(int)>& ready,
+                cudaStream_t s);
+  void optimizer_step(const std::function<const float*(int)>& grad, int step, cudaStream_t s);
+  // Mean loss of the steps since the last call (synchronizes s).
+  float take_loss(int steps, cudaStream_t s);
+  // Bytes this model allocated (weights, optimizer state, activations, workspace).
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  template <typename T>
+  T* alloc(std::size_t n);
+
+  MlpConfig c_;
+  Gemm gemm_;
+  std::vector<void*> allocations_;
+  std::size_t bytes_ = 0;
+  float* master_ = nullptr;
+  float* m_ = nullptr;
+  float* v_ = nullptr;
+  __nv_bfloat16* weights_ = nullptr;  // bf16 copies used by the products
+  std::vector<__nv_bfloat16*> acts_;  // acts_[l]: input of layer l; acts_[L]: output
+  std::vector<__nv_bfloat16*> pre_;   // pre_[l]: layer l's product before GELU
+  __nv_bfloat16* grad_a_ = nullptr;   // gradient flowing back through activations
+  __nv_bfloat16* grad_b_ = nullptr;
+  float* loss_ = nullptr;
+  AdamW adamw_;
+};
+
+}  // namespace mlp
