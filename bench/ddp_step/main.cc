@@ -1,5 +1,7 @@
 // ddp_step: the step time of the reference MLP on one GPU with no
-// communication, then with rtd::DDP for each bucket size x reduction dtype;
+// communication, then with rtd::DDP for each bucket size x reduction dtype x
+// optimizer placement (after all buckets as PyTorch, or per layer as each
+// bucket lands: "DDP+opt");
 // scaling efficiency (one-GPU step / DDP step), exposed communication (the
 // difference) and memory. Rank 0 prints a table and JSON. Run under dtrun:
 //   dtrun --nproc-per-node=2 ddp_step --bucket-mb 25,100,250 --reduce fp32,bf16
@@ -71,7 +73,7 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
 }
 
 Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb, const std::string& reduce,
-               int warmup, int steps, cudaStream_t s) {
+               bool overlap_optimizer, int warmup, int steps, cudaStream_t s) {
   mlp::Model model(c, s);
   std::vector<rtd::BufferView> params;
   for (int l = 0; l < c.layers; ++l) {
@@ -90,15 +92,23 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb, con
       [&](int i) {
         model.forward(s);
         model.backward(grad, [&](int l) { ddp.grad_ready(l, ref); }, s);
-        ddp.finish(ref);
-        model.optimizer_step(grad, i, s);
+        if (overlap_optimizer) {  // each layer's update as soon as its bucket is reduced
+          for (int l = c.layers - 1; l >= 0; --l) {
+            ddp.wait_grad(l, ref);
+            model.optimizer_step_layer(l, grad(l), i, s);
+          }
+          ddp.finish(ref);
+        } else {  // as PyTorch's DDP: the optimizer after every bucket
+          ddp.finish(ref);
+          model.optimizer_step(grad, i, s);
+        }
       },
       warmup, steps, s);
   std::size_t bucket_bytes = 0;
   for (int b = 0; b < ddp.bucket_count(); ++b) {
     bucket_bytes += ddp.bucket_bytes(b) * (reduce == "bf16" ? 3 : 2) / 2;  // + the bf16 wire copy
   }
-  return Result{"DDP", bucket_mb, reduce, ms,
+  return Result{overlap_optimizer ? "DDP+opt" : "DDP", bucket_mb, reduce, ms,
                 static_cast<double>(model.bytes() + bucket_bytes) / (1 << 30), device_used_gib()};
 }
 
@@ -107,7 +117,7 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb, con
 int main(int argc, char** argv) {
   mlp::MlpConfig c;
   int warmup = 5, steps = 15;
-  std::vector<std::string> buckets{"25"}, reduces{"fp32"};
+  std::vector<std::string> buckets{"25"}, reduces{"fp32"}, overlaps{"0", "1"};
   std::string json;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
@@ -119,9 +129,10 @@ int main(int argc, char** argv) {
     else if (f == "--bucket-mb") buckets = split(v);
     else if (f == "--reduce") reduces = split(v);
     else if (f == "--json") json = v;
+    else if (f == "--overlap-optimizer") overlaps = split(v);
     else {
       std::fprintf(stderr, "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
-                           "--bucket-mb 25,100 --reduce fp32,bf16 --json FILE]\n");
+                           "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1 --json FILE]\n");
       return 2;
     }
   }
@@ -132,10 +143,12 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     results.push_back(run_single(c, warmup, steps, s));
     ctx->comm().barrier()->wait();
-    for (const auto& r : reduces) {
-      for (const auto& b : buckets) {
-        results.push_back(run_ddp(*ctx, c, std::stod(b), r, warmup, steps, s));
-        ctx->comm().barrier()->wait();
+    for (const auto& o : overlaps) {
+      for (const auto& r : reduces) {
+        for (const auto& b : buckets) {
+          results.push_back(run_ddp(*ctx, c, std::stod(b), r, o == "1", warmup, steps, s));
+          ctx->comm().barrier()->wait();
+        }
       }
     }
     if (ctx->rank() != 0) return 0;

@@ -43,6 +43,7 @@ struct DDP::Impl {
   std::vector<bool> ready;          // per parameter, this step
   std::vector<int> pending;         // per bucket, parameters not ready yet
   std::vector<std::shared_ptr<Work>> works;
+  std::vector<bool> completed;      // per bucket: the caller's stream already waits for it
   int next_launch = 0;
   bool no_sync = false;
 
@@ -61,7 +62,15 @@ struct DDP::Impl {
     std::fill(ready.begin(), ready.end(), false);
     for (std::size_t b = 0; b < pending.size(); ++b) pending[b] = static_cast<int>(plan.members[b].size());
     works.assign(pending.size(), nullptr);
+    completed.assign(pending.size(), false);
     next_launch = 0;
+  }
+
+  void complete_bucket(int b, StreamRef stream) {
+    if (completed[b]) return;
+    complete(*works[b], device, stream);
+    if (cast_on_wire()) cast_async(wire_view(b), bucket_view(b), stream);
+    completed[b] = true;
   }
 
   // Buckets start strictly in order, so that every rank issues the same
@@ -190,11 +199,23 @@ void DDP::finish(StreamRef stream) {
     zero_async(grad(i), stream);
     grad_ready(i, stream);
   }
-  for (int b = 0; b < bucket_count(); ++b) {
-    complete(*s.works[b], s.device, stream);
-    if (s.cast_on_wire()) cast_async(s.wire_view(b), s.bucket_view(b), stream);
-  }
+  for (int b = 0; b < bucket_count(); ++b) s.complete_bucket(b, stream);
   s.reset_step();
+}
+
+void DDP::wait_grad(int i, StreamRef stream) {
+  Impl& s = *impl_;
+  if (i < 0 || i >= static_cast<int>(s.params.size())) {
+    throw Error(ErrorCategory::kInvalidArgument, "DDP::wait_grad: no parameter " + std::to_string(i));
+  }
+  int b = s.plan.slots[i].bucket;
+  if (s.no_sync) return;
+  if (b >= s.next_launch) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "DDP::wait_grad: the bucket of parameter " + std::to_string(i) +
+                    " has not started (a gradient in it, or in an earlier bucket, is not ready)");
+  }
+  s.complete_bucket(b, stream);
 }
 
 void DDP::set_no_sync(bool no_sync) { impl_->no_sync = no_sync; }

@@ -38,36 +38,61 @@ __global__ void k_init_bf16(__nv_bfloat16* out, std::size_t n, float scale, unsi
 __global__ void k_to_bf16(const float* in, __nv_bfloat16* out, std::size_t n) {
   GRID_STRIDE(i, n) out[i] = __float2bfloat16(in[i]);
 }
-__global__ void k_gelu(const __nv_bfloat16* in, __nv_bfloat16* out, std::size_t n) {
-  GRID_STRIDE(i, n) out[i] = __float2bfloat16(gelu(__bfloat162float(in[i])));
+// Two bf16 elements per thread (n is even for every shape used here).
+__global__ void k_gelu(const __nv_bfloat162* in, __nv_bfloat162* out, std::size_t n2) {
+  GRID_STRIDE(i, n2) {
+    float2 v = __bfloat1622float2(in[i]);
+    out[i] = __floats2bfloat162_rn(gelu(v.x), gelu(v.y));
+  }
 }
-__global__ void k_gelu_back(const __nv_bfloat16* pre, const __nv_bfloat16* go, __nv_bfloat16* gi,
-                            std::size_t n) {
-  GRID_STRIDE(i, n) gi[i] = __float2bfloat16(gelu_grad(__bfloat162float(pre[i])) * __bfloat162float(go[i]));
+__global__ void k_gelu_back(const __nv_bfloat162* pre, const __nv_bfloat162* go, __nv_bfloat162* gi,
+                            std::size_t n2) {
+  GRID_STRIDE(i, n2) {
+    float2 p = __bfloat1622float2(pre[i]);
+    float2 g = __bfloat1622float2(go[i]);
+    gi[i] = __floats2bfloat162_rn(gelu_grad(p.x) * g.x, gelu_grad(p.y) * g.y);
+  }
 }
-__global__ void k_loss(const __nv_bfloat16* y, __nv_bfloat16* dy, float* loss, std::size_t n) {
+// One atomic per block (a few hundred in all): atomics on one address from
+// every warp of a 67M-element pass serialize in L2.
+__global__ void k_loss(const __nv_bfloat162* y, __nv_bfloat162* dy, float* loss, std::size_t n2,
+                       float scale) {
+  __shared__ float warp_sums[kThreads / 32];
   float local = 0.0f;
-  const float scale = 2.0f / static_cast<float>(n);
-  GRID_STRIDE(i, n) {
-    float v = __bfloat162float(y[i]);
-    local += v * v;
-    dy[i] = __float2bfloat16(scale * v);
+  GRID_STRIDE(i, n2) {
+    float2 v = __bfloat1622float2(y[i]);
+    local += v.x * v.x + v.y * v.y;
+    dy[i] = __floats2bfloat162_rn(scale * v.x, scale * v.y);
   }
   for (int off = 16; off > 0; off >>= 1) local += __shfl_down_sync(0xffffffffu, local, off);
-  if ((threadIdx.x & 31) == 0) atomicAdd(loss, local);
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x / 32] = local;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float sum = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : 0.0f;
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, off);
+    if (threadIdx.x == 0) atomicAdd(loss, sum);
+  }
 }
-__global__ void k_adamw(float* p, const float* g, float* m, float* v, __nv_bfloat16* w, std::size_t n,
+__device__ float adamw_one(float p, float g, float& m, float& v, const AdamW& o, float bc1, float bc2) {
+  m = o.beta1 * m + (1.0f - o.beta1) * g;
+  v = o.beta2 * v + (1.0f - o.beta2) * g * g;
+  p *= 1.0f - o.lr * o.weight_decay;
+  return p - o.lr * (m / bc1) / (sqrtf(v / bc2) + o.eps);
+}
+// Four elements per thread with 16-byte loads (n % 4 == 0, buffers 16-byte aligned).
+__global__ void k_adamw(float4* p, const float4* g, float4* m, float4* v, __nv_bfloat162* w, std::size_t n4,
                         AdamW o, float bc1, float bc2) {
-  GRID_STRIDE(i, n) {
-    float grad = g[i];
-    float mi = o.beta1 * m[i] + (1.0f - o.beta1) * grad;
-    float vi = o.beta2 * v[i] + (1.0f - o.beta2) * grad * grad;
+  GRID_STRIDE(i, n4) {
+    float4 pi = p[i], gi = g[i], mi = m[i], vi = v[i];
+    pi.x = adamw_one(pi.x, gi.x, mi.x, vi.x, o, bc1, bc2);
+    pi.y = adamw_one(pi.y, gi.y, mi.y, vi.y, o, bc1, bc2);
+    pi.z = adamw_one(pi.z, gi.z, mi.z, vi.z, o, bc1, bc2);
+    pi.w = adamw_one(pi.w, gi.w, mi.w, vi.w, o, bc1, bc2);
+    p[i] = pi;
     m[i] = mi;
     v[i] = vi;
-    float pi = p[i] * (1.0f - o.lr * o.weight_decay);
-    pi -= o.lr * (mi / bc1) / (sqrtf(vi / bc2) + o.eps);
-    p[i] = pi;
-    w[i] = __float2bfloat16(pi);
+    w[2 * i] = __floats2bfloat162_rn(pi.x, pi.y);
+    w[2 * i + 1] = __floats2bfloat162_rn(pi.z, pi.w);
   }
 }
 
@@ -83,21 +108,29 @@ void to_bf16(const float* in, __nv_bfloat16* out, std::size_t n, cudaStream_t s)
   k_to_bf16<<<blocks(n), kThreads, 0, s>>>(in, out, n);
 }
 void gelu_forward(const __nv_bfloat16* in, __nv_bfloat16* out, std::size_t n, cudaStream_t s) {
-  k_gelu<<<blocks(n), kThreads, 0, s>>>(in, out, n);
+  k_gelu<<<blocks(n / 2), kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat162*>(in),
+                                            reinterpret_cast<__nv_bfloat162*>(out), n / 2);
 }
 void gelu_backward(const __nv_bfloat16* pre, const __nv_bfloat16* go, __nv_bfloat16* gi, std::size_t n,
                    cudaStream_t s) {
-  k_gelu_back<<<blocks(n), kThreads, 0, s>>>(pre, go, gi, n);
+  k_gelu_back<<<blocks(n / 2), kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat162*>(pre),
+                                                 reinterpret_cast<const __nv_bfloat162*>(go),
+                                                 reinterpret_cast<__nv_bfloat162*>(gi), n / 2);
 }
 void loss_and_grad(const __nv_bfloat16* y, __nv_bfloat16* dy, float* loss_sum, std::size_t n,
                    cudaStream_t s) {
-  k_loss<<<blocks(n), kThreads, 0, s>>>(y, dy, loss_sum, n);
+  unsigned grid = blocks(n / 2) < 1056 ? blocks(n / 2) : 1056;  // 8 blocks per SM of 132
+  k_loss<<<grid, kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat162*>(y),
+                                   reinterpret_cast<__nv_bfloat162*>(dy), loss_sum, n / 2,
+                                   2.0f / static_cast<float>(n));
 }
 void adamw_step(float* p, const float* g, float* m, float* v, __nv_bfloat16* w, std::size_t n,
                 const AdamW& opt, int step, cudaStream_t s) {
   float bc1 = 1.0f - powf(opt.beta1, static_cast<float>(step));
   float bc2 = 1.0f - powf(opt.beta2, static_cast<float>(step));
-  k_adamw<<<blocks(n), kThreads, 0, s>>>(p, g, m, v, w, n, opt, bc1, bc2);
+  k_adamw<<<blocks(n / 4), kThreads, 0, s>>>(reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g),
+                                             reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v),
+                                             reinterpret_cast<__nv_bfloat162*>(w), n / 4, opt, bc1, bc2);
 }
 
 }  // namespace mlp

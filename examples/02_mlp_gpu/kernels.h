@@ -1,6 +1,8 @@
 // The element-wise CUDA kernels of the GPU MLP: initialization, GELU forward
 // and backward (erf form, as torch.nn.GELU), the loss mean(y^2) and its
 // gradient, and a fused AdamW step that also refreshes the bf16 weights.
+// Sizes: n even for GELU and the loss, a multiple of 4 for AdamW (H*H and
+// B*H are, for the shapes the trainer accepts; main.cc checks).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -49,8 +49,13 @@ int main(int argc, char** argv) {
     for (int step = 1; step <= steps; ++step) {
       model.forward(stream);
       model.backward(grad, [&](int l) { ddp.grad_ready(l, s); }, stream);
+      // Each layer's update starts as soon as its bucket is reduced: the last
+      // layers' gradients arrive first, and their updates hide layer 0's reduction.
+      for (int l = config.layers - 1; l >= 0; --l) {
+        ddp.wait_grad(l, s);
+        model.optimizer_step_layer(l, grad(l), step, stream);
+      }
       ddp.finish(s);
-      model.optimizer_step(grad, step, stream);
       if (step % log_every == 0 || step == steps) {
         float loss = model.take_loss(step % log_every == 0 ? log_every : step % log_every, stream);
         double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -19,6 +19,9 @@ T* Model::alloc(std::size_t n) {
 }
 
 Model::Model(const MlpConfig& config, cudaStream_t s) : c_(config) {
+  if (c_.hidden % 4 != 0 || c_.batch % 2 != 0 || c_.layers < 1) {
+    throw std::runtime_error("the MLP needs hidden % 4 == 0, an even batch and at least one layer");
+  }
   const std::size_t w = layer_elems() * c_.layers;
   const std::size_t act = std::size_t(c_.batch) * c_.hidden;
   bytes_ += gemm_.workspace_bytes();
@@ -69,10 +72,12 @@ void Model::backward(const std::function<float*(int)>& grad, const std::function
 }
 
 void Model::optimizer_step(const std::function<const float*(int)>& grad, int step, cudaStream_t s) {
-  for (int l = 0; l < c_.layers; ++l) {
-    std::size_t off = l * layer_elems();
-    adamw_step(master_ + off, grad(l), m_ + off, v_ + off, weights_ + off, layer_elems(), adamw_, step, s);
-  }
+  for (int l = 0; l < c_.layers; ++l) optimizer_step_layer(l, grad(l), step, s);
+}
+
+void Model::optimizer_step_layer(int l, const float* grad, int step, cudaStream_t s) {
+  std::size_t off = l * layer_elems();
+  adamw_step(master_ + off, grad, m_ + off, v_ + off, weights_ + off, layer_elems(), adamw_, step, s);
 }
 
 float Model::take_loss(int steps, cudaStream_t s) {

@@ -40,6 +40,9 @@ class Model {
   void backward(const std::function<float*(int)>& grad, const std::function<void(int)>& ready,
                 cudaStream_t s);
   void optimizer_step(const std::function<const float*(int)>& grad, int step, cudaStream_t s);
+  // AdamW on one layer, so that a trainer can update each layer as soon as its
+  // gradient is reduced.
+  void optimizer_step_layer(int layer, const float* grad, int step, cudaStream_t s);
   // Mean loss of the steps since the last call (synchronizes s).
   float take_loss(int steps, cudaStream_t s);
   // Bytes this model allocated (weights, optimizer state, activations, workspace).

@@ -119,6 +119,32 @@ TEST_F(DDPTest, NRanksEqualOneRankWithNTimesTheBatch) {
   }
 }
 
+TEST_F(DDPTest, WaitGradGivesEachReducedGradientBeforeFinish) {
+  for (DType wire : {DType::kFloat32, DType::kBFloat16}) {
+    DDP ddp = make(DDPOptions{.reduce_dtype = wire});
+    const int n = comm().size(), r = comm().rank();
+    try {
+      ddp.wait_grad(0);
+      ADD_FAILURE() << "wait_grad before the bucket started must be an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+    }
+    for (std::size_t k = 0; k < kSizes.size(); ++k) {
+      write_grad(ddp, k, mean_grad(k, r * kSamplesPerRank, kSamplesPerRank), false);
+      ddp.grad_ready(static_cast<int>(k));
+    }
+    // Last parameters first, as an optimizer overlapping the last buckets would.
+    for (int k = static_cast<int>(kSizes.size()) - 1; k >= 0; --k) {
+      ddp.wait_grad(k);
+      expect_close(read_grad(ddp, k), mean_grad(k, 0, n * kSamplesPerRank),
+                   wire == DType::kBFloat16 ? 2e-2 : 1e-5, "param " + std::to_string(k));
+    }
+    ddp.finish();
+    expect_close(read_grad(ddp, 1), mean_grad(1, 0, n * kSamplesPerRank),
+                 wire == DType::kBFloat16 ? 2e-2 : 1e-5, "after finish");
+  }
+}
+
 TEST_F(DDPTest, NoSyncOverKMicroStepsEqualsKTimesTheBatch) {
   DDP ddp = make();
   const int n = comm().size(), r = comm().rank(), k_steps = 3;

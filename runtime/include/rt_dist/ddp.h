@@ -58,6 +58,11 @@ class DDP {
   // rtd::Error(kInvalidArgument) naming gradients that never became ready
   // (unless find_unused_parameters).
   void finish(StreamRef stream = {});
+  // Orders stream after the reduction of parameter i's bucket (which must have
+  // started: every gradient of the bucket was ready), so that the optimizer can
+  // update the parameters reduced first while the last buckets are still on
+  // the wire. finish() is still called once per step.
+  void wait_grad(int i, StreamRef stream = {});
   // While set, grad_ready only records and finish() reduces nothing:
   // gradients accumulate over micro-steps (scale the loss by 1/k).
   void set_no_sync(bool no_sync);
