@@ -20,7 +20,7 @@ grep -E '\[  (PASSED|FAILED) ' "$out/ddp_tests.log" | sort | uniq
 step mlp_gpu 180 "${dt[@]}" --nproc-per-node=$ngpu "$bin/mlp_gpu" --steps 30
 grep -E 'step|error' "$out/mlp_gpu.log" | head
 step ddp_step 300 "${dt[@]}" --nproc-per-node=$ngpu "$bin/ddp_step" --bucket-mb 25,100,250 \
-  --reduce fp32,bf16 --json "$out/ddp_step.json"
-grep -vE 'dtrun node' "$out/ddp_step.log" | tail -12
+  --reduce fp32,bf16 --overlap-optimizer 0,1 --json "$out/ddp_step.json"
+grep -vE 'dtrun node' "$out/ddp_step.log" | tail -16
 ANCHOR_JSON=$out/anchor.json PYTHONUNBUFFERED=1 step torch_anchor 300 torchrun --nproc-per-node=$ngpu "$anchor"
 grep -E 'step|FSDP' "$out/torch_anchor.log"
