@@ -10,6 +10,7 @@
 #include <string>
 
 #include "bench/collectives/runner.h"
+#include "collectives/nccl/nccl_types.h"
 #include "rt_dist/rt_dist.h"
 
 namespace rtd::bench {
@@ -20,17 +21,6 @@ void cuda_check(cudaError_t rc, const char* what) {
 }
 void nccl_check(ncclResult_t rc, const char* what) {
   if (rc != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(rc));
-}
-
-ncclDataType_t nccl_type(DType d) {
-  switch (d) {
-    case DType::kFloat32: return ncclFloat32;
-    case DType::kFloat64: return ncclFloat64;
-    case DType::kInt32: return ncclInt32;
-    case DType::kInt64: return ncclInt64;
-    case DType::kBFloat16: return ncclBfloat16;
-  }
-  return ncclFloat32;
 }
 
 class GpuRunner : public Runner {
@@ -123,7 +113,7 @@ class GpuRunner : public Runner {
   }
 
   void raw_issue(const std::string& op, const OpBuffers& b) {
-    ncclDataType_t t = nccl_type(b.dtype);
+    ncclDataType_t t = nccl::to_nccl(b.dtype);
     if (op == "all_reduce") {
       nccl_check(ncclAllReduce(b.in, b.out, b.in_count, t, ncclSum, raw_comm_, stream_), op.c_str());
     } else if (op == "reduce_scatter") {
