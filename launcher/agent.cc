@@ -136,6 +136,9 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
   logger->info("joined: node {} of {}, {} workers, world size {}, store {}", node_rank,
                p.layout.nodes_size(), o.nproc_per_node, p.layout.world_size(), p.store_addr);
 
+  // Until now a signal ends dtrun at once (nothing to stop); from here on it is
+  // forwarded to the workers.
+  install_signal_handlers();
   auto store = make_grpc_store(p.store_addr, o.token);
   StopCheck stop_check;
   if (o.nnodes > 1) stop_check = [&] { return check_peers(*store); };

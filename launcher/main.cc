@@ -24,7 +24,6 @@ int main(int argc, char** argv) {
     std::fprintf(parsed.exit_code == 0 ? stdout : stderr, "%s\n", parsed.message.c_str());
     return parsed.exit_code;
   }
-  launcher::install_signal_handlers();
   try {
     return launcher::run_agent(*parsed.options, env_config, env);
   } catch (const Error& e) {

@@ -200,6 +200,9 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
       return out;
     }
     if (!any_running()) {
+      // Whatever a worker left running in its process group would hold the
+      // output pipes open; the job is over, so it goes too.
+      for (const auto& c : children_) kill(-c.pid, SIGKILL);
       mux_.join();
       return Outcome{};
     }

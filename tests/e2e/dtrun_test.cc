@@ -55,6 +55,22 @@ TEST(Dtrun, WorkersGetTheTorchrunEnvironmentAndPrefixedOutput) {
   }
 }
 
+TEST(Dtrun, BackgroundChildOfAFinishedWorkerDoesNotKeepDtrunWaiting) {
+  auto r = run_command(dtrun("--nproc-per-node=1 sh -c \"sleep 300 & echo done\""), 30);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank 0]: done")) << r.output;
+}
+
+TEST(Dtrun, SignalDuringRendezvousEndsDtrunAtOnce) {
+  int port = unused_port();
+  auto r = run_command(dtrun("--nnodes=2 --node-rank=0 --rdzv=127.0.0.1:" + std::to_string(port) +
+                             " --rdzv-timeout=120 --token=t true") +
+                           " & pid=$!; sleep 1; kill -TERM $pid; wait $pid; echo dtrun_rc=$?",
+                       30);
+  // (SIGTERM: a background job of a script ignores SIGINT.)
+  EXPECT_TRUE(contains(r.output, "dtrun_rc=143")) << r.output;
+}
+
 TEST(Dtrun, EnvFlagReachesEveryWorker) {
   auto r = run_command(dtrun("--nproc-per-node=2 --env X=hello --env NCCL_DEBUG=INFO "
                              "sh -c \"echo X=\\$X N=\\$NCCL_DEBUG\""));
