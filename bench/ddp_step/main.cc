@@ -72,8 +72,12 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
   return r;
 }
 
+// overlap: "0" optimizer after all buckets, "1" per layer as buckets land,
+// "serial" no overlap at all (every bucket starts after backward): the
+// difference to the one-GPU step is then the whole communication time.
 Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb, const std::string& reduce,
-               bool overlap_optimizer, int warmup, int steps, cudaStream_t s) {
+               const std::string& overlap, int warmup, int steps, cudaStream_t s) {
+  const bool overlap_optimizer = overlap == "1", serial = overlap == "serial";
   mlp::Model model(c, s);
   std::vector<rtd::BufferView> params;
   for (int l = 0; l < c.layers; ++l) {
@@ -91,7 +95,10 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb, con
   double ms = time_steps(
       [&](int i) {
         model.forward(s);
-        model.backward(grad, [&](int l) { ddp.grad_ready(l, ref); }, s);
+        model.backward(grad, [&](int l) { if (!serial) ddp.grad_ready(l, ref); }, s);
+        if (serial) {
+          for (int l = c.layers - 1; l >= 0; --l) ddp.grad_ready(l, ref);
+        }
         if (overlap_optimizer) {  // each layer's update as soon as its bucket is reduced
           for (int l = c.layers - 1; l >= 0; --l) {
             ddp.wait_grad(l, ref);
@@ -108,7 +115,7 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb, con
   for (int b = 0; b < ddp.bucket_count(); ++b) {
     bucket_bytes += ddp.bucket_bytes(b) * (reduce == "bf16" ? 3 : 2) / 2;  // + the bf16 wire copy
   }
-  return Result{overlap_optimizer ? "DDP+opt" : "DDP", bucket_mb, reduce, ms,
+  return Result{overlap_optimizer ? "DDP+opt" : (serial ? "serial" : "DDP"), bucket_mb, reduce, ms,
                 static_cast<double>(model.bytes() + bucket_bytes) / (1 << 30), device_used_gib()};
 }
 
@@ -132,7 +139,7 @@ int main(int argc, char** argv) {
     else if (f == "--overlap-optimizer") overlaps = split(v);
     else {
       std::fprintf(stderr, "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
-                           "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1 --json FILE]\n");
+                           "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1,serial --json FILE]\n");
       return 2;
     }
   }
@@ -146,7 +153,7 @@ int main(int argc, char** argv) {
     for (const auto& o : overlaps) {
       for (const auto& r : reduces) {
         for (const auto& b : buckets) {
-          results.push_back(run_ddp(*ctx, c, std::stod(b), r, o == "1", warmup, steps, s));
+          results.push_back(run_ddp(*ctx, c, std::stod(b), r, o, warmup, steps, s));
           ctx->comm().barrier()->wait();
         }
       }
