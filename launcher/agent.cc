@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "launcher/heartbeats.h"
 #include "launcher/net.h"
 #include "launcher/rendezvous_client.h"
 #include "launcher/rendezvous_server.h"
@@ -37,10 +38,16 @@ std::optional<Outcome> parse_failure(const std::string& value) {
                  "another node failed: " + (bar == std::string::npos ? value : value.substr(bar + 1))};
 }
 
-// Polled while workers run: another node's failure, or a lost rendezvous host.
-std::optional<Outcome> check_peers(Store& store) {
+// Polled while workers run: another node's failure, a silent node (node 0
+// watches the heartbeats), or a lost rendezvous host (the others beat).
+std::optional<Outcome> check_peers(Store& store, Heartbeats& heartbeats, int node_rank) {
   try {
     if (auto failed = store.try_get(kFailedKey)) return parse_failure(*failed);
+    if (node_rank != 0) {
+      heartbeats.beat(store, node_rank);
+    } else if (auto silent = heartbeats.find_silent(store)) {
+      return Outcome{Ending::kStopRequested, 1, -1, *silent};
+    }
   } catch (const Error& e) {
     return Outcome{Ending::kStopRequested, 1, -1,
                    std::string("lost contact with the rendezvous host: ") + e.what()};
@@ -110,14 +117,14 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
   return specs;
 }
 
-// Node rank 0 keeps the store up until every node's workers are done (or one failed).
-int wait_for_other_nodes(Store& store, int nnodes) {
+// Node rank 0 keeps the store up until every node's workers are done (or one
+// failed, or went silent).
+int wait_for_other_nodes(Store& store, int nnodes, Heartbeats& heartbeats) {
   auto logger = log::get("launcher");
   for (;;) {
-    if (auto failed = store.try_get(kFailedKey)) {
-      Outcome out = *parse_failure(*failed);
-      logger->error("{}", out.reason);
-      return out.exit_code;
+    if (auto out = check_peers(store, heartbeats, 0)) {
+      logger->error("{}", out->reason);
+      return out->exit_code;
     }
     if (store.add(kDoneKey, 0) >= nnodes) return 0;
     if (int sig = take_pending_signal()) return 128 + sig;
@@ -140,8 +147,9 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
   // forwarded to the workers.
   install_signal_handlers();
   auto store = make_grpc_store(p.store_addr, o.token);
+  Heartbeats heartbeats(o.nnodes, o.heartbeat_timeout);
   StopCheck stop_check;
-  if (o.nnodes > 1) stop_check = [&] { return check_peers(*store); };
+  if (o.nnodes > 1) stop_check = [&] { return check_peers(*store, heartbeats, node_rank); };
 
   for (int attempt = 0;; ++attempt) {
     Supervisor supervisor(SupervisorOptions{
@@ -174,8 +182,9 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
     return out.exit_code;
   }
   if (o.nnodes > 1) {
+    heartbeats.finished(*store, node_rank);
     store->add(kDoneKey, 1);
-    if (p.server) return wait_for_other_nodes(*store, o.nnodes);
+    if (p.server) return wait_for_other_nodes(*store, o.nnodes, heartbeats);
   }
   logger->info("all workers finished successfully");
   return 0;

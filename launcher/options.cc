@@ -29,6 +29,7 @@ const std::set<std::string> kValueFlags = {
     "--node_rank",      "--rdzv",           "--rdzv-endpoint", "--rdzv_endpoint",
     "--rdzv-timeout",   "--rdzv_timeout",   "--max-restarts",  "--max_restarts",
     "--grace-period",   "--log-dir",        "--log_dir",       "--env",
+    "--heartbeat-timeout",
     "--token"};
 
 // Index of the first argument that belongs to the program (or of "--").
@@ -109,6 +110,7 @@ ParseResult parse_options(int argc, const char* const* argv, const std::string& 
   std::vector<std::string> env;
   int rdzv_timeout_s = 600;
   int grace_s = 5;
+  int heartbeat_s = 30;
 
   CLI::App app{"dtrun: start one worker per GPU (or CPU slot) on each node and supervise them",
                "dtrun"};
@@ -130,6 +132,9 @@ ParseResult parse_options(int argc, const char* const* argv, const std::string& 
   app.add_option("--grace-period", grace_s,
                  "seconds between SIGTERM and SIGKILL when stopping workers")
       ->check(CLI::Range(0, 3600));
+  app.add_option("--heartbeat-timeout", heartbeat_s,
+                 "seconds node rank 0 waits on a node it no longer hears from")
+      ->check(CLI::Range(1, 86400));
   app.add_option("--log-dir,--log_dir", o.log_dir, "also write each worker's output to files here");
   app.add_option("--env", env, "KEY=VALUE for every worker (repeatable)")
 ;
@@ -156,6 +161,7 @@ ParseResult parse_options(int argc, const char* const* argv, const std::string& 
   o.args.assign(rest.begin() + 1, rest.end());
   o.rdzv_timeout = std::chrono::seconds(rdzv_timeout_s);
   o.grace_period = std::chrono::seconds(grace_s);
+  o.heartbeat_timeout = std::chrono::seconds(heartbeat_s);
   std::string err = check(o, rdzv, env, env_token);
   if (!err.empty()) return ParseResult{.exit_code = 2, .message = "dtrun: " + err};
   return ParseResult{.options = std::move(o)};

@@ -20,6 +20,7 @@ struct LaunchOptions {
   bool rdzv_bind_all = false;
   std::chrono::seconds rdzv_timeout{600};
   std::chrono::seconds grace_period{5};
+  std::chrono::seconds heartbeat_timeout{30};  // node 0 gives up on a silent node
   int max_restarts = 0;
   std::string log_dir;
   std::vector<std::pair<std::string, std::string>> env;

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -96,10 +97,13 @@ void Supervisor::spawn(const WorkerSpec& spec) {
   for (auto& e : env_copy) envp.push_back(e.data());
   envp.push_back(nullptr);
 
+  const pid_t parent = getpid();
   pid_t pid = RTD_SYS_CHECK(fork(), "fork");
   if (pid == 0) {
     // Child: only async-signal-safe calls from here to exec.
     setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a worker never outlives a killed dtrun
+    if (getppid() != parent) _exit(127);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);
     dup2(out[1], STDOUT_FILENO);

@@ -231,5 +231,30 @@ TEST(Dtrun, TwoNodesOnOneHostRunOneWorldAndAFailurePropagates) {
   EXPECT_TRUE(contains(bad.output, "another node failed")) << bad.output;
 }
 
+TEST(Dtrun, NodeWhoseDtrunIsKilledIsNoticedAndItsWorkersDie) {
+  int port = unused_port();
+  std::string rdzv = " --rdzv=127.0.0.1:" + std::to_string(port) + " --token=t --heartbeat-timeout=3 ";
+  // Every worker appends to its rank's tick file while it lives.
+  std::string ticks = ::testing::TempDir() + "ticks_" + std::to_string(getpid()) + "_";
+  std::string worker = " sh -c \"while true; do echo t >> " + ticks + "\\$RANK; sleep 0.1; done\"";
+  // Node 1's dtrun is killed once its worker runs; node 0 must notice the
+  // silence, and node 1's worker must not outlive its dtrun (its ticks stop).
+  auto r = run_command(
+      "rm -f " + ticks + "*; " + dtrun("--nnodes=2 --node-rank=0 --nproc-per-node=1" + rdzv + worker) +
+          " > /tmp/h0.$$ 2>&1 & p0=$!; " +
+          dtrun("--nnodes=2 --node-rank=1 --nproc-per-node=1" + rdzv + worker) +
+          " > /dev/null 2>&1 & p1=$!; "
+          "for i in $(seq 100); do [ -s " + ticks + "1 ] && break; sleep 0.2; done; "
+          "[ -s " + ticks + "1 ] && echo worker1_started; kill -9 $p1; wait $p0; echo node0_rc=$?; "
+          "a=$(wc -l < " + ticks + "1); sleep 1; b=$(wc -l < " + ticks + "1); "
+          "if [ \"$a\" = \"$b\" ]; then echo worker1_gone; else echo worker1_alive $a $b; fi; "
+          "cat /tmp/h0.$$; rm -f /tmp/h0.$$ " + ticks + "*",
+      60);
+  EXPECT_TRUE(contains(r.output, "node0_rc=1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "node 1 has not been heard from")) << r.output;
+  EXPECT_TRUE(contains(r.output, "worker1_started")) << r.output;
+  EXPECT_TRUE(contains(r.output, "worker1_gone")) << r.output;
+}
+
 }  // namespace
 }  // namespace rtd
