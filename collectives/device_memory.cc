@@ -22,8 +22,10 @@ DeviceBuffer::DeviceBuffer(DeviceType device, int device_index, std::size_t byte
 
 DeviceBuffer::~DeviceBuffer() {
   if (data_ == nullptr) return;
-  if (device_ == DeviceType::kCuda) gpu::release(data_);
-  else std::free(data_);
+  if (device_ == DeviceType::kCuda)
+    gpu::release(data_);
+  else
+    std::free(data_);
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept

@@ -5,7 +5,8 @@
 namespace rtd::gpu {
 namespace {
 [[noreturn]] void no_gpu() {
-  throw Error(ErrorCategory::kConfig, "librt_dist was built without CUDA; GPU buffers are not supported");
+  throw Error(ErrorCategory::kConfig,
+              "librt_dist was built without CUDA; GPU buffers are not supported");
 }
 }  // namespace
 void* allocate(int, std::size_t) { no_gpu(); }

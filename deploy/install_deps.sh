@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libspdlog-dev libfmt-dev libgloo-dev libopenmpi-dev openmpi-bin libucx-dev
   libgtest-dev libgmock-dev libcli11-dev libopenblas-dev
-  iproute2 procps patchelf file
+  iproute2 procps patchelf file clang-format
 )
 
 missing=()

@@ -34,8 +34,9 @@ std::optional<Outcome> parse_failure(const std::string& value) {
     code = std::stoi(value.substr(0, bar));
   } catch (const std::exception&) {
   }
-  return Outcome{Ending::kStopRequested, code, -1,
-                 "another node failed: " + (bar == std::string::npos ? value : value.substr(bar + 1))};
+  return Outcome{
+      Ending::kStopRequested, code, -1,
+      "another node failed: " + (bar == std::string::npos ? value : value.substr(bar + 1))};
 }
 
 // Polled while workers run: another node's failure, a silent node (node 0
@@ -65,8 +66,7 @@ struct Placement {
 Placement rendezvous(const LaunchOptions& o) {
   Placement p;
   std::string rdzv_ip = resolve(o.rdzv_host);
-  bool host = o.node_rank == 0 ||
-              (o.node_rank < 0 && (o.nnodes == 1 || is_local_address(rdzv_ip)));
+  bool host = o.node_rank == 0 || (o.node_rank < 0 && (o.nnodes == 1 || is_local_address(rdzv_ip)));
   int port = o.rdzv_port;
   if (host) {
     std::string bind_ip = rdzv_ip;

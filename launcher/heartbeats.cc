@@ -23,7 +23,8 @@ std::optional<std::string> Heartbeats::find_silent(Store& store) {
       s = Seen{value, now};
     } else if (now - s.since > timeout_ && !store.check({finished_key(node)})) {
       return "node " + std::to_string(node) + " has not been heard from for " +
-             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - s.since).count()) +
+             std::to_string(
+                 std::chrono::duration_cast<std::chrono::seconds>(now - s.since).count()) +
              " s (its dtrun was killed, or its host is unreachable)";
     }
   }

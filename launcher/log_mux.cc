@@ -19,7 +19,9 @@ void LogMux::add(int fd, std::string prefix, std::FILE* out, int log_fd) {
   streams_.push_back(Stream{fd, std::move(prefix), out, log_fd, {}});
 }
 
-void LogMux::start() { thread_ = std::thread([this] { run(); }); }
+void LogMux::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void LogMux::join() {
   if (thread_.joinable()) thread_.join();

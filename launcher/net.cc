@@ -46,8 +46,7 @@ std::string ip_of(const sockaddr_storage& ss) {
   if (ss.ss_family == AF_INET) {
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, text, sizeof(text));
   } else {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, text,
-              sizeof(text));
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, text, sizeof(text));
   }
   return text;
 }
@@ -64,9 +63,9 @@ int try_bind(const std::string& ip, int port, int* bound_port) {
     sockaddr_storage got{};
     socklen_t got_len = sizeof(got);
     getsockname(s.fd, reinterpret_cast<sockaddr*>(&got), &got_len);
-    *bound_port = ntohs(got.ss_family == AF_INET
-                            ? reinterpret_cast<sockaddr_in*>(&got)->sin_port
-                            : reinterpret_cast<sockaddr_in6*>(&got)->sin6_port);
+    *bound_port =
+        ntohs(got.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&got)->sin_port
+                                       : reinterpret_cast<sockaddr_in6*>(&got)->sin6_port);
   }
   return 0;
 }
@@ -123,8 +122,7 @@ std::string local_address_towards(const std::string& ip, int port) {
                 "finding the local address that reaches " + ip);
   sockaddr_storage local{};
   socklen_t local_len = sizeof(local);
-  RTD_SYS_CHECK(getsockname(s.fd, reinterpret_cast<sockaddr*>(&local), &local_len),
-                "getsockname");
+  RTD_SYS_CHECK(getsockname(s.fd, reinterpret_cast<sockaddr*>(&local), &local_len), "getsockname");
   return ip_of(local);
 }
 

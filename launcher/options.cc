@@ -2,7 +2,6 @@
 #include "launcher/options.h"
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <set>
 
@@ -25,12 +24,11 @@ worker's exit code; 2 for bad flags; 1 for a failed rendezvous.)";
 
 // Flags that take a value as the next argument when written without '='.
 const std::set<std::string> kValueFlags = {
-    "--nproc-per-node", "--nproc_per_node", "--nnodes",        "--node-rank",
-    "--node_rank",      "--rdzv",           "--rdzv-endpoint", "--rdzv_endpoint",
-    "--rdzv-timeout",   "--rdzv_timeout",   "--max-restarts",  "--max_restarts",
-    "--grace-period",   "--log-dir",        "--log_dir",       "--env",
-    "--heartbeat-timeout",
-    "--token"};
+    "--nproc-per-node",    "--nproc_per_node", "--nnodes",        "--node-rank",
+    "--node_rank",         "--rdzv",           "--rdzv-endpoint", "--rdzv_endpoint",
+    "--rdzv-timeout",      "--rdzv_timeout",   "--max-restarts",  "--max_restarts",
+    "--grace-period",      "--log-dir",        "--log_dir",       "--env",
+    "--heartbeat-timeout", "--token"};
 
 // Index of the first argument that belongs to the program (or of "--").
 int find_program(int argc, const char* const* argv) {
@@ -75,8 +73,8 @@ std::string check(LaunchOptions& o, const std::string& rdzv, const std::vector<s
     if (!err.empty()) return err;
   }
   if (o.node_rank >= o.nnodes) {
-    return "--node-rank=" + std::to_string(o.node_rank) + " must be less than --nnodes=" +
-           std::to_string(o.nnodes);
+    return "--node-rank=" + std::to_string(o.node_rank) +
+           " must be less than --nnodes=" + std::to_string(o.nnodes);
   }
   if (o.nnodes > 1 && !o.rdzv_given) {
     return "--nnodes=" + std::to_string(o.nnodes) +
@@ -115,8 +113,8 @@ ParseResult parse_options(int argc, const char* const* argv, const std::string& 
   CLI::App app{"dtrun: start one worker per GPU (or CPU slot) on each node and supervise them",
                "dtrun"};
   app.footer(kExamples);
-  app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node,
-                 "workers on this node")->check(CLI::Range(1, 1024));
+  app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node, "workers on this node")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--nnodes", o.nnodes, "nodes in the job")->check(CLI::Range(1, 65536));
   app.add_option("--node-rank,--node_rank", o.node_rank,
                  "this node's rank; node rank 0 hosts the rendezvous")
@@ -126,9 +124,11 @@ ParseResult parse_options(int argc, const char* const* argv, const std::string& 
   app.add_flag("--rdzv-bind-all", o.rdzv_bind_all,
                "node rank 0 listens on every interface, not only the --rdzv host's");
   app.add_option("--rdzv-timeout,--rdzv_timeout", rdzv_timeout_s,
-                 "seconds to wait for every node to join")->check(CLI::Range(1, 86400));
+                 "seconds to wait for every node to join")
+      ->check(CLI::Range(1, 86400));
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
-                 "restarts of all local workers after a failure")->check(CLI::Range(0, 1000));
+                 "restarts of all local workers after a failure")
+      ->check(CLI::Range(0, 1000));
   app.add_option("--grace-period", grace_s,
                  "seconds between SIGTERM and SIGKILL when stopping workers")
       ->check(CLI::Range(0, 3600));
@@ -136,8 +136,7 @@ ParseResult parse_options(int argc, const char* const* argv, const std::string& 
                  "seconds node rank 0 waits on a node it no longer hears from")
       ->check(CLI::Range(1, 86400));
   app.add_option("--log-dir,--log_dir", o.log_dir, "also write each worker's output to files here");
-  app.add_option("--env", env, "KEY=VALUE for every worker (repeatable)")
-;
+  app.add_option("--env", env, "KEY=VALUE for every worker (repeatable)");
   app.add_option("--token", o.token, "job token every control-plane call carries (DTRUN_TOKEN)");
 
   // dtrun's flags end where the program begins; CLI11 sees only dtrun's part.
@@ -154,8 +153,9 @@ ParseResult parse_options(int argc, const char* const* argv, const std::string& 
   if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
   if (rest.empty()) {
     return ParseResult{.exit_code = 2,
-                       .message = "dtrun: no program given\nUsage: dtrun [flags] program "
-                                  "[args...]; run dtrun --help."};
+                       .message =
+                           "dtrun: no program given\nUsage: dtrun [flags] program "
+                           "[args...]; run dtrun --help."};
   }
   o.program = rest.front();
   o.args.assign(rest.begin() + 1, rest.end());

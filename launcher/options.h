@@ -13,9 +13,9 @@ namespace rtd::launcher {
 struct LaunchOptions {
   int nproc_per_node = 1;
   int nnodes = 1;
-  int node_rank = -1;                // -1: decided at rendezvous
+  int node_rank = -1;  // -1: decided at rendezvous
   std::string rdzv_host = "127.0.0.1";
-  int rdzv_port = 0;                 // 0 with --nnodes=1: any free port
+  int rdzv_port = 0;  // 0 with --nnodes=1: any free port
   bool rdzv_given = false;
   bool rdzv_bind_all = false;
   std::chrono::seconds rdzv_timeout{600};
@@ -24,7 +24,7 @@ struct LaunchOptions {
   int max_restarts = 0;
   std::string log_dir;
   std::vector<std::pair<std::string, std::string>> env;
-  std::string token;                 // from --token, else DTRUN_TOKEN, else generated (1 node)
+  std::string token;  // from --token, else DTRUN_TOKEN, else generated (1 node)
   std::string program;
   std::vector<std::string> args;
 };

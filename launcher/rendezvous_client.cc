@@ -29,7 +29,8 @@ proto::JoinResponse join_rendezvous(const std::string& address, const std::strin
   proto::JoinResponse response;
   grpc::Status status = stub->Join(&ctx, request, &response);
   if (!status.ok()) {
-    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && status.error_message().empty()) {
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+        status.error_message().empty()) {
       throw Error(ErrorCategory::kTimeout, "rendezvous at " + address +
                                                ": not every node joined within " +
                                                std::to_string(timeout.count()) + " s");

@@ -35,10 +35,14 @@ grpc::Status check_token(grpc::ServerContext* ctx, const std::string& token) {
 
 grpc::Status to_status(const Error& e) {
   switch (e.category()) {
-    case ErrorCategory::kTimeout: return {grpc::StatusCode::DEADLINE_EXCEEDED, e.what()};
-    case ErrorCategory::kInvalidArgument: return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
-    case ErrorCategory::kConfig: return {grpc::StatusCode::FAILED_PRECONDITION, e.what()};
-    default: return {grpc::StatusCode::INTERNAL, e.what()};
+    case ErrorCategory::kTimeout:
+      return {grpc::StatusCode::DEADLINE_EXCEEDED, e.what()};
+    case ErrorCategory::kInvalidArgument:
+      return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+    case ErrorCategory::kConfig:
+      return {grpc::StatusCode::FAILED_PRECONDITION, e.what()};
+    default:
+      return {grpc::StatusCode::INTERNAL, e.what()};
   }
 }
 
@@ -69,7 +73,8 @@ class StoreService final : public proto::Store::Service {
                    proto::GetResponse* resp) override {
     // Waits in slices so that a cancelled call or a shutdown never leaves a handler blocked.
     return guarded(ctx, token_, [&] {
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(req->timeout_ms());
+      auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(req->timeout_ms());
       for (;;) {
         if (auto value = store_.try_get(req->key())) {
           resp->set_value(*value);
@@ -168,8 +173,8 @@ RendezvousServer::RendezvousServer(const ServerOptions& o) : impl_(std::make_uni
                                             join_host_port(o.bind_ip, o.port) +
                                             ": gRPC could not listen there");
   }
-  log::get("rendezvous")->info("rendezvous and store listening on {}",
-                               join_host_port(o.bind_ip, impl_->port));
+  log::get("rendezvous")
+      ->info("rendezvous and store listening on {}", join_host_port(o.bind_ip, impl_->port));
 }
 
 RendezvousServer::~RendezvousServer() { shutdown(); }

@@ -9,8 +9,8 @@
 namespace rtd::launcher {
 
 struct ServerOptions {
-  std::string bind_ip;      // the --rdzv host's address, or 0.0.0.0 with --rdzv-bind-all
-  int port = 0;             // 0: any free port
+  std::string bind_ip;  // the --rdzv host's address, or 0.0.0.0 with --rdzv-bind-all
+  int port = 0;         // 0: any free port
   std::string token;
   int nnodes = 1;
   int nproc_per_node = 1;

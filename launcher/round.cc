@@ -27,8 +27,8 @@ std::string Round::mismatch(const proto::JoinRequest& r) const {
   }
   for (const auto& [id, other] : joined_) {
     if (r.node_rank() >= 0 && other.node_rank() == r.node_rank()) {
-      return "nodes at " + other.host() + " and " + r.host() + " both asked for --node-rank=" +
-             std::to_string(r.node_rank());
+      return "nodes at " + other.host() + " and " + r.host() +
+             " both asked for --node-rank=" + std::to_string(r.node_rank());
     }
   }
   return "";
@@ -74,9 +74,9 @@ proto::JoinResponse Round::join(const proto::JoinRequest& request,
                                 std::chrono::system_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   if (failure_.empty() && closed_) {
-    throw Error(ErrorCategory::kConfig,
-                "rendezvous: all " + std::to_string(config_.nnodes) +
-                    " nodes have already joined; node at " + request.host() + " is one too many");
+    throw Error(ErrorCategory::kConfig, "rendezvous: all " + std::to_string(config_.nnodes) +
+                                            " nodes have already joined; node at " +
+                                            request.host() + " is one too many");
   }
   if (failure_.empty()) {
     std::string why = mismatch(request);
@@ -89,7 +89,8 @@ proto::JoinResponse Round::join(const proto::JoinRequest& request,
   const int id = next_id_++;
   joined_.push_back(Joined{id, request});
   auto mine = [&] {
-    return std::find_if(joined_.begin(), joined_.end(), [&](const Joined& j) { return j.id == id; });
+    return std::find_if(joined_.begin(), joined_.end(),
+                        [&](const Joined& j) { return j.id == id; });
   };
   if (static_cast<int>(joined_.size()) == config_.nnodes) {
     close_locked();

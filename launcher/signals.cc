@@ -1,9 +1,8 @@
 // Async-signal-safe recording of termination signals (an atomic the supervisor polls).
 #include "launcher/signals.h"
 
-#include <csignal>
-
 #include <atomic>
+#include <csignal>
 
 namespace rtd::launcher {
 namespace {

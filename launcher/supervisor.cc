@@ -48,9 +48,8 @@ int open_log(const SupervisorOptions& o, int rank) {
   std::string file = dir + "/rank_" + std::to_string(rank) + ".log";
   int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    throw Error(ErrorCategory::kConfig,
-                "cannot write worker log " + file + ": " + std::strerror(errno) +
-                    " (check --log-dir)");
+    throw Error(ErrorCategory::kConfig, "cannot write worker log " + file + ": " +
+                                            std::strerror(errno) + " (check --log-dir)");
   }
   return fd;
 }
@@ -60,10 +59,10 @@ int open_log(const SupervisorOptions& o, int rank) {
 std::string resolve_program(const std::string& program, const std::string& path) {
   if (program.find('/') != std::string::npos) {
     if (is_executable_file(program)) return program;
-    throw Error(ErrorCategory::kConfig,
-                "cannot run '" + program + "': " +
-                    (access(program.c_str(), F_OK) == 0 ? "not an executable file"
-                                                        : "no such file"));
+    throw Error(
+        ErrorCategory::kConfig,
+        "cannot run '" + program + "': " +
+            (access(program.c_str(), F_OK) == 0 ? "not an executable file" : "no such file"));
   }
   std::stringstream dirs(path);
   std::string dir;
@@ -71,9 +70,9 @@ std::string resolve_program(const std::string& program, const std::string& path)
     std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
     if (is_executable_file(candidate)) return candidate;
   }
-  throw Error(ErrorCategory::kConfig, "cannot run '" + program +
-                                          "': not found on PATH (give a path such as ./" +
-                                          program + ")");
+  throw Error(
+      ErrorCategory::kConfig,
+      "cannot run '" + program + "': not found on PATH (give a path such as ./" + program + ")");
 }
 
 Supervisor::~Supervisor() {
@@ -126,9 +125,9 @@ void Supervisor::spawn(const WorkerSpec& spec) {
     close(out[0]);
     close(err[0]);
     if (log_fd >= 0) close(log_fd);
-    throw Error(ErrorCategory::kConfig, "cannot start '" + options_.program_path +
-                                            "' for rank " + std::to_string(spec.global_rank) +
-                                            ": " + std::strerror(exec_errno));
+    throw Error(ErrorCategory::kConfig, "cannot start '" + options_.program_path + "' for rank " +
+                                            std::to_string(spec.global_rank) + ": " +
+                                            std::strerror(exec_errno));
   }
   std::string prefix = "[rank " + std::to_string(spec.global_rank) + "]: ";
   mux_.add(out[0], prefix, stdout, log_fd);
@@ -178,8 +177,9 @@ void Supervisor::stop_all(int sig) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (any_running()) {
-    log::get("launcher")->warn("workers still running {} s after signal {}; sending SIGKILL",
-                               options_.grace_period.count(), sig);
+    log::get("launcher")
+        ->warn("workers still running {} s after signal {}; sending SIGKILL",
+               options_.grace_period.count(), sig);
     for (const auto& c : children_) {
       if (c.running) kill(-c.pid, SIGKILL);
     }
@@ -214,7 +214,8 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
       logger->warn("received signal {} ({}); forwarding it to the workers", sig, strsignal(sig));
       stop_all(sig);
       mux_.join();
-      return Outcome{Ending::kSignal, 128 + sig, -1, std::string("dtrun received ") + strsignal(sig)};
+      return Outcome{Ending::kSignal, 128 + sig, -1,
+                     std::string("dtrun received ") + strsignal(sig)};
     }
     if (stop_check && std::chrono::steady_clock::now() >= next_check) {
       next_check = std::chrono::steady_clock::now() + poll_every;

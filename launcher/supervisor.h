@@ -3,11 +3,12 @@
 // SIGTERM, the grace period, then SIGKILL.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
-#include <sys/types.h>
 #include <vector>
 
 #include "launcher/log_mux.h"
@@ -22,7 +23,7 @@ struct WorkerSpec {
 struct SupervisorOptions {
   std::string program_path;  // resolved, executable
   std::vector<std::string> args;
-  std::string log_dir;       // empty: no files
+  std::string log_dir;  // empty: no files
   int attempt = 0;
   std::chrono::seconds grace_period{5};
 };
@@ -31,7 +32,7 @@ enum class Ending { kSuccess, kWorkerFailed, kSignal, kStopRequested };
 
 struct Outcome {
   Ending ending = Ending::kSuccess;
-  int exit_code = 0;     // the failing worker's code (128+N for signal N), or 128+signal
+  int exit_code = 0;  // the failing worker's code (128+N for signal N), or 128+signal
   int failed_rank = -1;
   std::string reason;
 };

@@ -11,13 +11,13 @@
 namespace rtd::launcher {
 
 struct WorkerEnvInput {
-  const EnvMap* parent = nullptr;           // the agent's environment
+  const EnvMap* parent = nullptr;  // the agent's environment
   const proto::JoinResponse* layout = nullptr;
   int local_rank = 0;
-  std::string store_addr;                   // host:port of the gRPC store
+  std::string store_addr;  // host:port of the gRPC store
   std::string token;
-  std::string node_addr;                    // this node's address for CPU collectives
-  int attempt = 0;                          // restart count, also the store round
+  std::string node_addr;  // this node's address for CPU collectives
+  int attempt = 0;        // restart count, also the store round
   int max_restarts = 0;
   const std::vector<std::pair<std::string, std::string>>* overrides = nullptr;
 };

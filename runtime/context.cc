@@ -1,8 +1,9 @@
 // rtd::init(): configuration, logging, store and default communicator, in that order.
+#include "rt_dist/context.h"
+
 #include <unistd.h>
 
 #include "collectives/factory.h"
-#include "rt_dist/context.h"
 #include "rt_dist/error.h"
 #include "runtime/core/config.h"
 #include "runtime/core/log.h"
@@ -15,7 +16,9 @@ class ContextImpl : public Context {
  public:
   ContextImpl(WorldInfo world, std::shared_ptr<Store> store, std::unique_ptr<Communicator> comm,
               std::chrono::milliseconds timeout)
-      : world_(std::move(world)), store_(std::move(store)), comm_(std::move(comm)),
+      : world_(std::move(world)),
+        store_(std::move(store)),
+        comm_(std::move(comm)),
         timeout_(timeout) {}
 
   const WorldInfo& world() const override { return world_; }

@@ -12,15 +12,16 @@ namespace {
 [[noreturn]] void bad(const std::string& message) { throw Error(ErrorCategory::kConfig, message); }
 
 int require(const std::optional<int>& value, const char* name, const char* launcher) {
-  if (!value) bad(std::string(name) + " is not set, but other " + launcher +
-                  " variables are; set it or unset them");
+  if (!value)
+    bad(std::string(name) + " is not set, but other " + launcher +
+        " variables are; set it or unset them");
   return *value;
 }
 
 void check_below(int value, const char* name, int bound, const char* bound_name) {
   if (value >= bound) {
-    bad(std::string(name) + "=" + std::to_string(value) + " must be less than " + bound_name +
-        "=" + std::to_string(bound));
+    bad(std::string(name) + "=" + std::to_string(value) + " must be less than " + bound_name + "=" +
+        std::to_string(bound));
   }
 }
 

@@ -17,10 +17,12 @@ namespace rtd::bench {
 namespace {
 
 void cuda_check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
+  if (rc != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
 }
 void nccl_check(ncclResult_t rc, const char* what) {
-  if (rc != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(rc));
+  if (rc != ncclSuccess)
+    throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(rc));
 }
 
 class GpuRunner : public Runner {
@@ -75,7 +77,8 @@ class GpuRunner : public Runner {
   void barrier() override {
     ctx_->store().add("bench/barrier", 0);  // keeps the store connection warm
     if (raw_) {
-      nccl_check(ncclAllReduce(scratch(), scratch(), 1, ncclFloat32, ncclSum, raw_comm_, stream_), "barrier");
+      nccl_check(ncclAllReduce(scratch(), scratch(), 1, ncclFloat32, ncclSum, raw_comm_, stream_),
+                 "barrier");
     } else {
       ctx_->comm().barrier(StreamRef{stream_})->wait(StreamRef{stream_});
     }
@@ -92,7 +95,8 @@ class GpuRunner : public Runner {
       std::string bytes = ctx_->store().get("bench/raw_nccl_id", std::chrono::seconds(120));
       std::memcpy(&id, bytes.data(), sizeof(id));
     }
-    nccl_check(ncclCommInitRank(&raw_comm_, ctx_->world_size(), id, ctx_->rank()), "ncclCommInitRank");
+    nccl_check(ncclCommInitRank(&raw_comm_, ctx_->world_size(), id, ctx_->rank()),
+               "ncclCommInitRank");
   }
 
   void* scratch() {
@@ -115,9 +119,11 @@ class GpuRunner : public Runner {
   void raw_issue(const std::string& op, const OpBuffers& b) {
     ncclDataType_t t = nccl::to_nccl(b.dtype);
     if (op == "all_reduce") {
-      nccl_check(ncclAllReduce(b.in, b.out, b.in_count, t, ncclSum, raw_comm_, stream_), op.c_str());
+      nccl_check(ncclAllReduce(b.in, b.out, b.in_count, t, ncclSum, raw_comm_, stream_),
+                 op.c_str());
     } else if (op == "reduce_scatter") {
-      nccl_check(ncclReduceScatter(b.in, b.out, b.out_count, t, ncclSum, raw_comm_, stream_), op.c_str());
+      nccl_check(ncclReduceScatter(b.in, b.out, b.out_count, t, ncclSum, raw_comm_, stream_),
+                 op.c_str());
     } else if (op == "all_gather") {
       nccl_check(ncclAllGather(b.in, b.out, b.in_count, t, raw_comm_, stream_), op.c_str());
     } else if (op == "broadcast") {
@@ -127,8 +133,10 @@ class GpuRunner : public Runner {
       const std::size_t block = b.in_count / n, bytes = block * dtype_size(b.dtype);
       nccl_check(ncclGroupStart(), "group");
       for (int p = 0; p < n; ++p) {
-        nccl_check(ncclSend(static_cast<char*>(b.in) + p * bytes, block, t, p, raw_comm_, stream_), "send");
-        nccl_check(ncclRecv(static_cast<char*>(b.out) + p * bytes, block, t, p, raw_comm_, stream_), "recv");
+        nccl_check(ncclSend(static_cast<char*>(b.in) + p * bytes, block, t, p, raw_comm_, stream_),
+                   "send");
+        nccl_check(ncclRecv(static_cast<char*>(b.out) + p * bytes, block, t, p, raw_comm_, stream_),
+                   "recv");
       }
       nccl_check(ncclGroupEnd(), "group");
     }

@@ -37,8 +37,8 @@ Row measure(Runner& runner, const BenchOptions& o, const std::string& op, DType 
   auto [in_count, out_count] = shape(op, count, n);
   const std::size_t esize = dtype_size(dtype);
   std::vector<char> host(std::max(in_count, out_count) * esize);
-  OpBuffers b{runner.alloc(in_count * esize), runner.alloc(out_count * esize), in_count,
-              out_count, dtype};
+  OpBuffers b{runner.alloc(in_count * esize), runner.alloc(out_count * esize), in_count, out_count,
+              dtype};
   fill_value(host.data(), dtype, in_count, runner.rank() + 1);
   runner.upload(op == "broadcast" ? b.out : b.in, host.data(), in_count * esize);
 
@@ -90,7 +90,8 @@ int run(int argc, char** argv) {
     }
   }
   if (leader && !o.json.empty()) write_json(o.json, o.mode, o.label, runner->size(), rows);
-  if (total_wrong > 0) std::fprintf(stderr, "rank %d: %lld wrong elements\n", runner->rank(), total_wrong);
+  if (total_wrong > 0)
+    std::fprintf(stderr, "rank %d: %lld wrong elements\n", runner->rank(), total_wrong);
   return total_wrong > 0 ? 1 : 0;
 }
 

@@ -22,15 +22,20 @@ std::size_t parse_size(const std::string& flag, const std::string& text) {
   double value = std::stod(text, &used);
   std::string unit = text.substr(used);
   std::size_t scale = 1;
-  if (unit == "K" || unit == "KB") scale = 1 << 10;
-  else if (unit == "M" || unit == "MB") scale = 1 << 20;
-  else if (unit == "G" || unit == "GB") scale = std::size_t{1} << 30;
-  else if (!unit.empty()) throw std::invalid_argument(flag + ": unknown unit '" + unit + "'");
+  if (unit == "K" || unit == "KB")
+    scale = 1 << 10;
+  else if (unit == "M" || unit == "MB")
+    scale = 1 << 20;
+  else if (unit == "G" || unit == "GB")
+    scale = std::size_t{1} << 30;
+  else if (!unit.empty())
+    throw std::invalid_argument(flag + ": unknown unit '" + unit + "'");
   return static_cast<std::size_t>(value * scale);
 }
 
 DType parse_dtype(const std::string& name) {
-  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kBFloat16}) {
+  for (DType d :
+       {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kBFloat16}) {
     if (to_string(d) == name) return d;
   }
   throw std::invalid_argument("--dtypes: unknown dtype '" + name + "'");
@@ -39,7 +44,8 @@ DType parse_dtype(const std::string& name) {
 }  // namespace
 
 std::string bench_usage() {
-  return "flags: --mode ours|raw|gloo  --ops all_reduce,reduce_scatter,all_gather,broadcast,all_to_all\n"
+  return "flags: --mode ours|raw|gloo  --ops "
+         "all_reduce,reduce_scatter,all_gather,broadcast,all_to_all\n"
          "       --min-bytes 1K --max-bytes 1G --factor 2 --dtypes float32,bfloat16\n"
          "       --warmup 5 --iters 20 --blocks 5 --no-check --json FILE --label TEXT";
 }
@@ -54,16 +60,26 @@ BenchOptions parse_bench_options(int argc, char** argv) {
     }
     if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
     std::string v = argv[++i];
-    if (flag == "--mode") o.mode = v;
-    else if (flag == "--ops") o.ops = split(v);
-    else if (flag == "--min-bytes") o.min_bytes = parse_size(flag, v);
-    else if (flag == "--max-bytes") o.max_bytes = parse_size(flag, v);
-    else if (flag == "--factor") o.factor = std::stoul(v);
-    else if (flag == "--warmup") o.warmup = std::stoi(v);
-    else if (flag == "--iters") o.iters = std::stoi(v);
-    else if (flag == "--blocks") o.blocks = std::stoi(v);
-    else if (flag == "--json") o.json = v;
-    else if (flag == "--label") o.label = v;
+    if (flag == "--mode")
+      o.mode = v;
+    else if (flag == "--ops")
+      o.ops = split(v);
+    else if (flag == "--min-bytes")
+      o.min_bytes = parse_size(flag, v);
+    else if (flag == "--max-bytes")
+      o.max_bytes = parse_size(flag, v);
+    else if (flag == "--factor")
+      o.factor = std::stoul(v);
+    else if (flag == "--warmup")
+      o.warmup = std::stoi(v);
+    else if (flag == "--iters")
+      o.iters = std::stoi(v);
+    else if (flag == "--blocks")
+      o.blocks = std::stoi(v);
+    else if (flag == "--json")
+      o.json = v;
+    else if (flag == "--label")
+      o.label = v;
     else if (flag == "--dtypes") {
       o.dtypes.clear();
       for (const auto& name : split(v)) o.dtypes.push_back(parse_dtype(name));

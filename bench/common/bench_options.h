@@ -17,12 +17,12 @@ struct BenchOptions {
   std::size_t factor = 2;
   std::vector<DType> dtypes = {DType::kFloat32, DType::kBFloat16};
   int warmup = 5;
-  int iters = 20;        // per timed block
-  int blocks = 5;        // timed blocks; the median block is reported
-  bool check = true;     // count wrong elements after the timed loop
+  int iters = 20;             // per timed block
+  int blocks = 5;             // timed blocks; the median block is reported
+  bool check = true;          // count wrong elements after the timed loop
   std::string mode = "ours";  // ours (our communicator), raw (NCCL directly), gloo
-  std::string json;      // write the rows here too (rank 0)
-  std::string label;     // free text copied into the JSON
+  std::string json;           // write the rows here too (rank 0)
+  std::string label;          // free text copied into the JSON
 };
 
 // Throws std::invalid_argument naming the flag.

@@ -15,8 +15,9 @@ double bus_factor(const std::string& op, int n) {
 Row make_row(const std::string& op, DType dtype, std::size_t bytes, double time_us, int ranks,
              long long wrong) {
   double algbw = time_us > 0 ? static_cast<double>(bytes) / (time_us * 1e3) : 0.0;
-  return Row{op, dtype, bytes, bytes / dtype_size(dtype), time_us, algbw,
-             algbw * bus_factor(op, ranks), wrong};
+  return Row{
+      op,   dtype, bytes, bytes / dtype_size(dtype), time_us, algbw, algbw * bus_factor(op, ranks),
+      wrong};
 }
 
 void print_header(const std::string& title) {

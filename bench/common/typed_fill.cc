@@ -25,10 +25,14 @@ long long wrong_typed(const void* host, std::size_t count,
 
 void fill_value(void* host, DType dtype, std::size_t count, double value) {
   switch (dtype) {
-    case DType::kFloat32: return fill_typed<float>(host, count, value);
-    case DType::kFloat64: return fill_typed<double>(host, count, value);
-    case DType::kInt32: return fill_typed<std::int32_t>(host, count, value);
-    case DType::kInt64: return fill_typed<std::int64_t>(host, count, value);
+    case DType::kFloat32:
+      return fill_typed<float>(host, count, value);
+    case DType::kFloat64:
+      return fill_typed<double>(host, count, value);
+    case DType::kInt32:
+      return fill_typed<std::int32_t>(host, count, value);
+    case DType::kInt64:
+      return fill_typed<std::int64_t>(host, count, value);
     case DType::kBFloat16: {
       std::uint16_t bits = float_to_bf16(static_cast<float>(value));
       auto* p = static_cast<std::uint16_t*>(host);
@@ -41,10 +45,14 @@ void fill_value(void* host, DType dtype, std::size_t count, double value) {
 long long count_wrong(const void* host, DType dtype, std::size_t count,
                       const std::function<double(std::size_t)>& expected) {
   switch (dtype) {
-    case DType::kFloat32: return wrong_typed<float>(host, count, expected);
-    case DType::kFloat64: return wrong_typed<double>(host, count, expected);
-    case DType::kInt32: return wrong_typed<std::int32_t>(host, count, expected);
-    case DType::kInt64: return wrong_typed<std::int64_t>(host, count, expected);
+    case DType::kFloat32:
+      return wrong_typed<float>(host, count, expected);
+    case DType::kFloat64:
+      return wrong_typed<double>(host, count, expected);
+    case DType::kInt32:
+      return wrong_typed<std::int32_t>(host, count, expected);
+    case DType::kInt64:
+      return wrong_typed<std::int64_t>(host, count, expected);
     case DType::kBFloat16: {
       const auto* p = static_cast<const std::uint16_t*>(host);
       long long wrong = 0;

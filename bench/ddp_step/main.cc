@@ -50,7 +50,8 @@ double time_steps(Step&& step, int warmup, int steps, cudaStream_t s) {
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 1; i <= steps; ++i) step(warmup + i);
   cudaStreamSynchronize(s);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+         steps;
 }
 
 Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s) {
@@ -61,12 +62,17 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
   double ms = time_steps(
       [&](int i) {
         model.forward(s);
-        model.backward(grad, [](int) {}, s);
+        model.backward(
+            grad, [](int) {}, s);
         model.optimizer_step(grad, i, s);
       },
       warmup, steps, s);
-  Result r{"one GPU", 0, "-", ms,
-           static_cast<double>(model.bytes() + model.layer_elems() * c.layers * sizeof(float)) / (1 << 30),
+  Result r{"one GPU",
+           0,
+           "-",
+           ms,
+           static_cast<double>(model.bytes() + model.layer_elems() * c.layers * sizeof(float)) /
+               (1 << 30),
            device_used_gib()};
   cudaFree(grads);
   return r;
@@ -75,14 +81,15 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
 // overlap: "0" optimizer after all buckets, "1" per layer as buckets land,
 // "serial" no overlap at all (every bucket starts after backward): the
 // difference to the one-GPU step is then the whole communication time.
-Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb, const std::string& reduce,
-               const std::string& overlap, int warmup, int steps, cudaStream_t s) {
+Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
+               const std::string& reduce, const std::string& overlap, int warmup, int steps,
+               cudaStream_t s) {
   const bool overlap_optimizer = overlap == "1", serial = overlap == "serial";
   mlp::Model model(c, s);
   std::vector<rtd::BufferView> params;
   for (int l = 0; l < c.layers; ++l) {
-    params.push_back({model.master(l), model.layer_elems(), rtd::DType::kFloat32, rtd::DeviceType::kCuda,
-                      ctx.local_rank()});
+    params.push_back({model.master(l), model.layer_elems(), rtd::DType::kFloat32,
+                      rtd::DeviceType::kCuda, ctx.local_rank()});
   }
   cudaStreamSynchronize(s);
   rtd::DDP ddp(ctx, params,
@@ -95,7 +102,12 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb, con
   double ms = time_steps(
       [&](int i) {
         model.forward(s);
-        model.backward(grad, [&](int l) { if (!serial) ddp.grad_ready(l, ref); }, s);
+        model.backward(
+            grad,
+            [&](int l) {
+              if (!serial) ddp.grad_ready(l, ref);
+            },
+            s);
         if (serial) {
           for (int l = c.layers - 1; l >= 0; --l) ddp.grad_ready(l, ref);
         }
@@ -115,8 +127,9 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb, con
   for (int b = 0; b < ddp.bucket_count(); ++b) {
     bucket_bytes += ddp.bucket_bytes(b) * (reduce == "bf16" ? 3 : 2) / 2;  // + the bf16 wire copy
   }
-  return Result{overlap_optimizer ? "DDP+opt" : (serial ? "serial" : "DDP"), bucket_mb, reduce, ms,
-                static_cast<double>(model.bytes() + bucket_bytes) / (1 << 30), device_used_gib()};
+  return Result{
+      overlap_optimizer ? "DDP+opt" : (serial ? "serial" : "DDP"),   bucket_mb,        reduce, ms,
+      static_cast<double>(model.bytes() + bucket_bytes) / (1 << 30), device_used_gib()};
 }
 
 }  // namespace
@@ -128,18 +141,29 @@ int main(int argc, char** argv) {
   std::string json;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
-    if (f == "--hidden") c.hidden = std::stoi(v);
-    else if (f == "--layers") c.layers = std::stoi(v);
-    else if (f == "--batch") c.batch = std::stoi(v);
-    else if (f == "--warmup") warmup = std::stoi(v);
-    else if (f == "--steps") steps = std::stoi(v);
-    else if (f == "--bucket-mb") buckets = split(v);
-    else if (f == "--reduce") reduces = split(v);
-    else if (f == "--json") json = v;
-    else if (f == "--overlap-optimizer") overlaps = split(v);
+    if (f == "--hidden")
+      c.hidden = std::stoi(v);
+    else if (f == "--layers")
+      c.layers = std::stoi(v);
+    else if (f == "--batch")
+      c.batch = std::stoi(v);
+    else if (f == "--warmup")
+      warmup = std::stoi(v);
+    else if (f == "--steps")
+      steps = std::stoi(v);
+    else if (f == "--bucket-mb")
+      buckets = split(v);
+    else if (f == "--reduce")
+      reduces = split(v);
+    else if (f == "--json")
+      json = v;
+    else if (f == "--overlap-optimizer")
+      overlaps = split(v);
     else {
-      std::fprintf(stderr, "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
-                           "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1,serial --json FILE]\n");
+      std::fprintf(
+          stderr,
+          "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
+          "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1,serial --json FILE]\n");
       return 2;
     }
   }
@@ -160,8 +184,8 @@ int main(int argc, char** argv) {
     }
     if (ctx->rank() != 0) return 0;
     const double single = results[0].step_ms;
-    std::printf("# MLP H=%d L=%d B=%d, %d ranks, %d timed steps after %d warm-up\n", c.hidden, c.layers,
-                c.batch, ctx->world_size(), steps, warmup);
+    std::printf("# MLP H=%d L=%d B=%d, %d ranks, %d timed steps after %d warm-up\n", c.hidden,
+                c.layers, c.batch, ctx->world_size(), steps, warmup);
     std::printf("%-8s %9s %6s %10s %11s %12s %12s %13s\n", "mode", "bucket_mb", "reduce", "step_ms",
                 "efficiency", "exposed_ms", "model_GiB", "device_GiB");
     std::ofstream out;
@@ -169,14 +193,16 @@ int main(int argc, char** argv) {
     if (out) out << "{\"ranks\": " << ctx->world_size() << ", \"rows\": [\n";
     for (std::size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
-      std::printf("%-8s %9.0f %6s %10.2f %11.3f %12.2f %12.2f %13.2f\n", r.mode.c_str(), r.bucket_mb,
-                  r.reduce.c_str(), r.step_ms, single / r.step_ms, r.step_ms - single, r.model_gib,
-                  r.device_gib);
+      std::printf("%-8s %9.0f %6s %10.2f %11.3f %12.2f %12.2f %13.2f\n", r.mode.c_str(),
+                  r.bucket_mb, r.reduce.c_str(), r.step_ms, single / r.step_ms, r.step_ms - single,
+                  r.model_gib, r.device_gib);
       if (out) {
-        out << "  {\"mode\": \"" << r.mode << "\", \"bucket_mb\": " << r.bucket_mb << ", \"reduce\": \""
-            << r.reduce << "\", \"step_ms\": " << r.step_ms << ", \"efficiency\": " << single / r.step_ms
+        out << "  {\"mode\": \"" << r.mode << "\", \"bucket_mb\": " << r.bucket_mb
+            << ", \"reduce\": \"" << r.reduce << "\", \"step_ms\": " << r.step_ms
+            << ", \"efficiency\": " << single / r.step_ms
             << ", \"exposed_ms\": " << r.step_ms - single << ", \"model_gib\": " << r.model_gib
-            << ", \"device_gib\": " << r.device_gib << "}" << (i + 1 < results.size() ? ",\n" : "\n");
+            << ", \"device_gib\": " << r.device_gib << "}"
+            << (i + 1 < results.size() ? ",\n" : "\n");
       }
     }
     if (out) out << "]}\n";

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "collectives/cpu_work.h"
-#include "collectives/group_work.h"
 #include "collectives/gloo/gloo_ops.h"
 #include "collectives/gloo/gloo_store_adapter.h"
+#include "collectives/group_work.h"
 #include "collectives/validate.h"
 #include "runtime/core/log.h"
 
@@ -45,9 +45,8 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& options)
     context->connectFullMesh(store, device);
     context_ = context;
   } catch (const ::gloo::Exception& e) {
-    throw from_gloo("rank " + std::to_string(rank_) + " connecting the Gloo mesh on " +
-                        options.host,
-                    e);
+    throw from_gloo(
+        "rank " + std::to_string(rank_) + " connecting the Gloo mesh on " + options.host, e);
   }
   log::get("gloo")->debug("mesh of {} ranks connected on {}", size_, options.host);
 }
@@ -57,8 +56,8 @@ GlooCommunicator::~GlooCommunicator() = default;
 template <typename Fn>
 std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t tag, Fn&& fn,
                                                 std::shared_ptr<CpuWork> work) {
-  std::string what = std::string("gloo ") + op + " #" + std::to_string(tag) + " on rank " +
-                     std::to_string(rank_);
+  std::string what =
+      std::string("gloo ") + op + " #" + std::to_string(tag) + " on rank " + std::to_string(rank_);
   if (!work) work = std::make_shared<CpuWork>(what, timeout_ + std::chrono::seconds(5));
   if (aborted_) {
     work->fail(Error(ErrorCategory::kBackend, what + ": communicator was aborted"));
@@ -120,8 +119,8 @@ std::shared_ptr<Work> GlooCommunicator::all_gather(BufferView in, BufferView out
   });
 }
 
-std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView out,
-                                                       ReduceOp op, StreamRef) {
+std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
+                                                       StreamRef) {
   validate::host_buffer("reduce_scatter", in);
   validate::host_buffer("reduce_scatter", out);
   validate::same_dtype("reduce_scatter", in, out);
@@ -147,7 +146,8 @@ std::shared_ptr<Work> GlooCommunicator::all_to_all(BufferView in, BufferView out
   validate::count_equals("all_to_all", "output", out.count, in.count);
   validate::divisible("all_to_all", in.count, size_);
   if (in.data == out.data && in.count > 0) {
-    throw Error(ErrorCategory::kInvalidArgument, "all_to_all: in and out must not be the same buffer");
+    throw Error(ErrorCategory::kInvalidArgument,
+                "all_to_all: in and out must not be the same buffer");
   }
   return enqueue("all_to_all", next_tag(), [in, out](const OpArgs& args) {
     if (in.count > 0) run_all_to_all(args, in, out);
@@ -163,15 +163,17 @@ std::shared_ptr<Work> GlooCommunicator::point_to_point(bool is_send, BufferView 
   const char* op = is_send ? "send" : "recv";
   validate::host_buffer(op, buf);
   validate::rank_in_range(op, "peer", peer, size_);
-  if (peer == rank_) throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": peer is this rank");
-  if (tag < 0) throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": tag must be non-negative");
+  if (peer == rank_)
+    throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": peer is this rank");
+  if (tag < 0)
+    throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": tag must be non-negative");
   P2POp p2p{is_send, buf, peer, static_cast<std::uint32_t>(tag)};
   if (group_) {
     group_->p2p.push_back(PendingP2P{is_send, buf, peer, p2p.tag});
     if (!group_->p2p_work) {
-      group_->p2p_work = std::make_shared<CpuWork>("gloo group send/recv on rank " +
-                                                       std::to_string(rank_),
-                                                   timeout_ + std::chrono::seconds(5));
+      group_->p2p_work =
+          std::make_shared<CpuWork>("gloo group send/recv on rank " + std::to_string(rank_),
+                                    timeout_ + std::chrono::seconds(5));
     }
     return group_->p2p_work;
   }

@@ -21,9 +21,12 @@ template <typename T>
 ::gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
   using Fn = void (*)(void*, const void*, const void*, size_t);
   switch (op) {
-    case ReduceOp::kMin: return static_cast<Fn>(&::gloo::min<T>);
-    case ReduceOp::kMax: return static_cast<Fn>(&::gloo::max<T>);
-    default: return static_cast<Fn>(&::gloo::sum<T>);  // avg is sum, then scaled
+    case ReduceOp::kMin:
+      return static_cast<Fn>(&::gloo::min<T>);
+    case ReduceOp::kMax:
+      return static_cast<Fn>(&::gloo::max<T>);
+    default:
+      return static_cast<Fn>(&::gloo::sum<T>);  // avg is sum, then scaled
   }
 }
 
@@ -42,8 +45,7 @@ void typed_all_reduce(const OpArgs& args, const T* in, T* out, std::size_t count
   }
 }
 
-void bf16_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out,
-                     ReduceOp op) {
+void bf16_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out, ReduceOp op) {
   const auto* src = static_cast<const std::uint16_t*>(in.data);
   std::vector<float> wide(in.count);
   for (std::size_t i = 0; i < in.count; ++i) wide[i] = bf16_to_float(src[i]);
@@ -54,8 +56,7 @@ void bf16_all_reduce(const OpArgs& args, const BufferView& in, const BufferView&
 
 }  // namespace
 
-void run_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out,
-                    ReduceOp op) {
+void run_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out, ReduceOp op) {
   switch (in.dtype) {
     case DType::kFloat32:
       return typed_all_reduce(args, static_cast<const float*>(in.data),

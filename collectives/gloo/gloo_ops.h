@@ -21,8 +21,7 @@ struct OpArgs {
 };
 
 // out = reduce(in); in and out may be the same buffer.
-void run_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out,
-                    ReduceOp op);
+void run_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out, ReduceOp op);
 void run_broadcast(const OpArgs& args, const BufferView& buf, int root);
 // out's own slot already holds this rank's input.
 void run_all_gather(const OpArgs& args, const BufferView& out, std::size_t bytes_per_rank);

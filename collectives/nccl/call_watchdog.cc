@@ -34,8 +34,8 @@ void CallWatchdog::begin(const char* what) {
 void CallWatchdog::end() { seq_.fetch_add(1, std::memory_order_release); }
 
 void CallWatchdog::run() {
-  const auto poll = std::clamp(timeout_ / 10, std::chrono::milliseconds(1),
-                               std::chrono::milliseconds(100));
+  const auto poll =
+      std::clamp(timeout_ / 10, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, poll, [&] { return stopping_; })) {
     std::uint64_t seq = seq_.load(std::memory_order_acquire);

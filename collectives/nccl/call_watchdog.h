@@ -19,7 +19,8 @@ namespace rtd::nccl {
 
 class CallWatchdog {
  public:
-  CallWatchdog(std::chrono::milliseconds timeout, std::function<void(const std::string&)> on_expire);
+  CallWatchdog(std::chrono::milliseconds timeout,
+               std::function<void(const std::string&)> on_expire);
   ~CallWatchdog();  // stops and joins the thread
   CallWatchdog(const CallWatchdog&) = delete;
   CallWatchdog& operator=(const CallWatchdog&) = delete;

@@ -25,10 +25,11 @@ bool run_bounded(Fn fn, std::chrono::milliseconds bound) {
   }).detach();
   return finished.wait_for(bound) == std::future_status::ready;
 }
-}
+}  // namespace
 
 CommState::~CommState() {
-  for (cudaEvent_t e : free_events_) RTD_CUDA_CHECK_WARN(*cuda_, cuda_->event_destroy(e), "event destroy");
+  for (cudaEvent_t e : free_events_)
+    RTD_CUDA_CHECK_WARN(*cuda_, cuda_->event_destroy(e), "event destroy");
 }
 
 cudaEvent_t CommState::take_event() {
@@ -77,8 +78,10 @@ void CommState::settle(ncclComm_t comm, const std::string& what,
     if (state != ncclInProgress) throw nccl_error(*nccl_, comm, state, what);
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      if (comm == comm_) abort(what + " timed out");
-      else nccl_->comm_abort(comm);
+      if (comm == comm_)
+        abort(what + " timed out");
+      else
+        nccl_->comm_abort(comm);
       throw Error(ErrorCategory::kTimeout,
                   what + " did not finish within the timeout on rank " + std::to_string(rank_) +
                       "; a peer may be missing or stuck (communicator aborted)");
@@ -98,8 +101,8 @@ void CommState::abort(const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_) {
-      failure_ = Error(ErrorCategory::kBackend, "NCCL communicator of rank " +
-                                                    std::to_string(rank_) + " aborted: " + why);
+      failure_ = Error(ErrorCategory::kBackend,
+                       "NCCL communicator of rank " + std::to_string(rank_) + " aborted: " + why);
     }
     comm = gone_ ? nullptr : comm_;
     gone_ = true;

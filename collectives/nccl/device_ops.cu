@@ -12,18 +12,21 @@ namespace {
 
 void check(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) {
-    throw Error(ErrorCategory::kBackend, std::string(what) + ": CUDA error " + cudaGetErrorString(rc), rc);
+    throw Error(ErrorCategory::kBackend,
+                std::string(what) + ": CUDA error " + cudaGetErrorString(rc), rc);
   }
 }
 
 __global__ void f32_to_bf16(const float* in, __nv_bfloat16* out, size_t n) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     out[i] = __float2bfloat16_rn(in[i]);
   }
 }
 
 __global__ void bf16_to_f32(const __nv_bfloat16* in, float* out, size_t n) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     out[i] = __bfloat162float(in[i]);
   }
 }
@@ -60,11 +63,11 @@ void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream) 
     return;
   }
   if (src.dtype == DType::kFloat32 && dst.dtype == DType::kBFloat16) {
-    f32_to_bf16<<<blocks_for(src.count), 256, 0, s>>>(static_cast<const float*>(src.data),
-                                                     static_cast<__nv_bfloat16*>(dst.data), src.count);
+    f32_to_bf16<<<blocks_for(src.count), 256, 0, s>>>(
+        static_cast<const float*>(src.data), static_cast<__nv_bfloat16*>(dst.data), src.count);
   } else if (src.dtype == DType::kBFloat16 && dst.dtype == DType::kFloat32) {
     bf16_to_f32<<<blocks_for(src.count), 256, 0, s>>>(static_cast<const __nv_bfloat16*>(src.data),
-                                                     static_cast<float*>(dst.data), src.count);
+                                                      static_cast<float*>(dst.data), src.count);
   } else {
     throw Error(ErrorCategory::kInvalidArgument, "cast: only float32 <-> bfloat16");
   }

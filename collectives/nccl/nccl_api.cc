@@ -24,7 +24,9 @@ class RealNcclApi : public NcclApi {
   ncclResult_t comm_user_rank(ncclComm_t comm, int* rank) override {
     return ncclCommUserRank(comm, rank);
   }
-  ncclResult_t comm_count(ncclComm_t comm, int* count) override { return ncclCommCount(comm, count); }
+  ncclResult_t comm_count(ncclComm_t comm, int* count) override {
+    return ncclCommCount(comm, count);
+  }
   ncclResult_t group_start() override { return ncclGroupStart(); }
   ncclResult_t group_end() override { return ncclGroupEnd(); }
   ncclResult_t all_reduce(const void* in, void* out, size_t count, ncclDataType_t type,
@@ -43,8 +45,8 @@ class RealNcclApi : public NcclApi {
                           ncclComm_t comm, cudaStream_t stream) override {
     return ncclAllGather(in, out, send_count, type, comm, stream);
   }
-  ncclResult_t send(const void* buf, size_t count, ncclDataType_t type, int peer,
-                    ncclComm_t comm, cudaStream_t stream) override {
+  ncclResult_t send(const void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                    cudaStream_t stream) override {
     return ncclSend(buf, count, type, peer, comm, stream);
   }
   ncclResult_t recv(void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,

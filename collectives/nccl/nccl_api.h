@@ -31,12 +31,12 @@ class NcclApi {
   virtual ncclResult_t reduce_scatter(const void* in, void* out, size_t recv_count,
                                       ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
                                       cudaStream_t stream) = 0;
-  virtual ncclResult_t all_gather(const void* in, void* out, size_t send_count,
-                                  ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) = 0;
+  virtual ncclResult_t all_gather(const void* in, void* out, size_t send_count, ncclDataType_t type,
+                                  ncclComm_t comm, cudaStream_t stream) = 0;
   virtual ncclResult_t send(const void* buf, size_t count, ncclDataType_t type, int peer,
                             ncclComm_t comm, cudaStream_t stream) = 0;
-  virtual ncclResult_t recv(void* buf, size_t count, ncclDataType_t type, int peer,
-                            ncclComm_t comm, cudaStream_t stream) = 0;
+  virtual ncclResult_t recv(void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                            cudaStream_t stream) = 0;
   virtual const char* error_string(ncclResult_t result) = 0;
   virtual const char* last_error(ncclComm_t comm) = 0;
 };

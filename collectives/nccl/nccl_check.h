@@ -10,23 +10,22 @@
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
 
-#define RTD_CUDA_CHECK(api, expr, what)                                                  \
-  do {                                                                                   \
-    cudaError_t rtd_cuda_rc_ = (expr);                                                   \
-    if (rtd_cuda_rc_ != cudaSuccess) {                                                   \
-      throw ::rtd::Error(::rtd::ErrorCategory::kBackend,                                 \
+#define RTD_CUDA_CHECK(api, expr, what)                                                          \
+  do {                                                                                           \
+    cudaError_t rtd_cuda_rc_ = (expr);                                                           \
+    if (rtd_cuda_rc_ != cudaSuccess) {                                                           \
+      throw ::rtd::Error(::rtd::ErrorCategory::kBackend,                                         \
                          std::string(what) + ": CUDA error " + (api).error_string(rtd_cuda_rc_), \
-                         static_cast<int>(rtd_cuda_rc_));                                \
-    }                                                                                    \
+                         static_cast<int>(rtd_cuda_rc_));                                        \
+    }                                                                                            \
   } while (0)
 
-#define RTD_CUDA_CHECK_WARN(api, expr, what)                                             \
-  do {                                                                                   \
-    cudaError_t rtd_cuda_rc_ = (expr);                                                   \
-    if (rtd_cuda_rc_ != cudaSuccess) {                                                   \
-      ::rtd::log::get("nccl")->warn("{}: CUDA error {}", what,                           \
-                                    (api).error_string(rtd_cuda_rc_));                   \
-    }                                                                                    \
+#define RTD_CUDA_CHECK_WARN(api, expr, what)                                                      \
+  do {                                                                                            \
+    cudaError_t rtd_cuda_rc_ = (expr);                                                            \
+    if (rtd_cuda_rc_ != cudaSuccess) {                                                            \
+      ::rtd::log::get("nccl")->warn("{}: CUDA error {}", what, (api).error_string(rtd_cuda_rc_)); \
+    }                                                                                             \
   } while (0)
 
 namespace rtd::nccl {

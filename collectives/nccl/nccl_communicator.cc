@@ -18,11 +18,13 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds t
 void device_buffer(const char* op, const BufferView& buf) {
   if (buf.device != DeviceType::kCuda) {
     throw Error(ErrorCategory::kInvalidArgument,
-                std::string(op) + ": the NCCL backend takes CUDA device buffers "
-                                  "(BufferView.device = kCuda); use the Gloo backend for host memory");
+                std::string(op) +
+                    ": the NCCL backend takes CUDA device buffers "
+                    "(BufferView.device = kCuda); use the Gloo backend for host memory");
   }
   if (buf.data == nullptr && buf.count > 0) {
-    throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": buffer is null but count is nonzero");
+    throw Error(ErrorCategory::kInvalidArgument,
+                std::string(op) + ": buffer is null but count is nonzero");
   }
 }
 
@@ -72,7 +74,8 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   ncclUniqueId id = exchange_unique_id(*options_.store, *options_.nccl, rank_, options_.timeout);
   ncclConfig_t init_config = make_config(false);
   ncclComm_t init_comm = nullptr;
-  ncclResult_t rc = options_.nccl->comm_init_rank_config(&init_comm, size_, id, rank_, &init_config);
+  ncclResult_t rc =
+      options_.nccl->comm_init_rank_config(&init_comm, size_, id, rank_, &init_config);
   state_->set_comm(init_comm);
   if (rc != ncclSuccess && rc != ncclInProgress) {
     throw nccl_error(*options_.nccl, init_comm, rc, who + " creating the NCCL communicator");
@@ -101,8 +104,8 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   log::get("nccl")->info("NCCL communicator of {} ranks ready on GPU {}", size_, options_.device);
 }
 
-NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclComm_t comm,
-                                   int rank, int size)
+NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclComm_t comm, int rank,
+                                   int size)
     : options_(options), rank_(rank), size_(size) {
   state_ = std::make_shared<CommState>(options_.nccl, options_.cuda, rank_, options_.timeout);
   state_->set_comm(comm);
@@ -147,8 +150,10 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, StreamRef caller,
   }
   CudaApi& cuda = state_->cuda();
   auto caller_stream = static_cast<cudaStream_t>(caller.cuda_stream);
-  RTD_CUDA_CHECK(cuda, cuda.event_record(start_, caller_stream), what + ": recording on the caller's stream");
-  RTD_CUDA_CHECK(cuda, cuda.stream_wait_event(stream_, start_), what + ": ordering after the caller");
+  RTD_CUDA_CHECK(cuda, cuda.event_record(start_, caller_stream),
+                 what + ": recording on the caller's stream");
+  RTD_CUDA_CHECK(cuda, cuda.stream_wait_event(stream_, start_),
+                 what + ": ordering after the caller");
   ncclResult_t rc;
   {
     CallWatchdog::Scope scope(*watchdog_, op);
@@ -198,13 +203,13 @@ std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out
   validate::same_dtype("all_gather", in, out);
   validate::count_equals("all_gather", "output", out.count, in.count * size_);
   return launch("all_gather", stream, [&](cudaStream_t s) {
-    return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype),
-                                     state_->comm(), s);
+    return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype), state_->comm(),
+                                     s);
   });
 }
 
-std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out,
-                                                       ReduceOp op, StreamRef stream) {
+std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
+                                                       StreamRef stream) {
   device_buffer("reduce_scatter", in);
   device_buffer("reduce_scatter", out);
   validate::same_dtype("reduce_scatter", in, out);
@@ -224,7 +229,8 @@ std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out
   validate::count_equals("all_to_all", "output", out.count, in.count);
   validate::divisible("all_to_all", in.count, size_);
   if (in.data == out.data && in.count > 0) {
-    throw Error(ErrorCategory::kInvalidArgument, "all_to_all: in and out must not be the same buffer");
+    throw Error(ErrorCategory::kInvalidArgument,
+                "all_to_all: in and out must not be the same buffer");
   }
   // One grouped send and receive per peer (the NCCL idiom for all-to-all).
   const std::size_t block = in.count / size_;
@@ -236,8 +242,8 @@ std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out
       rc = api.send(static_cast<const char*>(in.data) + peer * block_bytes, block,
                     to_nccl(in.dtype), peer, state_->comm(), s);
       if (rc == ncclSuccess) {
-        rc = api.recv(static_cast<char*>(out.data) + peer * block_bytes, block,
-                      to_nccl(in.dtype), peer, state_->comm(), s);
+        rc = api.recv(static_cast<char*>(out.data) + peer * block_bytes, block, to_nccl(in.dtype),
+                      peer, state_->comm(), s);
       }
     }
     ncclResult_t end = api.group_end();
@@ -247,7 +253,8 @@ std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out
 
 std::shared_ptr<Work> NcclCommunicator::barrier(StreamRef stream) {
   return launch("barrier", stream, [&](cudaStream_t s) {
-    return state_->nccl().all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, state_->comm(), s);
+    return state_->nccl().all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, state_->comm(),
+                                     s);
   });
 }
 
@@ -312,7 +319,8 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   ncclResult_t rc;
   {
     CallWatchdog::Scope scope(*watchdog_, "ncclCommSplit");
-    rc = api.comm_split(state_->comm(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+    rc = api.comm_split(state_->comm(), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child,
+                        &config);
   }
   if (watchdog_->fired()) throw_call_failed(rc, what);
   if (rc != ncclSuccess && rc != ncclInProgress) throw nccl_error(api, state_->comm(), rc, what);

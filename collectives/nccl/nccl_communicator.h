@@ -76,7 +76,7 @@ class NcclCommunicator : public Communicator {
   cudaEvent_t start_ = nullptr;  // recorded on the caller's stream before each call
   void* scratch_ = nullptr;      // 4 bytes for barrier()
   std::uint64_t seq_ = 0;
-  std::uint64_t in_progress_ = 0;        // calls answered ncclInProgress (then settled)
+  std::uint64_t in_progress_ = 0;         // calls answered ncclInProgress (then settled)
   std::chrono::nanoseconds settling_{0};  // host time spent settling them
   // Inside group(): the group's end event and Work, returned by every operation.
   cudaEvent_t group_end_ = nullptr;

@@ -60,9 +60,10 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
 }
 
 void NcclWork::wait(StreamRef stream) {
-  RTD_CUDA_CHECK(state_->cuda(),
-                 state_->cuda().stream_wait_event(static_cast<cudaStream_t>(stream.cuda_stream), end_),
-                 what_ + ": ordering a stream after it");
+  RTD_CUDA_CHECK(
+      state_->cuda(),
+      state_->cuda().stream_wait_event(static_cast<cudaStream_t>(stream.cuda_stream), end_),
+      what_ + ": ordering a stream after it");
 }
 
 std::optional<Error> NcclWork::error() const {

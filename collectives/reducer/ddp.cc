@@ -25,8 +25,10 @@ std::string shape_fingerprint(const std::vector<BufferView>& params) {
 
 // Host buffers: the host waits; GPU buffers: the stream waits.
 void complete(Work& work, DeviceType device, StreamRef stream) {
-  if (device == DeviceType::kCuda) work.wait(stream);
-  else work.wait();
+  if (device == DeviceType::kCuda)
+    work.wait(stream);
+  else
+    work.wait();
 }
 
 }  // namespace
@@ -43,7 +45,7 @@ struct DDP::Impl {
   std::vector<bool> ready;          // per parameter, this step
   std::vector<int> pending;         // per bucket, parameters not ready yet
   std::vector<std::shared_ptr<Work>> works;
-  std::vector<bool> completed;      // per bucket: the caller's stream already waits for it
+  std::vector<bool> completed;  // per bucket: the caller's stream already waits for it
   int next_launch = 0;
   bool no_sync = false;
 
@@ -51,16 +53,19 @@ struct DDP::Impl {
       : comm(c), options(o), params(std::move(p)) {}
 
   BufferView bucket_view(int b) const {
-    return BufferView{grads[b].data(), plan.bucket_counts[b], DType::kFloat32, device, device_index};
+    return BufferView{grads[b].data(), plan.bucket_counts[b], DType::kFloat32, device,
+                      device_index};
   }
   BufferView wire_view(int b) const {
-    return BufferView{wire[b].data(), plan.bucket_counts[b], options.reduce_dtype, device, device_index};
+    return BufferView{wire[b].data(), plan.bucket_counts[b], options.reduce_dtype, device,
+                      device_index};
   }
   bool cast_on_wire() const { return options.reduce_dtype != DType::kFloat32; }
 
   void reset_step() {
     std::fill(ready.begin(), ready.end(), false);
-    for (std::size_t b = 0; b < pending.size(); ++b) pending[b] = static_cast<int>(plan.members[b].size());
+    for (std::size_t b = 0; b < pending.size(); ++b)
+      pending[b] = static_cast<int>(plan.members[b].size());
     works.assign(pending.size(), nullptr);
     completed.assign(pending.size(), false);
     next_launch = 0;
@@ -124,7 +129,8 @@ DDP::DDP(Communicator& comm, Store& store, std::vector<BufferView> params, DDPOp
   }
   s.check_same_model(store);
 
-  s.plan = plan_buckets(counts, sizeof(float), static_cast<std::size_t>(options.first_bucket_mb * (1 << 20)),
+  s.plan = plan_buckets(counts, sizeof(float),
+                        static_cast<std::size_t>(options.first_bucket_mb * (1 << 20)),
                         static_cast<std::size_t>(options.bucket_mb * (1 << 20)));
   for (std::size_t b = 0; b < s.plan.bucket_counts.size(); ++b) {
     s.grads.emplace_back(s.device, s.device_index, s.plan.bucket_counts[b] * sizeof(float));
@@ -154,7 +160,8 @@ BufferView DDP::grad(int i) const {
   }
   const BucketSlot& slot = s.plan.slots[i];
   auto* base = static_cast<float*>(s.grads[slot.bucket].data());
-  return BufferView{base + slot.offset, s.params[i].count, DType::kFloat32, s.device, s.device_index};
+  return BufferView{base + slot.offset, s.params[i].count, DType::kFloat32, s.device,
+                    s.device_index};
 }
 
 void DDP::zero_grad(StreamRef stream) {
@@ -164,11 +171,12 @@ void DDP::zero_grad(StreamRef stream) {
 void DDP::grad_ready(int i, StreamRef stream) {
   Impl& s = *impl_;
   if (i < 0 || i >= static_cast<int>(s.params.size())) {
-    throw Error(ErrorCategory::kInvalidArgument, "DDP::grad_ready: no parameter " + std::to_string(i));
+    throw Error(ErrorCategory::kInvalidArgument,
+                "DDP::grad_ready: no parameter " + std::to_string(i));
   }
   if (s.ready[i]) {
-    throw Error(ErrorCategory::kInvalidArgument,
-                "DDP::grad_ready: parameter " + std::to_string(i) + " marked ready twice in one step");
+    throw Error(ErrorCategory::kInvalidArgument, "DDP::grad_ready: parameter " + std::to_string(i) +
+                                                     " marked ready twice in one step");
   }
   s.ready[i] = true;
   --s.pending[s.plan.slots[i].bucket];
@@ -187,7 +195,8 @@ void DDP::finish(StreamRef stream) {
   }
   if (!missing.empty() && !s.options.find_unused_parameters) {
     std::string names;
-    for (std::size_t k = 0; k < missing.size() && k < 10; ++k) names += (k ? ", " : "") + std::to_string(missing[k]);
+    for (std::size_t k = 0; k < missing.size() && k < 10; ++k)
+      names += (k ? ", " : "") + std::to_string(missing[k]);
     if (missing.size() > 10) names += ", ...";
     s.reset_step();
     throw Error(ErrorCategory::kInvalidArgument,
@@ -206,7 +215,8 @@ void DDP::finish(StreamRef stream) {
 void DDP::wait_grad(int i, StreamRef stream) {
   Impl& s = *impl_;
   if (i < 0 || i >= static_cast<int>(s.params.size())) {
-    throw Error(ErrorCategory::kInvalidArgument, "DDP::wait_grad: no parameter " + std::to_string(i));
+    throw Error(ErrorCategory::kInvalidArgument,
+                "DDP::wait_grad: no parameter " + std::to_string(i));
   }
   int b = s.plan.slots[i].bucket;
   if (s.no_sync) return;

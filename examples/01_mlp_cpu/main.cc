@@ -37,14 +37,21 @@ Flags parse_flags(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--steps") f.steps = std::atoi(value());
-    else if (a == "--batch") f.batch = std::atoi(value());
-    else if (a == "--hidden") f.hidden = std::atoi(value());
-    else if (a == "--lr") f.lr = static_cast<float>(std::atof(value()));
-    else if (a == "--log-every") f.log_every = std::atoi(value());
+    if (a == "--steps")
+      f.steps = std::atoi(value());
+    else if (a == "--batch")
+      f.batch = std::atoi(value());
+    else if (a == "--hidden")
+      f.hidden = std::atoi(value());
+    else if (a == "--lr")
+      f.lr = static_cast<float>(std::atof(value()));
+    else if (a == "--log-every")
+      f.log_every = std::atoi(value());
     else {
-      std::fprintf(stderr, "usage: mlp_cpu [--steps N] [--batch B] [--hidden H] [--lr LR] "
-                           "[--log-every K]\nunknown argument %s\n", a.c_str());
+      std::fprintf(stderr,
+                   "usage: mlp_cpu [--steps N] [--batch B] [--hidden H] [--lr LR] "
+                   "[--log-every K]\nunknown argument %s\n",
+                   a.c_str());
       std::exit(2);
     }
   }
@@ -109,7 +116,8 @@ int main(int argc, char** argv) {
   }
   const int rank = ctx->rank(), world = ctx->world_size();
   if (ctx->comm().backend() != "gloo") {
-    std::fprintf(stderr, "mlp_cpu trains on the CPU: run it with RTD_BACKEND=gloo (or without a GPU)\n");
+    std::fprintf(stderr,
+                 "mlp_cpu trains on the CPU: run it with RTD_BACKEND=gloo (or without a GPU)\n");
     return 2;
   }
   const int rows = f.batch;

@@ -10,14 +10,16 @@ namespace mlp {
 namespace {
 
 void check(cublasStatus_t rc, const char* what) {
-  if (rc != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": cuBLASLt status " + std::to_string(rc));
+  if (rc != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": cuBLASLt status " + std::to_string(rc));
 }
 
 }  // namespace
 
 Gemm::Gemm(std::size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
   check(cublasLtCreate(&handle_), "cublasLtCreate");
-  if (cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess) throw std::runtime_error("workspace");
+  if (cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess)
+    throw std::runtime_error("workspace");
 }
 
 Gemm::~Gemm() {
@@ -25,34 +27,38 @@ Gemm::~Gemm() {
   cublasLtDestroy(handle_);
 }
 
-void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const void* a, int lda, const void* b,
-               int ldb, void* c, int ldc, cudaDataType_t c_type, cudaStream_t s) {
+void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const void* a, int lda,
+               const void* b, int ldb, void* c, int ldc, cudaDataType_t c_type, cudaStream_t s) {
   cublasLtMatmulDesc_t desc;
   check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-  cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
   cublasLtMatrixLayout_t la, lb, lc;
-  check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_a ? k : m, trans_a ? m : k, lda), "layout a");
-  check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_b ? n : k, trans_b ? k : n, ldb), "layout b");
+  check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_a ? k : m, trans_a ? m : k, lda),
+        "layout a");
+  check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_b ? n : k, trans_b ? k : n, ldb),
+        "layout b");
   check(cublasLtMatrixLayoutCreate(&lc, c_type, m, n, ldc), "layout c");
   auto key = std::make_tuple(trans_a, trans_b, m, n, k, static_cast<int>(c_type));
   auto it = algos_.find(key);
   if (it == algos_.end()) {
     cublasLtMatmulPreference_t pref;
     check(cublasLtMatmulPreferenceCreate(&pref), "pref");
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
-                                         sizeof(workspace_bytes_));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                         &workspace_bytes_, sizeof(workspace_bytes_));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    check(cublasLtMatmulAlgoGetHeuristic(handle_, desc, la, lb, lc, lc, pref, 1, &result, &found), "heuristic");
+    check(cublasLtMatmulAlgoGetHeuristic(handle_, desc, la, lb, lc, lc, pref, 1, &result, &found),
+          "heuristic");
     cublasLtMatmulPreferenceDestroy(pref);
     if (found == 0) throw std::runtime_error("cuBLASLt found no algorithm");
     it = algos_.emplace(key, result.algo).first;
   }
   const float alpha = 1.0f, beta = 0.0f;
-  check(cublasLtMatmul(handle_, desc, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &it->second, workspace_,
-                       workspace_bytes_, s),
+  check(cublasLtMatmul(handle_, desc, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &it->second,
+                       workspace_, workspace_bytes_, s),
         "cublasLtMatmul");
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);

@@ -26,8 +26,9 @@ __device__ float gelu_grad(float x) {
   return cdf + x * pdf;
 }
 
-#define GRID_STRIDE(i, n) \
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += std::size_t(gridDim.x) * blockDim.x)
+#define GRID_STRIDE(i, n)                                              \
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += std::size_t(gridDim.x) * blockDim.x)
 
 __global__ void k_init(float* out, std::size_t n, float scale, unsigned seed) {
   GRID_STRIDE(i, n) out[i] = scale * hash_uniform(seed, i);
@@ -73,15 +74,16 @@ __global__ void k_loss(const __nv_bfloat162* y, __nv_bfloat162* dy, float* loss,
     if (threadIdx.x == 0) atomicAdd(loss, sum);
   }
 }
-__device__ float adamw_one(float p, float g, float& m, float& v, const AdamW& o, float bc1, float bc2) {
+__device__ float adamw_one(float p, float g, float& m, float& v, const AdamW& o, float bc1,
+                           float bc2) {
   m = o.beta1 * m + (1.0f - o.beta1) * g;
   v = o.beta2 * v + (1.0f - o.beta2) * g * g;
   p *= 1.0f - o.lr * o.weight_decay;
   return p - o.lr * (m / bc1) / (sqrtf(v / bc2) + o.eps);
 }
 // Four elements per thread with 16-byte loads (n % 4 == 0, buffers 16-byte aligned).
-__global__ void k_adamw(float4* p, const float4* g, float4* m, float4* v, __nv_bfloat162* w, std::size_t n4,
-                        AdamW o, float bc1, float bc2) {
+__global__ void k_adamw(float4* p, const float4* g, float4* m, float4* v, __nv_bfloat162* w,
+                        std::size_t n4, AdamW o, float bc1, float bc2) {
   GRID_STRIDE(i, n4) {
     float4 pi = p[i], gi = g[i], mi = m[i], vi = v[i];
     pi.x = adamw_one(pi.x, gi.x, mi.x, vi.x, o, bc1, bc2);
@@ -101,7 +103,8 @@ __global__ void k_adamw(float4* p, const float4* g, float4* m, float4* v, __nv_b
 void init_uniform(float* out, std::size_t n, float scale, unsigned seed, cudaStream_t s) {
   k_init<<<blocks(n), kThreads, 0, s>>>(out, n, scale, seed);
 }
-void init_uniform_bf16(__nv_bfloat16* out, std::size_t n, float scale, unsigned seed, cudaStream_t s) {
+void init_uniform_bf16(__nv_bfloat16* out, std::size_t n, float scale, unsigned seed,
+                       cudaStream_t s) {
   k_init_bf16<<<blocks(n), kThreads, 0, s>>>(out, n, scale, seed);
 }
 void to_bf16(const float* in, __nv_bfloat16* out, std::size_t n, cudaStream_t s) {
@@ -111,8 +114,8 @@ void gelu_forward(const __nv_bfloat16* in, __nv_bfloat16* out, std::size_t n, cu
   k_gelu<<<blocks(n / 2), kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat162*>(in),
                                             reinterpret_cast<__nv_bfloat162*>(out), n / 2);
 }
-void gelu_backward(const __nv_bfloat16* pre, const __nv_bfloat16* go, __nv_bfloat16* gi, std::size_t n,
-                   cudaStream_t s) {
+void gelu_backward(const __nv_bfloat16* pre, const __nv_bfloat16* go, __nv_bfloat16* gi,
+                   std::size_t n, cudaStream_t s) {
   k_gelu_back<<<blocks(n / 2), kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat162*>(pre),
                                                  reinterpret_cast<const __nv_bfloat162*>(go),
                                                  reinterpret_cast<__nv_bfloat162*>(gi), n / 2);
@@ -128,9 +131,10 @@ void adamw_step(float* p, const float* g, float* m, float* v, __nv_bfloat16* w, 
                 const AdamW& opt, int step, cudaStream_t s) {
   float bc1 = 1.0f - powf(opt.beta1, static_cast<float>(step));
   float bc2 = 1.0f - powf(opt.beta2, static_cast<float>(step));
-  k_adamw<<<blocks(n / 4), kThreads, 0, s>>>(reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g),
-                                             reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v),
-                                             reinterpret_cast<__nv_bfloat162*>(w), n / 4, opt, bc1, bc2);
+  k_adamw<<<blocks(n / 4), kThreads, 0, s>>>(
+      reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g),
+      reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v),
+      reinterpret_cast<__nv_bfloat162*>(w), n / 4, opt, bc1, bc2);
 }
 
 }  // namespace mlp

@@ -13,7 +13,8 @@
 namespace mlp {
 
 void init_uniform(float* out, std::size_t n, float scale, unsigned seed, cudaStream_t s);
-void init_uniform_bf16(__nv_bfloat16* out, std::size_t n, float scale, unsigned seed, cudaStream_t s);
+void init_uniform_bf16(__nv_bfloat16* out, std::size_t n, float scale, unsigned seed,
+                       cudaStream_t s);
 void to_bf16(const float* in, __nv_bfloat16* out, std::size_t n, cudaStream_t s);
 // out = gelu(in)
 void gelu_forward(const __nv_bfloat16* in, __nv_bfloat16* out, std::size_t n, cudaStream_t s);

@@ -16,16 +16,24 @@ int main(int argc, char** argv) {
   rtd::DDPOptions ddp_options;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--hidden") config.hidden = std::stoi(value);
-    else if (flag == "--layers") config.layers = std::stoi(value);
-    else if (flag == "--batch") config.batch = std::stoi(value);
-    else if (flag == "--steps") steps = std::stoi(value);
-    else if (flag == "--log-every") log_every = std::stoi(value);
-    else if (flag == "--bucket-mb") ddp_options.bucket_mb = std::stod(value);
-    else if (flag == "--reduce") ddp_options.reduce_dtype = value == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32;
+    if (flag == "--hidden")
+      config.hidden = std::stoi(value);
+    else if (flag == "--layers")
+      config.layers = std::stoi(value);
+    else if (flag == "--batch")
+      config.batch = std::stoi(value);
+    else if (flag == "--steps")
+      steps = std::stoi(value);
+    else if (flag == "--log-every")
+      log_every = std::stoi(value);
+    else if (flag == "--bucket-mb")
+      ddp_options.bucket_mb = std::stod(value);
+    else if (flag == "--reduce")
+      ddp_options.reduce_dtype = value == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32;
     else {
-      std::fprintf(stderr, "usage: mlp_gpu [--hidden H] [--layers L] [--batch B] [--steps N] "
-                           "[--log-every K] [--bucket-mb MB] [--reduce fp32|bf16]\n");
+      std::fprintf(stderr,
+                   "usage: mlp_gpu [--hidden H] [--layers L] [--batch B] [--steps N] "
+                   "[--log-every K] [--bucket-mb MB] [--reduce fp32|bf16]\n");
       return 2;
     }
   }
@@ -36,8 +44,8 @@ int main(int argc, char** argv) {
     mlp::Model model(config, stream);
     std::vector<rtd::BufferView> params;
     for (int l = 0; l < config.layers; ++l) {
-      params.push_back({model.master(l), model.layer_elems(), rtd::DType::kFloat32, rtd::DeviceType::kCuda,
-                        ctx->local_rank()});
+      params.push_back({model.master(l), model.layer_elems(), rtd::DType::kFloat32,
+                        rtd::DeviceType::kCuda, ctx->local_rank()});
     }
     cudaStreamSynchronize(stream);  // weights initialized before DDP broadcasts them
     rtd::DDP ddp(*ctx, params, ddp_options);
@@ -48,7 +56,8 @@ int main(int argc, char** argv) {
     auto start = std::chrono::steady_clock::now();
     for (int step = 1; step <= steps; ++step) {
       model.forward(stream);
-      model.backward(grad, [&](int l) { ddp.grad_ready(l, s); }, stream);
+      model.backward(
+          grad, [&](int l) { ddp.grad_ready(l, s); }, stream);
       // Each layer's update starts as soon as its bucket is reduced: the last
       // layers' gradients arrive first, and their updates hide layer 0's reduction.
       for (int l = config.layers - 1; l >= 0; --l) {
@@ -58,7 +67,8 @@ int main(int argc, char** argv) {
       ddp.finish(s);
       if (step % log_every == 0 || step == steps) {
         float loss = model.take_loss(step % log_every == 0 ? log_every : step % log_every, stream);
-        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (ctx->rank() == 0) {
           std::printf("step %d loss %.6e tokens/s %.0f\n", step, loss,
                       static_cast<double>(step) * config.batch * ctx->world_size() / secs);

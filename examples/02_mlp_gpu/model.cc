@@ -47,12 +47,15 @@ Model::~Model() {
   for (void* p : allocations_) cudaFree(p);
 }
 
-void Model::refresh_weights(cudaStream_t s) { to_bf16(master_, weights_, layer_elems() * c_.layers, s); }
+void Model::refresh_weights(cudaStream_t s) {
+  to_bf16(master_, weights_, layer_elems() * c_.layers, s);
+}
 
 void Model::forward(cudaStream_t s) {
   const std::size_t act = std::size_t(c_.batch) * c_.hidden;
   for (int l = 0; l < c_.layers; ++l) {
-    gemm_.forward(acts_[l], weights_ + l * layer_elems(), pre_[l], c_.batch, c_.hidden, c_.hidden, s);
+    gemm_.forward(acts_[l], weights_ + l * layer_elems(), pre_[l], c_.batch, c_.hidden, c_.hidden,
+                  s);
     gelu_forward(pre_[l], acts_[l + 1], act, s);
   }
   loss_and_grad(acts_[c_.layers], grad_a_, loss_, act, s);
@@ -67,7 +70,9 @@ void Model::backward(const std::function<float*(int)>& grad, const std::function
     gelu_backward(pre_[l], upstream, scratch, act, s);  // d loss / d pre_[l]
     gemm_.grad_weight(scratch, acts_[l], grad(l), c_.batch, c_.hidden, c_.hidden, s);
     ready(l);
-    if (l > 0) gemm_.grad_input(scratch, weights_ + l * layer_elems(), upstream, c_.batch, c_.hidden, c_.hidden, s);
+    if (l > 0)
+      gemm_.grad_input(scratch, weights_ + l * layer_elems(), upstream, c_.batch, c_.hidden,
+                       c_.hidden, s);
   }
 }
 
@@ -77,7 +82,8 @@ void Model::optimizer_step(const std::function<const float*(int)>& grad, int ste
 
 void Model::optimizer_step_layer(int l, const float* grad, int step, cudaStream_t s) {
   std::size_t off = l * layer_elems();
-  adamw_step(master_ + off, grad, m_ + off, v_ + off, weights_ + off, layer_elems(), adamw_, step, s);
+  adamw_step(master_ + off, grad, m_ + off, v_ + off, weights_ + off, layer_elems(), adamw_, step,
+             s);
 }
 
 float Model::take_loss(int steps, cudaStream_t s) {

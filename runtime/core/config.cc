@@ -35,7 +35,8 @@ constexpr ConfigVar kVars[] = {
     {"RTD_LOG", "info", "log levels: 'debug' or per component 'store:debug,gloo:info'"},
     {"RTD_TIMEOUT_S", "300", "seconds a collective or store wait may take before it fails"},
     {"PATH", "/usr/local/bin:/usr/bin:/bin", "where dtrun looks for a program named without '/'"},
-    {"RTD_BACKEND", "auto", "default communicator: auto (NCCL when a GPU is visible), gloo or nccl"},
+    {"RTD_BACKEND", "auto",
+     "default communicator: auto (NCCL when a GPU is visible), gloo or nccl"},
     {"RTD_NCCL_CGA_CLUSTER_SIZE", "", "ncclConfig_t.cgaClusterSize of NCCL communicators"},
     {"RTD_NCCL_MIN_CTAS", "", "ncclConfig_t.minCTAs: fewest thread blocks NCCL uses"},
     {"RTD_NCCL_MAX_CTAS", "", "ncclConfig_t.maxCTAs: most thread blocks NCCL uses"},
@@ -54,13 +55,12 @@ std::optional<int> parse_int(const EnvMap& env, const char* name, int min_value)
   int value = 0;
   auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
   if (ec != std::errc() || end != text->data() + text->size()) {
-    throw Error(ErrorCategory::kConfig, std::string("environment variable ") + name + "='" +
-                                            *text + "' is not an integer");
+    throw Error(ErrorCategory::kConfig,
+                std::string("environment variable ") + name + "='" + *text + "' is not an integer");
   }
   if (value < min_value) {
-    throw Error(ErrorCategory::kConfig, std::string("environment variable ") + name + "=" +
-                                            *text + " must be at least " +
-                                            std::to_string(min_value));
+    throw Error(ErrorCategory::kConfig, std::string("environment variable ") + name + "=" + *text +
+                                            " must be at least " + std::to_string(min_value));
   }
   return value;
 }

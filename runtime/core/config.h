@@ -37,14 +37,14 @@ struct Config {
   int round = 0;           // DTRUN_ROUND
   std::string node_addr;   // DTRUN_ADDR: where this node's workers listen
   // Library settings.
-  std::string log_spec = "info";                     // RTD_LOG
-  std::chrono::milliseconds timeout{300'000};        // RTD_TIMEOUT_S
-  std::string backend = "auto";                      // RTD_BACKEND
+  std::string log_spec = "info";               // RTD_LOG
+  std::chrono::milliseconds timeout{300'000};  // RTD_TIMEOUT_S
+  std::string backend = "auto";                // RTD_BACKEND
   // NCCL communicator settings (-1 / empty: NCCL's default).
-  int nccl_cga_cluster_size = -1;                    // RTD_NCCL_CGA_CLUSTER_SIZE
-  int nccl_min_ctas = -1;                            // RTD_NCCL_MIN_CTAS
-  int nccl_max_ctas = -1;                            // RTD_NCCL_MAX_CTAS
-  std::string nccl_net_name;                         // RTD_NCCL_NET_NAME
+  int nccl_cga_cluster_size = -1;  // RTD_NCCL_CGA_CLUSTER_SIZE
+  int nccl_min_ctas = -1;          // RTD_NCCL_MIN_CTAS
+  int nccl_max_ctas = -1;          // RTD_NCCL_MAX_CTAS
+  std::string nccl_net_name;       // RTD_NCCL_NET_NAME
 
   // Throws rtd::Error(kConfig) naming the variable when a value is malformed.
   static Config from_env(const EnvMap& env);

@@ -5,12 +5,18 @@ namespace rtd {
 
 const char* to_string(ErrorCategory category) {
   switch (category) {
-    case ErrorCategory::kInvalidArgument: return "invalid argument";
-    case ErrorCategory::kConfig: return "configuration";
-    case ErrorCategory::kUnavailable: return "unavailable";
-    case ErrorCategory::kTimeout: return "timeout";
-    case ErrorCategory::kBackend: return "backend";
-    case ErrorCategory::kInternal: return "internal";
+    case ErrorCategory::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCategory::kConfig:
+      return "configuration";
+    case ErrorCategory::kUnavailable:
+      return "unavailable";
+    case ErrorCategory::kTimeout:
+      return "timeout";
+    case ErrorCategory::kBackend:
+      return "backend";
+    case ErrorCategory::kInternal:
+      return "internal";
   }
   return "unknown";
 }

@@ -1,11 +1,11 @@
 // spdlog configuration: one stderr sink shared by all component loggers.
 #include "runtime/core/log.h"
 
+#include <spdlog/sinks/stdout_sinks.h>
+
 #include <map>
 #include <mutex>
 #include <sstream>
-
-#include <spdlog/sinks/stdout_sinks.h>
 
 #include "rt_dist/error.h"
 

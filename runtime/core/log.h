@@ -2,10 +2,10 @@
 // local rank, or the dtrun node) and goes to stderr; the library never writes to stdout.
 #pragma once
 
+#include <spdlog/spdlog.h>
+
 #include <memory>
 #include <string>
-
-#include <spdlog/spdlog.h>
 
 namespace rtd::log {
 

@@ -1,7 +1,6 @@
 // dtrun as a user runs it: the worker environment, output prefixes, exit codes,
 // signals, restarts, and every bad-input case, each with a clear message.
 #include <gtest/gtest.h>
-
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -42,10 +41,11 @@ int unused_port() {
 }
 
 TEST(Dtrun, WorkersGetTheTorchrunEnvironmentAndPrefixedOutput) {
-  auto r = run_command(dtrun("--nproc-per-node=3 sh -c \"echo R=\\$RANK W=\\$WORLD_SIZE "
-                             "L=\\$LOCAL_RANK LW=\\$LOCAL_WORLD_SIZE G=\\$GROUP_RANK "
-                             "S=\\${DTRUN_STORE:+set} T=\\${DTRUN_TOKEN:+set} "
-                             "MP=\\${MASTER_PORT:+set} OMP=\\$OMP_NUM_THREADS X=\\$X\" "));
+  auto r =
+      run_command(dtrun("--nproc-per-node=3 sh -c \"echo R=\\$RANK W=\\$WORLD_SIZE "
+                        "L=\\$LOCAL_RANK LW=\\$LOCAL_WORLD_SIZE G=\\$GROUP_RANK "
+                        "S=\\${DTRUN_STORE:+set} T=\\${DTRUN_TOKEN:+set} "
+                        "MP=\\${MASTER_PORT:+set} OMP=\\$OMP_NUM_THREADS X=\\$X\" "));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (int rank = 0; rank < 3; ++rank) {
     std::string expected = "[rank " + std::to_string(rank) + "]: R=" + std::to_string(rank) +
@@ -72,8 +72,9 @@ TEST(Dtrun, SignalDuringRendezvousEndsDtrunAtOnce) {
 }
 
 TEST(Dtrun, EnvFlagReachesEveryWorker) {
-  auto r = run_command(dtrun("--nproc-per-node=2 --env X=hello --env NCCL_DEBUG=INFO "
-                             "sh -c \"echo X=\\$X N=\\$NCCL_DEBUG\""));
+  auto r =
+      run_command(dtrun("--nproc-per-node=2 --env X=hello --env NCCL_DEBUG=INFO "
+                        "sh -c \"echo X=\\$X N=\\$NCCL_DEBUG\""));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "[rank 1]: X=hello N=INFO")) << r.output;
 }
@@ -107,9 +108,10 @@ TEST(Dtrun, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
 }
 
 TEST(Dtrun, MaxRestartsRestartsTheWorkersAfterAFailure) {
-  auto r = run_command(dtrun("--nproc-per-node=2 --max-restarts=2 sh -c \"echo attempt "
-                             "\\$TORCHELASTIC_RESTART_COUNT round \\$DTRUN_ROUND; "
-                             "[ \\$TORCHELASTIC_RESTART_COUNT -ge 1 ]\""));
+  auto r =
+      run_command(dtrun("--nproc-per-node=2 --max-restarts=2 sh -c \"echo attempt "
+                        "\\$TORCHELASTIC_RESTART_COUNT round \\$DTRUN_ROUND; "
+                        "[ \\$TORCHELASTIC_RESTART_COUNT -ge 1 ]\""));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "[rank 0]: attempt 0 round 0")) << r.output;
   EXPECT_TRUE(contains(r.output, "[rank 0]: attempt 1 round 1")) << r.output;
@@ -163,8 +165,9 @@ TEST(Dtrun, UnreachableRendezvousFailsAfterTheTimeoutNotAHang) {
 
 TEST(Dtrun, RendezvousPortInUseIsAClearError) {
   HeldPort held;
-  auto r = run_command(dtrun("--nnodes=2 --node-rank=0 --rdzv=127.0.0.1:" +
-                             std::to_string(held.port) + " --rdzv-timeout=2 --token=t true"));
+  auto r =
+      run_command(dtrun("--nnodes=2 --node-rank=0 --rdzv=127.0.0.1:" + std::to_string(held.port) +
+                        " --rdzv-timeout=2 --token=t true"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "already in use")) << r.output;
 }
@@ -178,10 +181,10 @@ std::string two_nodes(const std::string& node0, const std::string& node1, int po
 }
 
 TEST(Dtrun, NodesThatDisagreeOnNprocPerNodeBothFail) {
-  auto r = run_command(two_nodes("--nproc-per-node=2 --rdzv-timeout=20 --token=t true",
-                                 "--nproc-per-node=3 --rdzv-timeout=20 --token=t true",
-                                 unused_port()),
-                       40);
+  auto r =
+      run_command(two_nodes("--nproc-per-node=2 --rdzv-timeout=20 --token=t true",
+                            "--nproc-per-node=3 --rdzv-timeout=20 --token=t true", unused_port()),
+                  40);
   EXPECT_TRUE(contains(r.output, "node1_rc=1")) << r.output;
   EXPECT_TRUE(contains(r.output, "node0_rc=1")) << r.output;
   EXPECT_TRUE(contains(r.output, "--nproc-per-node=3 but node rank 0 with --nproc-per-node=2"))
@@ -202,10 +205,10 @@ TEST(Dtrun, NodesThatDisagreeOnNnodesBothFail) {
 }
 
 TEST(Dtrun, NodeWithTheWrongTokenIsRejected) {
-  auto r = run_command(two_nodes("--nproc-per-node=1 --rdzv-timeout=3 --token=right true",
-                                 "--nproc-per-node=1 --rdzv-timeout=3 --token=wrong true",
-                                 unused_port()),
-                       40);
+  auto r = run_command(
+      two_nodes("--nproc-per-node=1 --rdzv-timeout=3 --token=right true",
+                "--nproc-per-node=1 --rdzv-timeout=3 --token=wrong true", unused_port()),
+      40);
   EXPECT_TRUE(contains(r.output, "node1_rc=1")) << r.output;
   EXPECT_TRUE(contains(r.output, "token does not match")) << r.output;
   EXPECT_TRUE(contains(r.output, "node0_rc=1")) << r.output;
@@ -233,22 +236,31 @@ TEST(Dtrun, TwoNodesOnOneHostRunOneWorldAndAFailurePropagates) {
 
 TEST(Dtrun, NodeWhoseDtrunIsKilledIsNoticedAndItsWorkersDie) {
   int port = unused_port();
-  std::string rdzv = " --rdzv=127.0.0.1:" + std::to_string(port) + " --token=t --heartbeat-timeout=3 ";
+  std::string rdzv =
+      " --rdzv=127.0.0.1:" + std::to_string(port) + " --token=t --heartbeat-timeout=3 ";
   // Every worker appends to its rank's tick file while it lives.
   std::string ticks = ::testing::TempDir() + "ticks_" + std::to_string(getpid()) + "_";
   std::string worker = " sh -c \"while true; do echo t >> " + ticks + "\\$RANK; sleep 0.1; done\"";
   // Node 1's dtrun is killed once its worker runs; node 0 must notice the
   // silence, and node 1's worker must not outlive its dtrun (its ticks stop).
   auto r = run_command(
-      "rm -f " + ticks + "*; " + dtrun("--nnodes=2 --node-rank=0 --nproc-per-node=1" + rdzv + worker) +
+      "rm -f " + ticks + "*; " +
+          dtrun("--nnodes=2 --node-rank=0 --nproc-per-node=1" + rdzv + worker) +
           " > /tmp/h0.$$ 2>&1 & p0=$!; " +
           dtrun("--nnodes=2 --node-rank=1 --nproc-per-node=1" + rdzv + worker) +
           " > /dev/null 2>&1 & p1=$!; "
-          "for i in $(seq 100); do [ -s " + ticks + "1 ] && break; sleep 0.2; done; "
-          "[ -s " + ticks + "1 ] && echo worker1_started; kill -9 $p1; wait $p0; echo node0_rc=$?; "
-          "a=$(wc -l < " + ticks + "1); sleep 1; b=$(wc -l < " + ticks + "1); "
+          "for i in $(seq 100); do [ -s " +
+          ticks +
+          "1 ] && break; sleep 0.2; done; "
+          "[ -s " +
+          ticks +
+          "1 ] && echo worker1_started; kill -9 $p1; wait $p0; echo node0_rc=$?; "
+          "a=$(wc -l < " +
+          ticks + "1); sleep 1; b=$(wc -l < " + ticks +
+          "1); "
           "if [ \"$a\" = \"$b\" ]; then echo worker1_gone; else echo worker1_alive $a $b; fi; "
-          "cat /tmp/h0.$$; rm -f /tmp/h0.$$ " + ticks + "*",
+          "cat /tmp/h0.$$; rm -f /tmp/h0.$$ " +
+          ticks + "*",
       60);
   EXPECT_TRUE(contains(r.output, "node0_rc=1")) << r.output;
   EXPECT_TRUE(contains(r.output, "node 1 has not been heard from")) << r.output;

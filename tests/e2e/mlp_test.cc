@@ -12,11 +12,10 @@ namespace rtd {
 namespace {
 
 std::map<int, double> loss_curve(int workers, int batch) {
-  auto r = testing_util::run_command(std::string(DTRUN_PATH) + " --nproc-per-node=" +
-                                         std::to_string(workers) + " " + MLP_PATH +
-                                         " --steps 60 --log-every 5 --batch " +
-                                         std::to_string(batch),
-                                     120);
+  auto r = testing_util::run_command(
+      std::string(DTRUN_PATH) + " --nproc-per-node=" + std::to_string(workers) + " " + MLP_PATH +
+          " --steps 60 --log-every 5 --batch " + std::to_string(batch),
+      120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::map<int, double> curve;
   std::regex line(R"(\[rank 0\]: step (\d+) loss (\S+))");
@@ -33,8 +32,7 @@ TEST(MlpCpu, NWorkersMatchOneWorkerWithNTimesTheBatchAndLossFalls) {
     auto many = loss_curve(workers, 24 / workers);
     ASSERT_EQ(many.size(), one.size()) << workers << " workers";
     for (const auto& [step, loss] : one) {
-      EXPECT_NEAR(many[step], loss, 1e-4 * std::fabs(loss))
-          << workers << " workers, step " << step;
+      EXPECT_NEAR(many[step], loss, 1e-4 * std::fabs(loss)) << workers << " workers, step " << step;
     }
   }
   EXPECT_LT(one.rbegin()->second, 0.5 * one.begin()->second) << "the loss must fall";

@@ -98,8 +98,7 @@ TEST_P(ReduceScatterTest, MatchesSerialReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ReduceScatterTest, ::testing::ValuesIn(reduce_params()),
-                         reduce_name);
+INSTANTIATE_TEST_SUITE_P(All, ReduceScatterTest, ::testing::ValuesIn(reduce_params()), reduce_name);
 
 using MoveParam = std::tuple<DType, std::size_t, bool>;
 
@@ -131,7 +130,8 @@ TEST_P(AllGatherTest, ConcatenatesEveryRanksInput) {
     Buffer expected(dtype, count);
     expected.fill_rank(peer, 0);
     for (std::size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(out.host.get(peer * count + i), expected.get(i)) << "rank " << peer << " elem " << i;
+      ASSERT_EQ(out.host.get(peer * count + i), expected.get(i))
+          << "rank " << peer << " elem " << i;
     }
   }
 }
@@ -183,7 +183,8 @@ TEST_P(AllToAllTest, BlockJGoesToRankJ) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, AllToAllTest,
-                         ::testing::Combine(::testing::ValuesIn(kDTypes), ::testing::ValuesIn(kCounts)),
+                         ::testing::Combine(::testing::ValuesIn(kDTypes),
+                                            ::testing::ValuesIn(kCounts)),
                          block_name);
 
 class PointToPoint : public WorldTest {};
@@ -197,10 +198,12 @@ TEST_F(PointToPoint, RingSendRecvDeliversEachNeighboursBuffer) {
     mine.push();
     const int next = (r + 1) % n, prev = (r + n - 1) % n;
     // Inside a group every rank may post its send first: the group lets them progress together.
-    comm().group([&] {
-      comm().send(mine.view(), next, 5);
-      comm().recv(theirs.view(), prev, 5);
-    })->wait();
+    comm()
+        .group([&] {
+          comm().send(mine.view(), next, 5);
+          comm().recv(theirs.view(), prev, 5);
+        })
+        ->wait();
     theirs.pull();
     Buffer expected(DType::kFloat32, count);
     expected.fill_rank(prev, 0);

@@ -2,6 +2,8 @@
 // buffers in gpu_collectives_test): N ranks with B samples each must produce
 // the gradient of the whole batch of N*B samples, which every rank also
 // computes serially as the reference.
+#include "rt_dist/ddp.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <random>
 #include <vector>
 
-#include "rt_dist/ddp.h"
 #include "tests/multiproc/world.h"
 
 namespace rtd::testing_util {
@@ -175,14 +176,16 @@ TEST_F(DDPTest, GradientThatNeverBecameReadyIsAnErrorNamingIt) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("parameters 2 never became ready"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("parameters 2 never became ready"), std::string::npos)
+        << e.what();
   }
   comm().barrier()->wait();
 }
 
 TEST_F(DDPTest, UnusedParametersCountAsZeroWhenAsked) {
   DDP ddp = make(DDPOptions{.find_unused_parameters = true});
-  for (std::size_t k = 0; k < kSizes.size(); ++k) write_grad(ddp, k, std::vector<float>(kSizes[k], 1.0f), false);
+  for (std::size_t k = 0; k < kSizes.size(); ++k)
+    write_grad(ddp, k, std::vector<float>(kSizes[k], 1.0f), false);
   for (std::size_t k = 0; k < kSizes.size(); ++k) {
     if (k != 4) ddp.grad_ready(static_cast<int>(k));
   }
@@ -200,7 +203,8 @@ TEST_F(DDPTest, RanksWithDifferentModelsFailCleanlyOnEveryRank) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("every rank must build the same model"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("every rank must build the same model"), std::string::npos)
+        << e.what();
   }
   comm().barrier()->wait();
 }

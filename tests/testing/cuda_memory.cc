@@ -10,7 +10,8 @@ namespace rtd::testing_util {
 namespace {
 
 void check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
+  if (rc != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
 }
 
 class CudaMemory : public Memory {

@@ -50,8 +50,14 @@ class FakeCudaApi : public nccl::CudaApi {
   explicit FakeCudaApi(CallLog* log) : log_(log) {}
   std::atomic<bool> events_complete{true};  // what event_query answers
 
-  cudaError_t get_device_count(int* count) override { *count = 2; return cudaSuccess; }
-  cudaError_t set_device(int device) override { log_->add("set_device " + std::to_string(device)); return cudaSuccess; }
+  cudaError_t get_device_count(int* count) override {
+    *count = 2;
+    return cudaSuccess;
+  }
+  cudaError_t set_device(int device) override {
+    log_->add("set_device " + std::to_string(device));
+    return cudaSuccess;
+  }
   cudaError_t stream_create(cudaStream_t* s) override {
     *s = reinterpret_cast<cudaStream_t>(0x1000 + next_++);
     log_->add("stream_create " + handle_name(*s, 's'));
@@ -75,7 +81,10 @@ class FakeCudaApi : public nccl::CudaApi {
     log_->add("stream_wait_event " + handle_name(s, 's') + " " + handle_name(e, 'e'));
     return cudaSuccess;
   }
-  cudaError_t malloc(void** p, size_t) override { *p = reinterpret_cast<void*>(0x3000); return cudaSuccess; }
+  cudaError_t malloc(void** p, size_t) override {
+    *p = reinterpret_cast<void*>(0x3000);
+    return cudaSuccess;
+  }
   cudaError_t free(void*) override { return cudaSuccess; }
   const char* error_string(cudaError_t) override { return "fake CUDA error"; }
 
@@ -105,7 +114,8 @@ class FakeNcclApi : public nccl::NcclApi {
               " maxCTAs=" + std::to_string(config->maxCTAs));
     return ncclInProgress;
   }
-  ncclResult_t comm_split(ncclComm_t, int color, int key, ncclComm_t* out, ncclConfig_t* config) override {
+  ncclResult_t comm_split(ncclComm_t, int color, int key, ncclComm_t* out,
+                          ncclConfig_t* config) override {
     log_->add("comm_split " + std::to_string(color) + " " + std::to_string(key) +
               " blocking=" + std::to_string(config->blocking));
     *out = color < 0 ? nullptr : reinterpret_cast<ncclComm_t>(0x5000);
@@ -120,8 +130,14 @@ class FakeNcclApi : public nccl::NcclApi {
     }
     return ncclSuccess;
   }
-  ncclResult_t comm_finalize(ncclComm_t) override { log_->add("comm_finalize"); return ncclSuccess; }
-  ncclResult_t comm_destroy(ncclComm_t) override { log_->add("comm_destroy"); return ncclSuccess; }
+  ncclResult_t comm_finalize(ncclComm_t) override {
+    log_->add("comm_finalize");
+    return ncclSuccess;
+  }
+  ncclResult_t comm_destroy(ncclComm_t) override {
+    log_->add("comm_destroy");
+    return ncclSuccess;
+  }
   ncclResult_t comm_abort(ncclComm_t) override {
     log_->add("comm_abort");
     aborted = true;
@@ -129,17 +145,30 @@ class FakeNcclApi : public nccl::NcclApi {
   }
   std::atomic<bool> block_collectives{false};  // all_reduce blocks until comm_abort
   std::atomic<bool> aborted{false};
-  ncclResult_t comm_user_rank(ncclComm_t, int* rank) override { *rank = 0; return ncclSuccess; }
-  ncclResult_t comm_count(ncclComm_t, int* count) override { *count = 1; return ncclSuccess; }
-  ncclResult_t group_start() override { log_->add("group_start"); return ncclSuccess; }
-  ncclResult_t group_end() override { log_->add("group_end"); return ncclSuccess; }
+  ncclResult_t comm_user_rank(ncclComm_t, int* rank) override {
+    *rank = 0;
+    return ncclSuccess;
+  }
+  ncclResult_t comm_count(ncclComm_t, int* count) override {
+    *count = 1;
+    return ncclSuccess;
+  }
+  ncclResult_t group_start() override {
+    log_->add("group_start");
+    return ncclSuccess;
+  }
+  ncclResult_t group_end() override {
+    log_->add("group_end");
+    return ncclSuccess;
+  }
   ncclResult_t all_reduce(const void*, void*, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                           cudaStream_t s) override {
     log_->add("all_reduce " + std::to_string(count) + " " + handle_name(s, 's'));
     while (block_collectives && !aborted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return block_collectives ? ncclSystemError : collective_result.load();
   }
-  ncclResult_t broadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t s) override {
+  ncclResult_t broadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
+                         cudaStream_t s) override {
     log_->add("broadcast " + handle_name(s, 's'));
     return collective_result;
   }
@@ -148,11 +177,13 @@ class FakeNcclApi : public nccl::NcclApi {
     log_->add("reduce_scatter " + handle_name(s, 's'));
     return collective_result;
   }
-  ncclResult_t all_gather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t s) override {
+  ncclResult_t all_gather(const void*, void*, size_t, ncclDataType_t, ncclComm_t,
+                          cudaStream_t s) override {
     log_->add("all_gather " + handle_name(s, 's'));
     return collective_result;
   }
-  ncclResult_t send(const void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t) override {
+  ncclResult_t send(const void*, size_t, ncclDataType_t, int peer, ncclComm_t,
+                    cudaStream_t) override {
     log_->add("send " + std::to_string(peer));
     return collective_result;
   }

@@ -21,18 +21,24 @@ inline double reduce_reference(ReduceOp op, int ranks, std::size_t i, int salt) 
   double acc = value(0, i, salt);
   for (int r = 1; r < ranks; ++r) {
     double v = value(r, i, salt);
-    if (op == ReduceOp::kMin) acc = std::min(acc, v);
-    else if (op == ReduceOp::kMax) acc = std::max(acc, v);
-    else acc += v;
+    if (op == ReduceOp::kMin)
+      acc = std::min(acc, v);
+    else if (op == ReduceOp::kMax)
+      acc = std::max(acc, v);
+    else
+      acc += v;
   }
   return op == ReduceOp::kAvg ? acc / ranks : acc;
 }
 
 inline double round_to(DType dtype, double v) {
   switch (dtype) {
-    case DType::kFloat32: return static_cast<float>(v);
-    case DType::kBFloat16: return bf16_to_float(float_to_bf16(static_cast<float>(v)));
-    default: return v;
+    case DType::kFloat32:
+      return static_cast<float>(v);
+    case DType::kBFloat16:
+      return bf16_to_float(float_to_bf16(static_cast<float>(v)));
+    default:
+      return v;
   }
 }
 
@@ -53,21 +59,59 @@ struct Buffer {
 
   void set(std::size_t i, double v) {
     switch (dtype) {
-      case DType::kFloat32: { float x = static_cast<float>(v); std::memcpy(at(i), &x, 4); break; }
-      case DType::kFloat64: std::memcpy(at(i), &v, 8); break;
-      case DType::kInt32: { std::int32_t x = static_cast<std::int32_t>(v); std::memcpy(at(i), &x, 4); break; }
-      case DType::kInt64: { std::int64_t x = static_cast<std::int64_t>(v); std::memcpy(at(i), &x, 8); break; }
-      case DType::kBFloat16: { std::uint16_t x = float_to_bf16(static_cast<float>(v)); std::memcpy(at(i), &x, 2); break; }
+      case DType::kFloat32: {
+        float x = static_cast<float>(v);
+        std::memcpy(at(i), &x, 4);
+        break;
+      }
+      case DType::kFloat64:
+        std::memcpy(at(i), &v, 8);
+        break;
+      case DType::kInt32: {
+        std::int32_t x = static_cast<std::int32_t>(v);
+        std::memcpy(at(i), &x, 4);
+        break;
+      }
+      case DType::kInt64: {
+        std::int64_t x = static_cast<std::int64_t>(v);
+        std::memcpy(at(i), &x, 8);
+        break;
+      }
+      case DType::kBFloat16: {
+        std::uint16_t x = float_to_bf16(static_cast<float>(v));
+        std::memcpy(at(i), &x, 2);
+        break;
+      }
     }
   }
   double get(std::size_t i) const {
     const void* p = bytes.data() + i * dtype_size(dtype);
     switch (dtype) {
-      case DType::kFloat32: { float x; std::memcpy(&x, p, 4); return x; }
-      case DType::kFloat64: { double x; std::memcpy(&x, p, 8); return x; }
-      case DType::kInt32: { std::int32_t x; std::memcpy(&x, p, 4); return x; }
-      case DType::kInt64: { std::int64_t x; std::memcpy(&x, p, 8); return x; }
-      case DType::kBFloat16: { std::uint16_t x; std::memcpy(&x, p, 2); return bf16_to_float(x); }
+      case DType::kFloat32: {
+        float x;
+        std::memcpy(&x, p, 4);
+        return x;
+      }
+      case DType::kFloat64: {
+        double x;
+        std::memcpy(&x, p, 8);
+        return x;
+      }
+      case DType::kInt32: {
+        std::int32_t x;
+        std::memcpy(&x, p, 4);
+        return x;
+      }
+      case DType::kInt64: {
+        std::int64_t x;
+        std::memcpy(&x, p, 8);
+        return x;
+      }
+      case DType::kBFloat16: {
+        std::uint16_t x;
+        std::memcpy(&x, p, 2);
+        return bf16_to_float(x);
+      }
     }
     return 0;
   }

@@ -10,9 +10,10 @@ Error error_from_grpc(const grpc::Status& status, const std::string& what,
   switch (status.error_code()) {
     case grpc::StatusCode::UNAUTHENTICATED:
     case grpc::StatusCode::PERMISSION_DENIED:
-      return Error(ErrorCategory::kConfig,
-                   prefix + detail + " (every node and worker must use the same --token/DTRUN_TOKEN)",
-                   status.error_code());
+      return Error(
+          ErrorCategory::kConfig,
+          prefix + detail + " (every node and worker must use the same --token/DTRUN_TOKEN)",
+          status.error_code());
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return Error(ErrorCategory::kTimeout, prefix + "deadline exceeded: " + detail,
                    status.error_code());

@@ -2,9 +2,9 @@
 // rendezvous server, where gRPC status codes are read). Also the token metadata key.
 #pragma once
 
-#include <string>
-
 #include <grpcpp/grpcpp.h>
+
+#include <string>
 
 #include "rt_dist/error.h"
 

@@ -28,10 +28,22 @@ struct BufferView {
 
 template <typename T>
 constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::kFloat32; }
-template <> constexpr DType dtype_of<double>() { return DType::kFloat64; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::kInt32; }
-template <> constexpr DType dtype_of<std::int64_t>() { return DType::kInt64; }
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::kFloat32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::kFloat64;
+}
+template <>
+constexpr DType dtype_of<std::int32_t>() {
+  return DType::kInt32;
+}
+template <>
+constexpr DType dtype_of<std::int64_t>() {
+  return DType::kInt64;
+}
 
 template <typename T>
 BufferView view(T* data, std::size_t count) {

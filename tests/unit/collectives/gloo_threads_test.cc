@@ -18,8 +18,10 @@ void on_ranks(int n, Fn&& fn) {
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      auto comm = make_communicator(CommunicatorOptions{.backend = "gloo", .store = store,
-                                                        .rank = r, .size = n,
+      auto comm = make_communicator(CommunicatorOptions{.backend = "gloo",
+                                                        .store = store,
+                                                        .rank = r,
+                                                        .size = n,
                                                         .timeout = std::chrono::seconds(20)});
       fn(*comm);
     });
@@ -60,7 +62,8 @@ TEST(GlooThreads, OperationsAfterAbortFailAtOnce) {
 
 TEST(Factory, UnknownBackendIsAConfigError) {
   try {
-    make_communicator(CommunicatorOptions{.backend = "carrier-pigeon", .store = make_memory_store()});
+    make_communicator(
+        CommunicatorOptions{.backend = "carrier-pigeon", .store = make_memory_store()});
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kConfig);

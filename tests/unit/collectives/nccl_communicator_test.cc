@@ -19,11 +19,17 @@ using testing_util::FakeNcclApi;
 
 class NcclWithFakes : public ::testing::Test {
  protected:
-  std::unique_ptr<NcclCommunicator> make(std::chrono::milliseconds timeout = std::chrono::seconds(5),
-                                         NcclSettings settings = {}, int size = 1) {
-    return std::make_unique<NcclCommunicator>(NcclOptions{
-        .store = make_memory_store(), .rank = 0, .size = size, .device = 1, .timeout = timeout,
-        .settings = settings, .nccl = nccl_, .cuda = cuda_});
+  std::unique_ptr<NcclCommunicator> make(
+      std::chrono::milliseconds timeout = std::chrono::seconds(5), NcclSettings settings = {},
+      int size = 1) {
+    return std::make_unique<NcclCommunicator>(NcclOptions{.store = make_memory_store(),
+                                                          .rank = 0,
+                                                          .size = size,
+                                                          .device = 1,
+                                                          .timeout = timeout,
+                                                          .settings = settings,
+                                                          .nccl = nccl_,
+                                                          .cuda = cuda_});
   }
   // Calls go through the interface, as a trainer's do (its default arguments).
   static Communicator& base(Communicator& c) { return c; }
@@ -56,7 +62,8 @@ TEST_F(NcclWithFakes, InitIsNonblockingAndPolledUntilReady) {
 TEST_F(NcclWithFakes, DataPathRunsOnABlockingCommunicatorSplitOffTheInitOne) {
   auto comm = make();
   EXPECT_EQ(log_.count("comm_split 0 0 blocking=1"), 1);
-  EXPECT_LT(index_of("comm_split"), index_of("comm_destroy")) << "the init communicator is released";
+  EXPECT_LT(index_of("comm_split"), index_of("comm_destroy"))
+      << "the init communicator is released";
 }
 
 TEST_F(NcclWithFakes, CallThatNeverReturnsIsAbortedByTheWatchdog) {
@@ -67,7 +74,8 @@ TEST_F(NcclWithFakes, CallThatNeverReturnsIsAbortedByTheWatchdog) {
     FAIL() << "expected a timeout";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
-    EXPECT_NE(std::string(e.what()).find("did not return within 200 ms"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("did not return within 200 ms"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(log_.count("comm_abort"), 1);
   nccl_->block_collectives = false;
@@ -80,7 +88,8 @@ TEST_F(NcclWithFakes, InitThatNeverFinishesAbortsAndTimesOut) {
     FAIL() << "expected a timeout";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
-    EXPECT_NE(std::string(e.what()).find("creating the NCCL communicator"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("creating the NCCL communicator"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(log_.count("comm_abort"), 1);
 }
@@ -96,7 +105,8 @@ TEST_F(NcclWithFakes, CollectiveIsOrderedAfterTheCallersStreamOnItsOwnStream) {
   int wait = index_of("stream_wait_event " + comm_stream);
   int reduce = index_of("all_reduce 10 " + comm_stream);
   ASSERT_GE(record_start, 0);
-  EXPECT_NE(calls[record_start].find(" s153"), std::string::npos) << calls[record_start] << " (caller 0x99)";
+  EXPECT_NE(calls[record_start].find(" s153"), std::string::npos)
+      << calls[record_start] << " (caller 0x99)";
   EXPECT_LT(record_start, wait);
   EXPECT_LT(wait, reduce);
   EXPECT_EQ(calls.back().rfind("event_record", 0), 0u) << "the end event is recorded last";
@@ -151,7 +161,8 @@ TEST_F(NcclWithFakes, AsyncErrorSurfacesThroughWork) {
   auto error = work->error();
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->category(), ErrorCategory::kBackend);
-  EXPECT_NE(std::string(error->what()).find("remote peer went away"), std::string::npos) << error->what();
+  EXPECT_NE(std::string(error->what()).find("remote peer went away"), std::string::npos)
+      << error->what();
   EXPECT_THROW(work->wait(), Error);
   cuda_->events_complete = true;
   nccl_->async_state = ncclSuccess;
@@ -217,7 +228,8 @@ TEST(NcclBootstrap, RankZeroPublishesAndOthersReadTheSameId) {
   auto store = make_memory_store();
   ncclUniqueId a = exchange_unique_id(*store, api, 0, std::chrono::seconds(1));
   ncclUniqueId b = exchange_unique_id(*store, api, 1, std::chrono::seconds(1));
-  EXPECT_EQ(std::string(a.internal, sizeof(a.internal)), std::string(b.internal, sizeof(b.internal)));
+  EXPECT_EQ(std::string(a.internal, sizeof(a.internal)),
+            std::string(b.internal, sizeof(b.internal)));
 }
 
 TEST(NcclBootstrap, MissingRankZeroIsATimeoutNamingTheKey) {

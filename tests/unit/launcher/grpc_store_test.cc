@@ -13,8 +13,8 @@ namespace {
 class GrpcStoreTest : public testing::Test {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<RendezvousServer>(ServerOptions{.bind_ip = "127.0.0.1",
-                                                               .port = 0, .token = "secret"});
+    server_ = std::make_unique<RendezvousServer>(
+        ServerOptions{.bind_ip = "127.0.0.1", .port = 0, .token = "secret"});
     address_ = "127.0.0.1:" + std::to_string(server_->port());
   }
   std::unique_ptr<RendezvousServer> server_;
@@ -60,8 +60,8 @@ TEST_F(GrpcStoreTest, ServerListensOnlyOnTheGivenAddress) {
 
 TEST_F(GrpcStoreTest, SecondServerOnTheSamePortFailsClearly) {
   try {
-    RendezvousServer second(ServerOptions{.bind_ip = "127.0.0.1", .port = server_->port(),
-                                          .token = "x"});
+    RendezvousServer second(
+        ServerOptions{.bind_ip = "127.0.0.1", .port = server_->port(), .token = "x"});
     FAIL() << "expected the port to be in use";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("already in use"), std::string::npos) << e.what();

@@ -20,10 +20,10 @@ void expect_error(std::vector<const char*> args, const std::string& needle) {
 }
 
 TEST(Options, TorchrunNamesAndProgramArguments) {
-  ParseResult r = parse({"--nproc-per-node=4", "--nnodes", "2", "--node-rank=1",
-                         "--rdzv=10.0.0.1:29501", "--rdzv-timeout=30", "--max-restarts=0",
-                         "--env", "A=1", "--env", "B=x=y", "--token=t", "./train", "--steps",
-                         "5", "--nnodes=9"});
+  ParseResult r =
+      parse({"--nproc-per-node=4", "--nnodes", "2", "--node-rank=1", "--rdzv=10.0.0.1:29501",
+             "--rdzv-timeout=30", "--max-restarts=0", "--env", "A=1", "--env", "B=x=y", "--token=t",
+             "./train", "--steps", "5", "--nnodes=9"});
   ASSERT_TRUE(r.options.has_value()) << r.message;
   const LaunchOptions& o = *r.options;
   EXPECT_EQ(o.nproc_per_node, 4);

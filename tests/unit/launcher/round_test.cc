@@ -24,14 +24,15 @@ proto::JoinRequest request(const std::string& host, int node_rank, int nnodes = 
 }
 
 RoundConfig config() {
-  return RoundConfig{.nnodes = 2, .nproc_per_node = 4, .fingerprint = "f", .master_port = 1234,
-                     .run_id = "run"};
+  return RoundConfig{
+      .nnodes = 2, .nproc_per_node = 4, .fingerprint = "f", .master_port = 1234, .run_id = "run"};
 }
 
 TEST(Round, TwoNodesGetTheSameLayoutAndTheirRanks) {
   Round round(config());
   auto deadline = Clock::now() + std::chrono::seconds(5);
-  auto second = std::async(std::launch::async, [&] { return round.join(request("b", -1), deadline); });
+  auto second =
+      std::async(std::launch::async, [&] { return round.join(request("b", -1), deadline); });
   proto::JoinResponse first = round.join(request("a", 0), deadline);
   proto::JoinResponse other = second.get();
   EXPECT_EQ(first.node_rank(), 0);

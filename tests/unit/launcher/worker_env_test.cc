@@ -30,10 +30,14 @@ TEST(WorkerEnv, TorchrunAndDtrunVariablesForTheSecondNode) {
   EnvMap parent{{"PATH", "/bin"}, {"NCCL_NVLS_ENABLE", "0"}, {"RANK", "stale"}};
   std::vector<std::pair<std::string, std::string>> overrides{{"NCCL_DEBUG", "INFO"},
                                                              {"OMP_NUM_THREADS", "4"}};
-  auto env = as_map(build_worker_env(WorkerEnvInput{.parent = &parent, .layout = &layout,
-                                                    .local_rank = 2, .store_addr = "10.0.0.1:29500",
-                                                    .token = "tok", .node_addr = "10.0.0.2",
-                                                    .attempt = 1, .max_restarts = 3,
+  auto env = as_map(build_worker_env(WorkerEnvInput{.parent = &parent,
+                                                    .layout = &layout,
+                                                    .local_rank = 2,
+                                                    .store_addr = "10.0.0.1:29500",
+                                                    .token = "tok",
+                                                    .node_addr = "10.0.0.2",
+                                                    .attempt = 1,
+                                                    .max_restarts = 3,
                                                     .overrides = &overrides}));
   EXPECT_EQ(env["RANK"], "6");
   EXPECT_EQ(env["LOCAL_RANK"], "2");

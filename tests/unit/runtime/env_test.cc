@@ -27,8 +27,11 @@ TEST(DetectWorld, NoVariablesIsAWorldOfOne) {
 }
 
 TEST(DetectWorld, DtrunVariables) {
-  WorldInfo w = detect({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                        {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "1"},
+  WorldInfo w = detect({{"RANK", "5"},
+                        {"WORLD_SIZE", "8"},
+                        {"LOCAL_RANK", "1"},
+                        {"LOCAL_WORLD_SIZE", "4"},
+                        {"GROUP_RANK", "1"},
                         {"DTRUN_STORE", "h:1"}});
   EXPECT_EQ(w.launcher, "dtrun");
   EXPECT_EQ(w.rank, 5);
@@ -42,13 +45,14 @@ TEST(DetectWorld, TorchrunVariablesWithoutOurStore) {
 }
 
 TEST(DetectWorld, RankNotBelowWorldSizeIsAnError) {
-  expect_config_error({{"RANK", "4"}, {"WORLD_SIZE", "4"}}, "RANK=4 must be less than WORLD_SIZE=4");
+  expect_config_error({{"RANK", "4"}, {"WORLD_SIZE", "4"}},
+                      "RANK=4 must be less than WORLD_SIZE=4");
 }
 
 TEST(DetectWorld, LocalRankNotBelowLocalWorldSizeIsAnError) {
-  expect_config_error({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"},
-                       {"LOCAL_WORLD_SIZE", "2"}},
-                      "LOCAL_RANK=2");
+  expect_config_error(
+      {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}},
+      "LOCAL_RANK=2");
 }
 
 TEST(DetectWorld, RankWithoutWorldSizeIsAnError) {
@@ -56,8 +60,10 @@ TEST(DetectWorld, RankWithoutWorldSizeIsAnError) {
 }
 
 TEST(DetectWorld, OpenMpiAndSlurm) {
-  WorldInfo m = detect({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  WorldInfo m = detect({{"OMPI_COMM_WORLD_RANK", "3"},
+                        {"OMPI_COMM_WORLD_SIZE", "4"},
+                        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                        {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   EXPECT_EQ(m.launcher, "mpirun");
   EXPECT_EQ(m.rank, 3);
   EXPECT_EQ(m.node_rank, 1);

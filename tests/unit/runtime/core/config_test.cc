@@ -19,10 +19,15 @@ TEST(Config, EmptyEnvironmentGivesDefaults) {
 }
 
 TEST(Config, ParsesEveryTypedField) {
-  Config c = Config::from_env({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                               {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "0"},
-                               {"DTRUN_STORE", "10.0.0.1:29500"}, {"DTRUN_TOKEN", "abc"},
-                               {"DTRUN_ROUND", "2"}, {"RTD_TIMEOUT_S", "7"},
+  Config c = Config::from_env({{"RANK", "3"},
+                               {"WORLD_SIZE", "8"},
+                               {"LOCAL_RANK", "1"},
+                               {"LOCAL_WORLD_SIZE", "4"},
+                               {"GROUP_RANK", "0"},
+                               {"DTRUN_STORE", "10.0.0.1:29500"},
+                               {"DTRUN_TOKEN", "abc"},
+                               {"DTRUN_ROUND", "2"},
+                               {"RTD_TIMEOUT_S", "7"},
                                {"RTD_LOG", "store:debug"}});
   EXPECT_EQ(*c.rank, 3);
   EXPECT_EQ(*c.world_size, 8);

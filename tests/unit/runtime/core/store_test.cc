@@ -1,15 +1,18 @@
+#include "rt_dist/store.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "rt_dist/error.h"
-#include "rt_dist/store.h"
 #include "tests/testing/store_contract.h"
 
 namespace rtd {
 namespace {
 
-TEST(MemoryStore, FollowsTheStoreContract) { testing_util::check_store_contract(*make_memory_store()); }
+TEST(MemoryStore, FollowsTheStoreContract) {
+  testing_util::check_store_contract(*make_memory_store());
+}
 
 TEST(PrefixStore, FollowsTheStoreContract) {
   auto inner = make_memory_store();

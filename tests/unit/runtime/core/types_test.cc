@@ -1,9 +1,9 @@
+#include "rt_dist/types.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
-
-#include "rt_dist/types.h"
 
 namespace rtd {
 namespace {
