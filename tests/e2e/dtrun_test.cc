@@ -87,11 +87,17 @@ TEST(Dtrun, FailingWorkerStopsTheOthersAndItsExitCodeIsDtruns) {
   EXPECT_TRUE(contains(r.output, "worker rank 1 exited with code 7")) << r.output;
 }
 
+// Waits (up to 20 s) until both workers printed "ready" into /tmp/sig.$$, so
+// that the signal reaches dtrun after it started forwarding.
+const std::string kWaitForTwoReady =
+    "for i in $(seq 100); do [ $(grep -c ready /tmp/sig.$$) -ge 2 ] && break; sleep 0.2; done; ";
+
 TEST(Dtrun, SigtermIsForwardedToTheWorkers) {
   auto r = run_command(
       dtrun("--nproc-per-node=2 sh -c \"trap \\\"echo got TERM; exit 0\\\" TERM; echo ready; "
             "while true; do sleep 0.1; done\"") +
-          " & pid=$!; sleep 2; kill -TERM $pid; wait $pid; echo dtrun_rc=$?",
+          " > /tmp/sig.$$ 2>&1 & pid=$!; " + kWaitForTwoReady +
+          "kill -TERM $pid; wait $pid; echo dtrun_rc=$?; cat /tmp/sig.$$; rm -f /tmp/sig.$$",
       30);
   EXPECT_TRUE(contains(r.output, "[rank 0]: got TERM")) << r.output;
   EXPECT_TRUE(contains(r.output, "[rank 1]: got TERM")) << r.output;
@@ -99,9 +105,11 @@ TEST(Dtrun, SigtermIsForwardedToTheWorkers) {
 }
 
 TEST(Dtrun, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
-  auto r = run_command(dtrun("--nproc-per-node=1 --grace-period=1 sh -c \"trap \\\"\\\" TERM; "
-                             "while true; do sleep 0.1; done\"") +
-                           " & pid=$!; sleep 2; kill -TERM $pid; wait $pid; echo dtrun_rc=$?",
+  auto r = run_command(dtrun("--nproc-per-node=2 --grace-period=1 sh -c \"trap \\\"\\\" TERM; "
+                             "echo ready; while true; do sleep 0.1; done\"") +
+                           " > /tmp/sig.$$ 2>&1 & pid=$!; " + kWaitForTwoReady +
+                           "kill -TERM $pid; wait $pid; echo dtrun_rc=$?; cat /tmp/sig.$$; "
+                           "rm -f /tmp/sig.$$",
                        30);
   EXPECT_TRUE(contains(r.output, "sending SIGKILL")) << r.output;
   EXPECT_TRUE(contains(r.output, "dtrun_rc=143")) << r.output;
