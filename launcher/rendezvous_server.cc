@@ -4,8 +4,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <condition_variable>
-#include <mutex>
 
 #include "launcher/net.h"
 #include "launcher/round.h"

@@ -42,7 +42,6 @@ class CommState {
   // Aborts once, in bounded time (ncclCommAbort on a helper thread that is
   // abandoned if it overruns); later operations fail with why.
   void abort(const std::string& why);
-  bool aborted() const { return aborted_; }
   // Orderly end: finalize (polled against the timeout), then destroy; abort on failure.
   void shutdown();
   // Destroys a communicator other than comm() (the one init used), in bounded time.
