@@ -4,7 +4,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-
 #include "launcher/net.h"
 #include "launcher/round.h"
 #include "rendezvous.grpc.pb.h"
