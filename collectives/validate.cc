@@ -4,12 +4,11 @@
 #include "rt_dist/error.h"
 
 namespace rtd::validate {
-
 namespace {
+
 [[noreturn]] void fail(const char* op, const std::string& message) {
   throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": " + message);
 }
-}  // namespace
 
 void same_dtype(const char* op, const BufferView& in, const BufferView& out) {
   if (in.dtype != out.dtype) {
@@ -25,6 +24,21 @@ void count_equals(const char* op, const char* which, std::size_t actual, std::si
   }
 }
 
+void reducible(const char* op, DType dtype, ReduceOp reduce) {
+  bool integer = dtype == DType::kInt32 || dtype == DType::kInt64;
+  if (integer && reduce == ReduceOp::kAvg) {
+    fail(op, "avg is defined for floating-point dtypes only; use sum and divide");
+  }
+}
+
+void pair_on(const char* op, const BufferView& in, const BufferView& out, DeviceType device) {
+  buffer_on(op, in, device);
+  buffer_on(op, out, device);
+  same_dtype(op, in, out);
+}
+
+}  // namespace
+
 void rank_in_range(const char* op, const char* which, int rank, int size) {
   if (rank < 0 || rank >= size) {
     fail(op, std::string(which) + " " + std::to_string(rank) + " is outside [0, " +
@@ -32,23 +46,55 @@ void rank_in_range(const char* op, const char* which, int rank, int size) {
   }
 }
 
-void host_buffer(const char* op, const BufferView& buf) {
-  if (buf.device != DeviceType::kCpu) fail(op, "this backend takes host (CPU) buffers only");
+void buffer_on(const char* op, const BufferView& buf, DeviceType device) {
+  if (buf.device != device) {
+    fail(op, device == DeviceType::kCpu
+                 ? "this backend takes host (CPU) buffers only"
+                 : "the NCCL backend takes CUDA device buffers (BufferView.device = kCuda); use "
+                   "the Gloo backend for host memory");
+  }
   if (buf.data == nullptr && buf.count > 0) fail(op, "buffer is null but count is nonzero");
 }
 
-void divisible(const char* op, std::size_t count, int size) {
-  if (count % static_cast<std::size_t>(size) != 0) {
-    fail(op, "count " + std::to_string(count) + " is not divisible by the communicator size " +
-                 std::to_string(size));
-  }
+void all_reduce(const BufferView& in, const BufferView& out, ReduceOp reduce, DeviceType device) {
+  pair_on("all_reduce", in, out, device);
+  count_equals("all_reduce", "output", out.count, in.count);
+  reducible("all_reduce", in.dtype, reduce);
 }
 
-void reducible(const char* op, DType dtype, ReduceOp reduce) {
-  bool integer = dtype == DType::kInt32 || dtype == DType::kInt64;
-  if (integer && reduce == ReduceOp::kAvg) {
-    fail(op, "avg is defined for floating-point dtypes only; use sum and divide");
+void broadcast(const BufferView& buf, int root, int size, DeviceType device) {
+  buffer_on("broadcast", buf, device);
+  rank_in_range("broadcast", "root", root, size);
+}
+
+void all_gather(const BufferView& in, const BufferView& out, int size, DeviceType device) {
+  pair_on("all_gather", in, out, device);
+  count_equals("all_gather", "output", out.count, in.count * size);
+}
+
+void reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp reduce, int size,
+                    DeviceType device) {
+  pair_on("reduce_scatter", in, out, device);
+  count_equals("reduce_scatter", "input", in.count, out.count * size);
+  reducible("reduce_scatter", in.dtype, reduce);
+}
+
+void all_to_all(const BufferView& in, const BufferView& out, int size, DeviceType device) {
+  pair_on("all_to_all", in, out, device);
+  count_equals("all_to_all", "output", out.count, in.count);
+  if (in.count % static_cast<std::size_t>(size) != 0) {
+    fail("all_to_all", "count " + std::to_string(in.count) +
+                           " is not divisible by the communicator size " + std::to_string(size));
   }
+  if (in.data == out.data && in.count > 0)
+    fail("all_to_all", "in and out must not be the same buffer");
+}
+
+void point_to_point(const char* op, const BufferView& buf, int peer, int rank, int size,
+                    DeviceType device) {
+  buffer_on(op, buf, device);
+  rank_in_range(op, "peer", peer, size);
+  if (peer == rank) fail(op, "peer is this rank");
 }
 
 }  // namespace rtd::validate

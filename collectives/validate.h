@@ -1,5 +1,7 @@
-// Argument checks shared by every backend: sizes that match, devices that fit,
-// ranks in range. Each throws rtd::Error(kInvalidArgument) naming the problem.
+// Argument checks shared by every backend: one function per operation, so that
+// Gloo and NCCL accept and refuse exactly the same shapes. Each throws
+// rtd::Error(kInvalidArgument) naming the operation and the problem; a backend
+// passes the memory it takes (host for Gloo, CUDA for NCCL).
 #pragma once
 
 #include <string>
@@ -8,11 +10,18 @@
 
 namespace rtd::validate {
 
-void same_dtype(const char* op, const BufferView& in, const BufferView& out);
-void count_equals(const char* op, const char* which, std::size_t actual, std::size_t expected);
 void rank_in_range(const char* op, const char* which, int rank, int size);
-void host_buffer(const char* op, const BufferView& buf);
-void divisible(const char* op, std::size_t count, int size);
-void reducible(const char* op, DType dtype, ReduceOp reduce);
+// buf lives where the backend needs it and is not null with a nonzero count.
+void buffer_on(const char* op, const BufferView& buf, DeviceType device);
+
+void all_reduce(const BufferView& in, const BufferView& out, ReduceOp reduce, DeviceType device);
+void broadcast(const BufferView& buf, int root, int size, DeviceType device);
+void all_gather(const BufferView& in, const BufferView& out, int size, DeviceType device);
+void reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp reduce, int size,
+                    DeviceType device);
+void all_to_all(const BufferView& in, const BufferView& out, int size, DeviceType device);
+// send or recv: peer in range and not this rank.
+void point_to_point(const char* op, const BufferView& buf, int peer, int rank, int size,
+                    DeviceType device);
 
 }  // namespace rtd::validate

@@ -87,29 +87,21 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t ta
 
 std::shared_ptr<Work> GlooCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                    StreamRef) {
-  validate::host_buffer("all_reduce", in);
-  validate::host_buffer("all_reduce", out);
-  validate::same_dtype("all_reduce", in, out);
-  validate::count_equals("all_reduce", "output", out.count, in.count);
-  validate::reducible("all_reduce", in.dtype, op);
+  validate::all_reduce(in, out, op, DeviceType::kCpu);
   return enqueue("all_reduce", next_tag(), [in, out, op](const OpArgs& args) {
     if (in.count > 0) run_all_reduce(args, in, out, op);
   });
 }
 
 std::shared_ptr<Work> GlooCommunicator::broadcast(BufferView buf, int root, StreamRef) {
-  validate::host_buffer("broadcast", buf);
-  validate::rank_in_range("broadcast", "root", root, size_);
+  validate::broadcast(buf, root, size_, DeviceType::kCpu);
   return enqueue("broadcast", next_tag(), [buf, root](const OpArgs& args) {
     if (buf.count > 0) run_broadcast(args, buf, root);
   });
 }
 
 std::shared_ptr<Work> GlooCommunicator::all_gather(BufferView in, BufferView out, StreamRef) {
-  validate::host_buffer("all_gather", in);
-  validate::host_buffer("all_gather", out);
-  validate::same_dtype("all_gather", in, out);
-  validate::count_equals("all_gather", "output", out.count, in.count * size_);
+  validate::all_gather(in, out, size_, DeviceType::kCpu);
   const int rank = rank_;
   return enqueue("all_gather", next_tag(), [in, out, rank](const OpArgs& args) {
     if (in.count == 0) return;
@@ -121,11 +113,7 @@ std::shared_ptr<Work> GlooCommunicator::all_gather(BufferView in, BufferView out
 
 std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
                                                        StreamRef) {
-  validate::host_buffer("reduce_scatter", in);
-  validate::host_buffer("reduce_scatter", out);
-  validate::same_dtype("reduce_scatter", in, out);
-  validate::count_equals("reduce_scatter", "input", in.count, out.count * size_);
-  validate::reducible("reduce_scatter", in.dtype, op);
+  validate::reduce_scatter(in, out, op, size_, DeviceType::kCpu);
   const int rank = rank_;
   // Gloo's function API has no reduce-scatter: reduce the whole input into a
   // scratch copy (the input is left intact) and keep this rank's slice.
@@ -140,15 +128,7 @@ std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView
 }
 
 std::shared_ptr<Work> GlooCommunicator::all_to_all(BufferView in, BufferView out, StreamRef) {
-  validate::host_buffer("all_to_all", in);
-  validate::host_buffer("all_to_all", out);
-  validate::same_dtype("all_to_all", in, out);
-  validate::count_equals("all_to_all", "output", out.count, in.count);
-  validate::divisible("all_to_all", in.count, size_);
-  if (in.data == out.data && in.count > 0) {
-    throw Error(ErrorCategory::kInvalidArgument,
-                "all_to_all: in and out must not be the same buffer");
-  }
+  validate::all_to_all(in, out, size_, DeviceType::kCpu);
   return enqueue("all_to_all", next_tag(), [in, out](const OpArgs& args) {
     if (in.count > 0) run_all_to_all(args, in, out);
   });
@@ -161,10 +141,7 @@ std::shared_ptr<Work> GlooCommunicator::barrier(StreamRef) {
 std::shared_ptr<Work> GlooCommunicator::point_to_point(bool is_send, BufferView buf, int peer,
                                                        int tag) {
   const char* op = is_send ? "send" : "recv";
-  validate::host_buffer(op, buf);
-  validate::rank_in_range(op, "peer", peer, size_);
-  if (peer == rank_)
-    throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": peer is this rank");
+  validate::point_to_point(op, buf, peer, rank_, size_, DeviceType::kCpu);
   if (tag < 0)
     throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": tag must be non-negative");
   P2POp p2p{is_send, buf, peer, static_cast<std::uint32_t>(tag)};

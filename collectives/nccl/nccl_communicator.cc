@@ -15,19 +15,6 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds t
   return std::chrono::steady_clock::now() + timeout;
 }
 
-void device_buffer(const char* op, const BufferView& buf) {
-  if (buf.device != DeviceType::kCuda) {
-    throw Error(ErrorCategory::kInvalidArgument,
-                std::string(op) +
-                    ": the NCCL backend takes CUDA device buffers "
-                    "(BufferView.device = kCuda); use the Gloo backend for host memory");
-  }
-  if (buf.data == nullptr && buf.count > 0) {
-    throw Error(ErrorCategory::kInvalidArgument,
-                std::string(op) + ": buffer is null but count is nonzero");
-  }
-}
-
 }  // namespace
 
 ncclConfig_t NcclCommunicator::make_config(bool blocking) const {
@@ -176,11 +163,7 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, StreamRef caller,
 
 std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                    StreamRef stream) {
-  device_buffer("all_reduce", in);
-  device_buffer("all_reduce", out);
-  validate::same_dtype("all_reduce", in, out);
-  validate::count_equals("all_reduce", "output", out.count, in.count);
-  validate::reducible("all_reduce", in.dtype, op);
+  validate::all_reduce(in, out, op, DeviceType::kCuda);
   return launch("all_reduce", stream, [&](cudaStream_t s) {
     return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype), to_nccl(op),
                                      state_->comm(), s);
@@ -188,8 +171,7 @@ std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out
 }
 
 std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root, StreamRef stream) {
-  device_buffer("broadcast", buf);
-  validate::rank_in_range("broadcast", "root", root, size_);
+  validate::broadcast(buf, root, size_, DeviceType::kCuda);
   return launch("broadcast", stream, [&](cudaStream_t s) {
     return state_->nccl().broadcast(buf.data, buf.data, buf.count, to_nccl(buf.dtype), root,
                                     state_->comm(), s);
@@ -198,10 +180,7 @@ std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root, Stre
 
 std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
                                                    StreamRef stream) {
-  device_buffer("all_gather", in);
-  device_buffer("all_gather", out);
-  validate::same_dtype("all_gather", in, out);
-  validate::count_equals("all_gather", "output", out.count, in.count * size_);
+  validate::all_gather(in, out, size_, DeviceType::kCuda);
   return launch("all_gather", stream, [&](cudaStream_t s) {
     return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype), state_->comm(),
                                      s);
@@ -210,11 +189,7 @@ std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out
 
 std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
                                                        StreamRef stream) {
-  device_buffer("reduce_scatter", in);
-  device_buffer("reduce_scatter", out);
-  validate::same_dtype("reduce_scatter", in, out);
-  validate::count_equals("reduce_scatter", "input", in.count, out.count * size_);
-  validate::reducible("reduce_scatter", in.dtype, op);
+  validate::reduce_scatter(in, out, op, size_, DeviceType::kCuda);
   return launch("reduce_scatter", stream, [&](cudaStream_t s) {
     return state_->nccl().reduce_scatter(in.data, out.data, out.count, to_nccl(in.dtype),
                                          to_nccl(op), state_->comm(), s);
@@ -223,15 +198,7 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView
 
 std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out,
                                                    StreamRef stream) {
-  device_buffer("all_to_all", in);
-  device_buffer("all_to_all", out);
-  validate::same_dtype("all_to_all", in, out);
-  validate::count_equals("all_to_all", "output", out.count, in.count);
-  validate::divisible("all_to_all", in.count, size_);
-  if (in.data == out.data && in.count > 0) {
-    throw Error(ErrorCategory::kInvalidArgument,
-                "all_to_all: in and out must not be the same buffer");
-  }
+  validate::all_to_all(in, out, size_, DeviceType::kCuda);
   // One grouped send and receive per peer (the NCCL idiom for all-to-all).
   const std::size_t block = in.count / size_;
   const std::size_t block_bytes = block * dtype_size(in.dtype);
@@ -259,18 +226,14 @@ std::shared_ptr<Work> NcclCommunicator::barrier(StreamRef stream) {
 }
 
 std::shared_ptr<Work> NcclCommunicator::send(BufferView buf, int peer, int tag, StreamRef stream) {
-  device_buffer("send", buf);
-  validate::rank_in_range("send", "peer", peer, size_);
-  if (peer == rank_) throw Error(ErrorCategory::kInvalidArgument, "send: peer is this rank");
+  validate::point_to_point("send", buf, peer, rank_, size_, DeviceType::kCuda);
   return launch("send", stream, [&](cudaStream_t s) {
     return state_->nccl().send(buf.data, buf.count, to_nccl(buf.dtype), peer, state_->comm(), s);
   });
 }
 
 std::shared_ptr<Work> NcclCommunicator::recv(BufferView buf, int peer, int tag, StreamRef stream) {
-  device_buffer("recv", buf);
-  validate::rank_in_range("recv", "peer", peer, size_);
-  if (peer == rank_) throw Error(ErrorCategory::kInvalidArgument, "recv: peer is this rank");
+  validate::point_to_point("recv", buf, peer, rank_, size_, DeviceType::kCuda);
   return launch("recv", stream, [&](cudaStream_t s) {
     return state_->nccl().recv(buf.data, buf.count, to_nccl(buf.dtype), peer, state_->comm(), s);
   });
