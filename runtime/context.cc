@@ -82,6 +82,7 @@ NcclSettings nccl_settings(const Config& config, NcclSettings settings) {
   if (settings.min_ctas < 0) settings.min_ctas = config.nccl_min_ctas;
   if (settings.max_ctas < 0) settings.max_ctas = config.nccl_max_ctas;
   if (settings.net_name.empty()) settings.net_name = config.nccl_net_name;
+  if (settings.cta_policy.empty()) settings.cta_policy = config.nccl_cta_policy;
   return settings;
 }
 

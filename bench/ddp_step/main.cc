@@ -23,7 +23,12 @@ struct Result {
   std::string mode;
   double bucket_mb = 0;
   std::string reduce;
+  bool registered = false;
   double step_ms = 0;
+  // Per phase on the trainer's stream (CUDA events, mean over the timed steps):
+  // forward; backward (slower than on one GPU when the reduction running beside
+  // it slows its kernels); after backward (waiting for the last buckets, and the optimizer).
+  double forward_ms = 0, backward_ms = 0, after_ms = 0;
   double model_gib = 0;   // what the model and DDP allocated
   double device_gib = 0;  // device memory in use (cudaMemGetInfo): adds NCCL, cuBLAS, the context
 };
@@ -42,6 +47,40 @@ double device_used_gib() {
   return static_cast<double>(total_b - free_b) / (1 << 30);
 }
 
+// Events at the phase boundaries of every step on the trainer's stream.
+class PhaseEvents {
+ public:
+  enum Mark { kStart, kForward, kBackward, kEnd, kMarks };
+  PhaseEvents(int steps, cudaStream_t s) : s_(s), events_(steps * kMarks) {
+    for (auto& e : events_) cudaEventCreate(&e);
+  }
+  ~PhaseEvents() {
+    for (auto& e : events_) cudaEventDestroy(e);
+  }
+  void mark(int step, Mark m) {  // step is 1-based, as time_steps counts
+    cudaEventRecord(events_[(step - 1) * kMarks + m], s_);
+  }
+  // Mean milliseconds from mark a to mark b over steps [first, last] (after a sync).
+  double mean_ms(Mark a, Mark b, int first, int last) const {
+    double sum = 0;
+    for (int i = first; i <= last; ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, events_[(i - 1) * kMarks + a], events_[(i - 1) * kMarks + b]);
+      sum += ms;
+    }
+    return sum / (last - first + 1);
+  }
+  void fill(Result& r, int warmup, int steps) const {
+    r.forward_ms = mean_ms(kStart, kForward, warmup + 1, warmup + steps);
+    r.backward_ms = mean_ms(kForward, kBackward, warmup + 1, warmup + steps);
+    r.after_ms = mean_ms(kBackward, kEnd, warmup + 1, warmup + steps);
+  }
+
+ private:
+  cudaStream_t s_;
+  std::vector<cudaEvent_t> events_;
+};
+
 // Times `steps` steps after `warmup`, wall clock around a synchronized stream (as the anchor does).
 template <typename Step>
 double time_steps(Step&& step, int warmup, int steps, cudaStream_t s) {
@@ -59,21 +98,25 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
   float* grads = nullptr;
   cudaMalloc(reinterpret_cast<void**>(&grads), model.layer_elems() * c.layers * sizeof(float));
   auto grad = [&](int l) { return grads + l * model.layer_elems(); };
-  double ms = time_steps(
+  PhaseEvents phases(warmup + steps, s);
+  Result r{.mode = "one GPU", .reduce = "-"};
+  r.step_ms = time_steps(
       [&](int i) {
+        phases.mark(i, PhaseEvents::kStart);
         model.forward(s);
+        phases.mark(i, PhaseEvents::kForward);
         model.backward(
             grad, [](int) {}, s);
+        phases.mark(i, PhaseEvents::kBackward);
         model.optimizer_step(grad, i, s);
+        phases.mark(i, PhaseEvents::kEnd);
       },
       warmup, steps, s);
-  Result r{"one GPU",
-           0,
-           "-",
-           ms,
-           static_cast<double>(model.bytes() + model.layer_elems() * c.layers * sizeof(float)) /
-               (1 << 30),
-           device_used_gib()};
+  phases.fill(r, warmup, steps);
+  r.model_gib =
+      static_cast<double>(model.bytes() + model.layer_elems() * c.layers * sizeof(float)) /
+      (1 << 30);
+  r.device_gib = device_used_gib();
   cudaFree(grads);
   return r;
 }
@@ -82,8 +125,8 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
 // "serial" no overlap at all (every bucket starts after backward): the
 // difference to the one-GPU step is then the whole communication time.
 Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
-               const std::string& reduce, const std::string& overlap, int warmup, int steps,
-               cudaStream_t s) {
+               const std::string& reduce, const std::string& overlap, bool register_buckets,
+               int warmup, int steps, cudaStream_t s) {
   const bool overlap_optimizer = overlap == "1", serial = overlap == "serial";
   mlp::Model model(c, s);
   std::vector<rtd::BufferView> params;
@@ -94,20 +137,25 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
   cudaStreamSynchronize(s);
   rtd::DDP ddp(ctx, params,
                {.bucket_mb = bucket_mb,
-                .reduce_dtype = reduce == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32});
+                .reduce_dtype = reduce == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32,
+                .register_buckets = register_buckets});
   cudaDeviceSynchronize();  // DDP broadcast rank 0's weights on the default stream
   model.refresh_weights(s);
   rtd::StreamRef ref{s};
   auto grad = [&](int l) { return static_cast<float*>(ddp.grad(l).data); };
+  PhaseEvents phases(warmup + steps, s);
   double ms = time_steps(
       [&](int i) {
+        phases.mark(i, PhaseEvents::kStart);
         model.forward(s);
+        phases.mark(i, PhaseEvents::kForward);
         model.backward(
             grad,
             [&](int l) {
               if (!serial) ddp.grad_ready(l, ref);
             },
             s);
+        phases.mark(i, PhaseEvents::kBackward);
         if (serial) {
           for (int l = c.layers - 1; l >= 0; --l) ddp.grad_ready(l, ref);
         }
@@ -121,15 +169,22 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
           ddp.finish(ref);
           model.optimizer_step(grad, i, s);
         }
+        phases.mark(i, PhaseEvents::kEnd);
       },
       warmup, steps, s);
   std::size_t bucket_bytes = 0;
   for (int b = 0; b < ddp.bucket_count(); ++b) {
     bucket_bytes += ddp.bucket_bytes(b) * (reduce == "bf16" ? 3 : 2) / 2;  // + the bf16 wire copy
   }
-  return Result{
-      overlap_optimizer ? "DDP+opt" : (serial ? "serial" : "DDP"),   bucket_mb,        reduce, ms,
-      static_cast<double>(model.bytes() + bucket_bytes) / (1 << 30), device_used_gib()};
+  Result r{.mode = overlap_optimizer ? "DDP+opt" : (serial ? "serial" : "DDP"),
+           .bucket_mb = bucket_mb,
+           .reduce = reduce,
+           .registered = ddp.buckets_registered(),
+           .step_ms = ms};
+  phases.fill(r, warmup, steps);
+  r.model_gib = static_cast<double>(model.bytes() + bucket_bytes) / (1 << 30);
+  r.device_gib = device_used_gib();
+  return r;
 }
 
 }  // namespace
@@ -137,7 +192,7 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
 int main(int argc, char** argv) {
   mlp::MlpConfig c;
   int warmup = 5, steps = 15;
-  std::vector<std::string> buckets{"25"}, reduces{"fp32"}, overlaps{"0", "1"};
+  std::vector<std::string> buckets{"25"}, reduces{"fp32"}, overlaps{"0", "1"}, registers{"0"};
   std::string json;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
@@ -159,11 +214,14 @@ int main(int argc, char** argv) {
       json = v;
     else if (f == "--overlap-optimizer")
       overlaps = split(v);
+    else if (f == "--register")
+      registers = split(v);
     else {
       std::fprintf(
           stderr,
           "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
-          "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1,serial --json FILE]\n");
+          "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1,serial --register 0,1 "
+          "--json FILE]\n");
       return 2;
     }
   }
@@ -174,11 +232,13 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     results.push_back(run_single(c, warmup, steps, s));
     ctx->comm().barrier()->wait();
-    for (const auto& o : overlaps) {
-      for (const auto& r : reduces) {
-        for (const auto& b : buckets) {
-          results.push_back(run_ddp(*ctx, c, std::stod(b), r, o, warmup, steps, s));
-          ctx->comm().barrier()->wait();
+    for (const auto& reg : registers) {
+      for (const auto& o : overlaps) {
+        for (const auto& r : reduces) {
+          for (const auto& b : buckets) {
+            results.push_back(run_ddp(*ctx, c, std::stod(b), r, o, reg == "1", warmup, steps, s));
+            ctx->comm().barrier()->wait();
+          }
         }
       }
     }
@@ -186,19 +246,24 @@ int main(int argc, char** argv) {
     const double single = results[0].step_ms;
     std::printf("# MLP H=%d L=%d B=%d, %d ranks, %d timed steps after %d warm-up\n", c.hidden,
                 c.layers, c.batch, ctx->world_size(), steps, warmup);
-    std::printf("%-8s %9s %6s %10s %11s %12s %12s %13s\n", "mode", "bucket_mb", "reduce", "step_ms",
-                "efficiency", "exposed_ms", "model_GiB", "device_GiB");
+    std::printf("%-8s %9s %6s %4s %10s %11s %11s %7s %7s %7s %10s %11s\n", "mode", "bucket_mb",
+                "reduce", "reg", "step_ms", "efficiency", "exposed_ms", "fwd_ms", "bwd_ms",
+                "after_ms", "model_GiB", "device_GiB");
     std::ofstream out;
     if (!json.empty()) out.open(json);
     if (out) out << "{\"ranks\": " << ctx->world_size() << ", \"rows\": [\n";
     for (std::size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
-      std::printf("%-8s %9.0f %6s %10.2f %11.3f %12.2f %12.2f %13.2f\n", r.mode.c_str(),
-                  r.bucket_mb, r.reduce.c_str(), r.step_ms, single / r.step_ms, r.step_ms - single,
-                  r.model_gib, r.device_gib);
+      std::printf("%-8s %9.0f %6s %4s %10.2f %11.3f %11.2f %7.2f %7.2f %7.2f %10.2f %11.2f\n",
+                  r.mode.c_str(), r.bucket_mb, r.reduce.c_str(), r.registered ? "yes" : "no",
+                  r.step_ms, single / r.step_ms, r.step_ms - single, r.forward_ms, r.backward_ms,
+                  r.after_ms, r.model_gib, r.device_gib);
       if (out) {
         out << "  {\"mode\": \"" << r.mode << "\", \"bucket_mb\": " << r.bucket_mb
-            << ", \"reduce\": \"" << r.reduce << "\", \"step_ms\": " << r.step_ms
+            << ", \"reduce\": \"" << r.reduce
+            << "\", \"registered\": " << (r.registered ? "true" : "false")
+            << ", \"step_ms\": " << r.step_ms << ", \"forward_ms\": " << r.forward_ms
+            << ", \"backward_ms\": " << r.backward_ms << ", \"after_backward_ms\": " << r.after_ms
             << ", \"efficiency\": " << single / r.step_ms
             << ", \"exposed_ms\": " << r.step_ms - single << ", \"model_gib\": " << r.model_gib
             << ", \"device_gib\": " << r.device_gib << "}"

@@ -118,10 +118,21 @@ void CommState::abort(const std::string& why) {
 
 void CommState::shutdown() {
   ncclComm_t comm;
+  std::set<void*> registrations;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (gone_ || comm_ == nullptr) return;
     comm = comm_;
+    registrations.swap(registrations_);
+  }
+  // Registrations still held by buffers that outlive the communicator end here;
+  // their memory stays valid until the buffers themselves are freed.
+  for (void* handle : registrations) {
+    ncclResult_t rc = nccl_->comm_deregister(comm, handle);
+    if (rc != ncclSuccess) {
+      log::get("nccl")->warn("rank {}: ncclCommDeregister at shutdown: {}", rank_,
+                             nccl_->error_string(rc));
+    }
   }
   // Finalize flushes what is in flight; it needs every peer, so it is polled
   // against the timeout, and a peer that is gone turns it into an abort.
@@ -139,6 +150,32 @@ void CommState::shutdown() {
     gone_ = true;
   }
   destroy_other(comm);
+}
+
+void* CommState::register_buffer(void* ptr, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (gone_ || comm_ == nullptr) {
+    throw Error(ErrorCategory::kBackend, "registering memory with an NCCL communicator of rank " +
+                                             std::to_string(rank_) + " that is gone");
+  }
+  void* handle = nullptr;
+  ncclResult_t rc = nccl_->comm_register(comm_, ptr, bytes, &handle);
+  if (rc != ncclSuccess) {
+    throw nccl_error(
+        *nccl_, comm_, rc,
+        "ncclCommRegister of " + std::to_string(bytes) + " bytes on rank " + std::to_string(rank_));
+  }
+  registrations_.insert(handle);
+  return handle;
+}
+
+void CommState::deregister_buffer(void* handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (gone_ || registrations_.erase(handle) == 0) return;
+  ncclResult_t rc = nccl_->comm_deregister(comm_, handle);
+  if (rc != ncclSuccess) {
+    log::get("nccl")->warn("rank {}: ncclCommDeregister: {}", rank_, nccl_->error_string(rc));
+  }
 }
 
 void CommState::destroy_other(ncclComm_t comm) {

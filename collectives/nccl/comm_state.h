@@ -7,6 +7,7 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,12 @@ class CommState {
   // Destroys a communicator other than comm() (the one init used), in bounded time.
   void destroy_other(ncclComm_t comm);
 
+  // ncclCommRegister of [ptr, ptr + bytes) with comm(); throws on failure.
+  void* register_buffer(void* ptr, std::size_t bytes);
+  // Undoes one registration, unless the communicator is gone (its registrations
+  // went with it) or shutdown() already undid it. Never throws.
+  void deregister_buffer(void* handle);
+
  private:
   std::shared_ptr<NcclApi> nccl_;
   std::shared_ptr<CudaApi> cuda_;
@@ -55,6 +62,7 @@ class CommState {
   ncclComm_t comm_ = nullptr;
   std::mutex mu_;
   std::vector<cudaEvent_t> free_events_;
+  std::set<void*> registrations_;  // live ncclCommRegister handles
   std::atomic<bool> aborted_{false};
   bool gone_ = false;  // the handle was destroyed or aborted
   std::optional<Error> failure_;

@@ -53,6 +53,14 @@ class RealNcclApi : public NcclApi {
                     cudaStream_t stream) override {
     return ncclRecv(buf, count, type, peer, comm, stream);
   }
+  ncclResult_t mem_alloc(void** ptr, size_t bytes) override { return ncclMemAlloc(ptr, bytes); }
+  ncclResult_t mem_free(void* ptr) override { return ncclMemFree(ptr); }
+  ncclResult_t comm_register(ncclComm_t comm, void* buf, size_t bytes, void** handle) override {
+    return ncclCommRegister(comm, buf, bytes, handle);
+  }
+  ncclResult_t comm_deregister(ncclComm_t comm, void* handle) override {
+    return ncclCommDeregister(comm, handle);
+  }
   const char* error_string(ncclResult_t result) override { return ncclGetErrorString(result); }
   const char* last_error(ncclComm_t comm) override { return ncclGetLastError(comm); }
 };

@@ -37,6 +37,12 @@ class NcclApi {
                             ncclComm_t comm, cudaStream_t stream) = 0;
   virtual ncclResult_t recv(void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                             cudaStream_t stream) = 0;
+  // Memory NCCL can register for direct transfers (ncclMemAlloc: CUDA VMM),
+  // and its registration with a communicator.
+  virtual ncclResult_t mem_alloc(void** ptr, size_t bytes) = 0;
+  virtual ncclResult_t mem_free(void* ptr) = 0;
+  virtual ncclResult_t comm_register(ncclComm_t comm, void* buf, size_t bytes, void** handle) = 0;
+  virtual ncclResult_t comm_deregister(ncclComm_t comm, void* handle) = 0;
   virtual const char* error_string(ncclResult_t result) = 0;
   virtual const char* last_error(ncclComm_t comm) = 0;
 };

@@ -25,6 +25,9 @@ ncclConfig_t NcclCommunicator::make_config(bool blocking) const {
   if (s.min_ctas > 0) config.minCTAs = s.min_ctas;
   if (s.max_ctas > 0) config.maxCTAs = s.max_ctas;
   if (!s.net_name.empty()) config.netName = options_.settings.net_name.c_str();
+  if (s.cta_policy == "default") config.CTAPolicy = NCCL_CTA_POLICY_DEFAULT;
+  if (s.cta_policy == "efficiency") config.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+  if (s.cta_policy == "zero") config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
   return config;
 }
 
@@ -302,5 +305,34 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
 }
 
 void NcclCommunicator::abort() { state_->abort("abort() called"); }
+
+std::shared_ptr<void> NcclCommunicator::allocate_registered(std::size_t bytes) {
+  const std::string who = "rank " + std::to_string(rank_);
+  if (auto failure = state_->failure()) {
+    throw Error(failure->category(), who + " allocating registered memory: " + failure->what(),
+                failure->backend_code());
+  }
+  RTD_CUDA_CHECK(state_->cuda(), state_->cuda().set_device(options_.device),
+                 "selecting GPU " + std::to_string(options_.device));
+  std::shared_ptr<NcclApi> nccl = options_.nccl;
+  void* ptr = nullptr;
+  ncclResult_t rc = nccl->mem_alloc(&ptr, bytes);
+  if (rc != ncclSuccess || ptr == nullptr) {
+    throw nccl_error(*nccl, nullptr, rc,
+                     who + ": ncclMemAlloc of " + std::to_string(bytes) + " bytes");
+  }
+  void* handle = nullptr;
+  try {
+    handle = state_->register_buffer(ptr, bytes);
+  } catch (...) {
+    nccl->mem_free(ptr);
+    throw;
+  }
+  std::weak_ptr<CommState> state = state_;
+  return std::shared_ptr<void>(ptr, [state, nccl, handle](void* p) {
+    if (auto s = state.lock()) s->deregister_buffer(handle);
+    nccl->mem_free(p);
+  });
+}
 
 }  // namespace rtd::nccl

@@ -50,6 +50,7 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> group(const std::function<void()>& body) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
   void abort() override;
+  std::shared_ptr<void> allocate_registered(std::size_t bytes) override;
 
   // The communicator's own stream (for tests and benchmarks).
   cudaStream_t stream() const { return stream_; }

@@ -15,12 +15,37 @@ namespace {
 constexpr std::chrono::seconds kShapeCheckTimeout{300};
 std::atomic<int> g_instances{0};  // every rank builds its DDPs in the same order
 
-std::string shape_fingerprint(const std::vector<BufferView>& params) {
+// wire_registered: per bucket, 'r' where its wire memory is registered, '-' where not.
+std::string shape_fingerprint(const std::vector<BufferView>& params,
+                              const std::string& wire_registered) {
   std::ostringstream out;
   out << params.size() << " parameters [";
   for (std::size_t i = 0; i < params.size(); ++i) out << (i ? "," : "") << params[i].count;
   out << "]";
+  if (wire_registered.find('r') != std::string::npos) {
+    out << " with registered buckets [" << wire_registered << "]";
+  }
   return out.str();
+}
+
+// A bucket's memory: registered with the communicator when asked for and the
+// backend has it, else a plain DeviceBuffer (owned through the same pointer).
+std::shared_ptr<void> allocate_bucket(Communicator& comm, bool want_registered, DeviceType device,
+                                      int device_index, std::size_t bytes, bool* registered) {
+  if (want_registered && device == DeviceType::kCuda) {
+    try {
+      if (auto mem = comm.allocate_registered(bytes)) {
+        *registered = true;
+        return mem;
+      }
+    } catch (const Error& e) {  // plain memory; the cross-rank check catches a disagreement
+      log::get("ddp")->warn("DDP: registered bucket memory unavailable, using plain memory: {}",
+                            e.what());
+    }
+  }
+  *registered = false;
+  auto plain = std::make_shared<DeviceBuffer>(device, device_index, bytes);
+  return std::shared_ptr<void>(plain, plain->data());
 }
 
 // Host buffers: the host waits; GPU buffers: the stream waits.
@@ -40,10 +65,11 @@ struct DDP::Impl {
   DeviceType device;
   int device_index;
   BucketPlan plan;
-  std::vector<DeviceBuffer> grads;  // per bucket, float32
-  std::vector<DeviceBuffer> wire;   // per bucket, the reduce dtype when it is not float32
-  std::vector<bool> ready;          // per parameter, this step
-  std::vector<int> pending;         // per bucket, parameters not ready yet
+  std::vector<std::shared_ptr<void>> grads;  // per bucket, float32
+  std::vector<std::shared_ptr<void>> wire;   // per bucket, the reduce dtype when not float32
+  std::string wire_registered;               // per bucket: 'r' registered wire memory, '-' not
+  std::vector<bool> ready;                   // per parameter, this step
+  std::vector<int> pending;                  // per bucket, parameters not ready yet
   std::vector<std::shared_ptr<Work>> works;
   std::vector<bool> completed;  // per bucket: the caller's stream already waits for it
   int next_launch = 0;
@@ -53,11 +79,10 @@ struct DDP::Impl {
       : comm(c), options(o), params(std::move(p)) {}
 
   BufferView bucket_view(int b) const {
-    return BufferView{grads[b].data(), plan.bucket_counts[b], DType::kFloat32, device,
-                      device_index};
+    return BufferView{grads[b].get(), plan.bucket_counts[b], DType::kFloat32, device, device_index};
   }
   BufferView wire_view(int b) const {
-    return BufferView{wire[b].data(), plan.bucket_counts[b], options.reduce_dtype, device,
+    return BufferView{wire[b].get(), plan.bucket_counts[b], options.reduce_dtype, device,
                       device_index};
   }
   bool cast_on_wire() const { return options.reduce_dtype != DType::kFloat32; }
@@ -94,7 +119,7 @@ struct DDP::Impl {
 
   void check_same_model(Store& store) {
     const std::string prefix = "ddp/" + std::to_string(g_instances++) + "/shape/";
-    const std::string mine = shape_fingerprint(params);
+    const std::string mine = shape_fingerprint(params, wire_registered);
     store.set(prefix + std::to_string(comm.rank()), mine);
     for (int r = 0; r < comm.size(); ++r) {
       std::string theirs = store.get(prefix + std::to_string(r), kShapeCheckTimeout);
@@ -127,28 +152,36 @@ DDP::DDP(Communicator& comm, Store& store, std::vector<BufferView> params, DDPOp
   if (options.reduce_dtype != DType::kFloat32 && options.reduce_dtype != DType::kBFloat16) {
     throw Error(ErrorCategory::kInvalidArgument, "DDP: reduce_dtype must be float32 or bfloat16");
   }
-  s.check_same_model(store);
-
   s.plan = plan_buckets(counts, sizeof(float),
                         static_cast<std::size_t>(options.first_bucket_mb * (1 << 20)),
                         static_cast<std::size_t>(options.bucket_mb * (1 << 20)));
+  // What goes on the wire is registered: the float32 buckets, or their casts.
   for (std::size_t b = 0; b < s.plan.bucket_counts.size(); ++b) {
-    s.grads.emplace_back(s.device, s.device_index, s.plan.bucket_counts[b] * sizeof(float));
+    bool ok = false;
+    s.grads.push_back(allocate_bucket(comm, options.register_buckets && !s.cast_on_wire(), s.device,
+                                      s.device_index, s.plan.bucket_counts[b] * sizeof(float),
+                                      &ok));
     zero_async(s.bucket_view(static_cast<int>(b)), {});
     if (s.cast_on_wire()) {
-      s.wire.emplace_back(s.device, s.device_index,
-                          s.plan.bucket_counts[b] * dtype_size(options.reduce_dtype));
+      s.wire.push_back(allocate_bucket(comm, options.register_buckets, s.device, s.device_index,
+                                       s.plan.bucket_counts[b] * dtype_size(options.reduce_dtype),
+                                       &ok));
     }
+    s.wire_registered += ok ? 'r' : '-';
   }
+  // After allocating, so that ranks whose registration differs fail here too.
+  s.check_same_model(store);
   s.ready.assign(s.params.size(), false);
   s.pending.assign(s.plan.bucket_counts.size(), 0);
   s.reset_step();
   if (options.broadcast_parameters) {
     for (const BufferView& p : s.params) complete(*comm.broadcast(p, 0, {}), s.device, {});
   }
-  log::get("ddp")->info("DDP: {} parameters in {} buckets ({} MB first, {} MB cap), reducing in {}",
-                        s.params.size(), s.plan.bucket_counts.size(), options.first_bucket_mb,
-                        options.bucket_mb, to_string(options.reduce_dtype));
+  log::get("ddp")->info(
+      "DDP: {} parameters in {} buckets ({} MB first, {} MB cap), reducing in {}{}",
+      s.params.size(), s.plan.bucket_counts.size(), options.first_bucket_mb, options.bucket_mb,
+      to_string(options.reduce_dtype),
+      s.wire_registered.find('-') == std::string::npos ? ", registered buckets" : "");
 }
 
 DDP::~DDP() = default;
@@ -159,7 +192,7 @@ BufferView DDP::grad(int i) const {
     throw Error(ErrorCategory::kInvalidArgument, "DDP::grad: no parameter " + std::to_string(i));
   }
   const BucketSlot& slot = s.plan.slots[i];
-  auto* base = static_cast<float*>(s.grads[slot.bucket].data());
+  auto* base = static_cast<float*>(s.grads[slot.bucket].get());
   return BufferView{base + slot.offset, s.params[i].count, DType::kFloat32, s.device,
                     s.device_index};
 }
@@ -229,6 +262,10 @@ void DDP::wait_grad(int i, StreamRef stream) {
 }
 
 void DDP::set_no_sync(bool no_sync) { impl_->no_sync = no_sync; }
+
+bool DDP::buckets_registered() const {
+  return impl_->wire_registered.find('-') == std::string::npos;
+}
 
 int DDP::bucket_count() const { return static_cast<int>(impl_->plan.bucket_counts.size()); }
 

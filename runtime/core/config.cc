@@ -41,6 +41,9 @@ constexpr ConfigVar kVars[] = {
     {"RTD_NCCL_MIN_CTAS", "", "ncclConfig_t.minCTAs: fewest thread blocks NCCL uses"},
     {"RTD_NCCL_MAX_CTAS", "", "ncclConfig_t.maxCTAs: most thread blocks NCCL uses"},
     {"RTD_NCCL_NET_NAME", "", "ncclConfig_t.netName: the network plugin NCCL uses (IB, Socket)"},
+    {"RTD_NCCL_CTA_POLICY", "",
+     "ncclConfig_t.CTAPolicy: default, efficiency (fewest thread blocks) or zero (copy engines "
+     "where NCCL can)"},
 };
 
 const std::string* lookup(const EnvMap& env, const char* name) {
@@ -118,6 +121,13 @@ Config Config::from_env(const EnvMap& env) {
   c.nccl_min_ctas = parse_int(env, "RTD_NCCL_MIN_CTAS", 1).value_or(-1);
   c.nccl_max_ctas = parse_int(env, "RTD_NCCL_MAX_CTAS", 1).value_or(-1);
   c.nccl_net_name = parse_string(env, "RTD_NCCL_NET_NAME", "");
+  c.nccl_cta_policy = parse_string(env, "RTD_NCCL_CTA_POLICY", "");
+  if (!c.nccl_cta_policy.empty() && c.nccl_cta_policy != "default" &&
+      c.nccl_cta_policy != "efficiency" && c.nccl_cta_policy != "zero") {
+    throw Error(ErrorCategory::kConfig, "environment variable RTD_NCCL_CTA_POLICY='" +
+                                            c.nccl_cta_policy +
+                                            "' is not one of: default, efficiency, zero");
+  }
   return c;
 }
 

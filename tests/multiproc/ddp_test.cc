@@ -100,8 +100,12 @@ TEST_F(DDPTest, ParametersAreBroadcastFromRankZero) {
 }
 
 TEST_F(DDPTest, NRanksEqualOneRankWithNTimesTheBatch) {
-  for (DType wire : {DType::kFloat32, DType::kBFloat16}) {
-    DDP ddp = make(DDPOptions{.reduce_dtype = wire});
+  for (int variant = 0; variant < 4; ++variant) {
+    const DType wire = variant % 2 ? DType::kBFloat16 : DType::kFloat32;
+    const bool registered = variant >= 2;
+    DDP ddp = make(DDPOptions{.reduce_dtype = wire, .register_buckets = registered});
+    // Only NCCL has registered memory; Gloo falls back to plain buckets.
+    EXPECT_EQ(ddp.buckets_registered(), registered && comm().backend() == "nccl");
     const int n = comm().size(), r = comm().rank();
     for (int step = 0; step < 2; ++step) {
       ddp.zero_grad();
@@ -113,8 +117,8 @@ TEST_F(DDPTest, NRanksEqualOneRankWithNTimesTheBatch) {
       for (std::size_t k = 0; k < kSizes.size(); ++k) {
         expect_close(read_grad(ddp, k), mean_grad(k, 100 * step, n * kSamplesPerRank),
                      wire == DType::kBFloat16 ? 2e-2 : 1e-5,
-                     std::string(to_string(wire)) + " step " + std::to_string(step) + " param " +
-                         std::to_string(k));
+                     std::string(to_string(wire)) + (registered ? " registered" : "") + " step " +
+                         std::to_string(step) + " param " + std::to_string(k));
       }
     }
   }

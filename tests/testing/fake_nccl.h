@@ -110,14 +110,14 @@ class FakeNcclApi : public nccl::NcclApi {
                                      ncclConfig_t* config) override {
     *comm = reinterpret_cast<ncclComm_t>(0x4000);
     log_->add("comm_init rank=" + std::to_string(rank) + " of " + std::to_string(nranks) +
-              " blocking=" + std::to_string(config->blocking) +
-              " maxCTAs=" + std::to_string(config->maxCTAs));
+              " blocking=" + std::to_string(config->blocking) + " maxCTAs=" +
+              std::to_string(config->maxCTAs) + " CTAPolicy=" + std::to_string(config->CTAPolicy));
     return ncclInProgress;
   }
   ncclResult_t comm_split(ncclComm_t, int color, int key, ncclComm_t* out,
                           ncclConfig_t* config) override {
-    log_->add("comm_split " + std::to_string(color) + " " + std::to_string(key) +
-              " blocking=" + std::to_string(config->blocking));
+    log_->add("comm_split " + std::to_string(color) + " " + std::to_string(key) + " blocking=" +
+              std::to_string(config->blocking) + " CTAPolicy=" + std::to_string(config->CTAPolicy));
     *out = color < 0 ? nullptr : reinterpret_cast<ncclComm_t>(0x5000);
     return ncclInProgress;
   }
@@ -190,6 +190,25 @@ class FakeNcclApi : public nccl::NcclApi {
   ncclResult_t recv(void*, size_t, ncclDataType_t, int peer, ncclComm_t, cudaStream_t) override {
     log_->add("recv " + std::to_string(peer));
     return collective_result;
+  }
+  std::atomic<ncclResult_t> register_result{ncclSuccess};
+  ncclResult_t mem_alloc(void** ptr, size_t bytes) override {
+    log_->add("mem_alloc " + std::to_string(bytes));
+    *ptr = reinterpret_cast<void*>(0x6000);
+    return ncclSuccess;
+  }
+  ncclResult_t mem_free(void*) override {
+    log_->add("mem_free");
+    return ncclSuccess;
+  }
+  ncclResult_t comm_register(ncclComm_t, void*, size_t bytes, void** handle) override {
+    log_->add("comm_register " + std::to_string(bytes));
+    *handle = reinterpret_cast<void*>(0x7000);
+    return register_result;
+  }
+  ncclResult_t comm_deregister(ncclComm_t, void*) override {
+    log_->add("comm_deregister");
+    return ncclSuccess;
   }
   const char* error_string(ncclResult_t) override { return "fake NCCL error"; }
   const char* last_error(ncclComm_t) override { return "remote peer went away"; }

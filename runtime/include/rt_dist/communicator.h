@@ -10,6 +10,7 @@
 // reduce_scatter with out at in + rank * out.count.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -64,6 +65,19 @@ class Communicator {
 
   // Fails every outstanding and later operation, in bounded time. Not collective.
   virtual void abort() = 0;
+
+  // Device memory the backend moves data to and from directly: on NCCL,
+  // allocated with ncclMemAlloc and registered with this communicator
+  // (ncclCommRegister), so that transfers between the GPUs of one host skip
+  // NCCL's staging copies. nullptr where the backend has no such memory (then
+  // allocate as usual). If one rank passes registered memory to a collective,
+  // every rank must pass its own registered memory to it. The memory is freed
+  // when the last reference goes, which may be after the communicator is
+  // destroyed; as with cudaFree, no queued GPU work may still use it then.
+  virtual std::shared_ptr<void> allocate_registered(std::size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 };
 
 }  // namespace rtd

@@ -23,6 +23,9 @@ struct NcclSettings {
   int min_ctas = -1;
   int max_ctas = -1;
   std::string net_name;
+  // "default", "efficiency" (fewest thread blocks, for overlap with compute) or
+  // "zero" (copy engines where NCCL can); empty: NCCL's own choice.
+  std::string cta_policy;
 };
 
 struct InitOptions {

@@ -33,6 +33,10 @@ struct DDPOptions {
   // find_unused_parameters); otherwise it is an error naming them.
   bool find_unused_parameters = false;
   bool broadcast_parameters = true;  // rank 0's parameters win at construction
+  // Buckets in memory the communicator registers for direct transfers
+  // (Communicator::allocate_registered; NCCL: ncclMemAlloc + ncclCommRegister).
+  // Where the backend has none, plain memory. Every rank must set it alike.
+  bool register_buckets = false;
 };
 
 class DDP {
@@ -68,6 +72,9 @@ class DDP {
   void set_no_sync(bool no_sync);
 
   int bucket_count() const;
+  // Whether the buckets ended up in registered memory (register_buckets and a
+  // backend that has it).
+  bool buckets_registered() const;
   std::size_t bucket_bytes(int bucket) const;
 
  private:

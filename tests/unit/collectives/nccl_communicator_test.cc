@@ -66,6 +66,57 @@ TEST_F(NcclWithFakes, DataPathRunsOnABlockingCommunicatorSplitOffTheInitOne) {
       << "the init communicator is released";
 }
 
+TEST_F(NcclWithFakes, CtaPolicyReachesBothCommunicators) {
+  auto comm = make(std::chrono::seconds(5), NcclSettings{.cta_policy = "efficiency"});
+  const std::string policy = "CTAPolicy=" + std::to_string(NCCL_CTA_POLICY_EFFICIENCY);
+  auto calls = log_.calls();
+  auto has = [&](const std::string& prefix) {
+    return std::any_of(calls.begin(), calls.end(), [&](const std::string& c) {
+      return c.rfind(prefix, 0) == 0 && c.find(policy) != std::string::npos;
+    });
+  };
+  EXPECT_TRUE(has("comm_init")) << policy;
+  EXPECT_TRUE(has("comm_split")) << policy;
+}
+
+TEST_F(NcclWithFakes, RegisteredMemoryIsAllocatedRegisteredAndReleasedInOrder) {
+  auto comm = make();
+  std::shared_ptr<void> mem = base(*comm).allocate_registered(4096);
+  ASSERT_NE(mem, nullptr);
+  EXPECT_EQ(log_.count("mem_alloc 4096"), 1);
+  EXPECT_EQ(log_.count("comm_register 4096"), 1);
+  EXPECT_LT(index_of("mem_alloc"), index_of("comm_register"));
+  mem.reset();
+  EXPECT_EQ(log_.count("comm_deregister"), 1);
+  EXPECT_LT(index_of("comm_deregister"), index_of("mem_free"));
+}
+
+TEST_F(NcclWithFakes, RegistrationOutlivingTheCommunicatorEndsBeforeItsFinalize) {
+  auto comm = make();
+  std::shared_ptr<void> mem = comm->allocate_registered(4096);
+  comm.reset();
+  EXPECT_EQ(log_.count("comm_deregister"), 1);
+  EXPECT_LT(index_of("comm_deregister"), index_of("comm_finalize"));
+  EXPECT_EQ(log_.count("mem_free"), 0) << "the memory stays valid while referenced";
+  mem.reset();
+  EXPECT_EQ(log_.count("comm_deregister"), 1) << "not deregistered twice";
+  EXPECT_EQ(log_.count("mem_free"), 1);
+}
+
+TEST_F(NcclWithFakes, FailedRegistrationFreesTheMemoryAndSaysSo) {
+  auto comm = make();
+  nccl_->register_result = ncclInvalidUsage;
+  try {
+    comm->allocate_registered(4096);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kBackend);
+    EXPECT_NE(std::string(e.what()).find("ncclCommRegister of 4096 bytes"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(log_.count("mem_free"), 1);
+}
+
 TEST_F(NcclWithFakes, CallThatNeverReturnsIsAbortedByTheWatchdog) {
   auto comm = make(std::chrono::milliseconds(200));
   nccl_->block_collectives = true;  // e.g. waiting to connect to a peer that never comes

@@ -55,6 +55,14 @@ TEST(Config, TrailingGarbageAndNegativesAreRejected) {
   EXPECT_THROW(Config::from_env({{"LOCAL_RANK", "-1"}}), Error);
   EXPECT_THROW(Config::from_env({{"RTD_TIMEOUT_S", "0"}}), Error);
   EXPECT_THROW(Config::from_env({{"RTD_BACKEND", "carrier-pigeon"}}), Error);
+  EXPECT_THROW(Config::from_env({{"RTD_NCCL_CTA_POLICY", "frugal"}}), Error);
+}
+
+TEST(Config, NcclCtaPolicy) {
+  EXPECT_EQ(Config::from_env({}).nccl_cta_policy, "");
+  for (const char* policy : {"default", "efficiency", "zero"}) {
+    EXPECT_EQ(Config::from_env({{"RTD_NCCL_CTA_POLICY", policy}}).nccl_cta_policy, policy);
+  }
 }
 
 TEST(Config, TableListsEveryVariableOnce) {
