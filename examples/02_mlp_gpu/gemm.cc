@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -35,13 +36,17 @@ void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const void* a, i
                     tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  if (sm_target_ > 0) {
+    int32_t sms = sm_target_;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms));
+  }
   cublasLtMatrixLayout_t la, lb, lc;
   check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_a ? k : m, trans_a ? m : k, lda),
         "layout a");
   check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_b ? n : k, trans_b ? k : n, ldb),
         "layout b");
   check(cublasLtMatrixLayoutCreate(&lc, c_type, m, n, ldc), "layout c");
-  auto key = std::make_tuple(trans_a, trans_b, m, n, k, static_cast<int>(c_type));
+  auto key = std::make_tuple(trans_a, trans_b, m, n, k, static_cast<int>(c_type), sm_target_);
   auto it = algos_.find(key);
   if (it == algos_.end()) {
     cublasLtMatmulPreference_t pref;

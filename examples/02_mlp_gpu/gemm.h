@@ -16,6 +16,9 @@ class Gemm {
   explicit Gemm(std::size_t workspace_bytes = 32u << 20);
   ~Gemm();
   std::size_t workspace_bytes() const { return workspace_bytes_; }
+  // Products after this call are planned for this many SMs (cuBLASLt's SM count
+  // target), leaving the rest to kernels running beside them; 0: all SMs.
+  void set_sm_count_target(int sms) { sm_target_ = sms; }
 
   // y[b, out] = x[b, in] * w[out, in]^T            (forward)
   void forward(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int b, int in,
@@ -35,7 +38,8 @@ class Gemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_;
-  std::map<std::tuple<bool, bool, int, int, int, int>, cublasLtMatmulAlgo_t> algos_;
+  int sm_target_ = 0;
+  std::map<std::tuple<bool, bool, int, int, int, int, int>, cublasLtMatmulAlgo_t> algos_;
 };
 
 }  // namespace mlp

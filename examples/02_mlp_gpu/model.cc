@@ -66,6 +66,7 @@ void Model::backward(const std::function<float*(int)>& grad, const std::function
   const std::size_t act = std::size_t(c_.batch) * c_.hidden;
   __nv_bfloat16* upstream = grad_a_;  // d loss / d acts_[l + 1]
   __nv_bfloat16* scratch = grad_b_;
+  gemm_.set_sm_count_target(backward_sms_);
   for (int l = c_.layers - 1; l >= 0; --l) {
     gelu_backward(pre_[l], upstream, scratch, act, s);  // d loss / d pre_[l]
     gemm_.grad_weight(scratch, acts_[l], grad(l), c_.batch, c_.hidden, c_.hidden, s);
@@ -74,6 +75,7 @@ void Model::backward(const std::function<float*(int)>& grad, const std::function
       gemm_.grad_input(scratch, weights_ + l * layer_elems(), upstream, c_.batch, c_.hidden,
                        c_.hidden, s);
   }
+  gemm_.set_sm_count_target(0);
 }
 
 void Model::optimizer_step(const std::function<const float*(int)>& grad, int step, cudaStream_t s) {

@@ -39,6 +39,9 @@ class Model {
   // right after it is enqueued (last layer first).
   void backward(const std::function<float*(int)>& grad, const std::function<void(int)>& ready,
                 cudaStream_t s);
+  // Backward's products use this many SMs (0: all), leaving the others to a
+  // gradient reduction running beside them.
+  void set_backward_sm_count(int sms) { backward_sms_ = sms; }
   void optimizer_step(const std::function<const float*(int)>& grad, int step, cudaStream_t s);
   // AdamW on one layer, so that a trainer can update each layer as soon as its
   // gradient is reduced.
@@ -66,6 +69,7 @@ class Model {
   __nv_bfloat16* grad_b_ = nullptr;
   float* loss_ = nullptr;
   AdamW adamw_;
+  int backward_sms_ = 0;
 };
 
 }  // namespace mlp
