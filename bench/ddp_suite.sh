@@ -5,9 +5,11 @@
 # anchor. The essentials come first, in case the run is cut short. GPU clocks
 # and power are sampled throughout (smi.csv; steps.txt says when each step ran).
 #   bench/ddp_suite.sh BUNDLE_DIR OUT_DIR ANCHOR_PY
+# Logs and JSON end up in OUT_DIR/suite.tgz (one file to fetch).
 set -u
-bundle=$1 out=$2 anchor=$3
+bundle=$1 top=$2 anchor=$3
 bin=$bundle/bin
+out=$top/suite
 export NCCL_NVLS_ENABLE=0
 mkdir -p "$out"
 ngpu=$(nvidia-smi -L | wc -l)
@@ -27,7 +29,7 @@ table() { grep -vE 'dtrun node|^\[rank [1-9]|NCCL INFO' "$out/$1.log" | tail -"$
 nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu \
   --format=csv,nounits -lms 100 >"$out/smi.csv" 2>/dev/null &
 smi=$!
-trap 'kill $smi 2>/dev/null' EXIT
+trap 'kill $smi 2>/dev/null; tar czf "$top/suite.tgz" -C "$top" suite && rm -rf "$out"' EXIT
 
 for n in 1 "$ngpu"; do
   step gpu_tests_np$n 120 "${dt[@]}" --nproc-per-node=$n "$bin/gpu_collectives_test"

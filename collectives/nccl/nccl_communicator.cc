@@ -15,6 +15,22 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds t
   return std::chrono::steady_clock::now() + timeout;
 }
 
+// NCCL rejects a minimum block count without a maximum, or above it, with an
+// opaque "invalid argument" at init; say which setting to change instead.
+void check_cta_bounds(const NcclSettings& s) {
+  if (s.min_ctas > 0 && s.max_ctas <= 0) {
+    throw Error(ErrorCategory::kConfig,
+                "NCCL minCTAs=" + std::to_string(s.min_ctas) +
+                    " needs maxCTAs too (NCCL rejects a minimum alone); set RTD_NCCL_MAX_CTAS "
+                    "(NcclSettings.max_ctas) as well");
+  }
+  if (s.min_ctas > 0 && s.min_ctas > s.max_ctas) {
+    throw Error(ErrorCategory::kConfig, "NCCL minCTAs=" + std::to_string(s.min_ctas) +
+                                            " is above maxCTAs=" + std::to_string(s.max_ctas) +
+                                            "; check RTD_NCCL_MIN_CTAS and RTD_NCCL_MAX_CTAS");
+  }
+}
+
 }  // namespace
 
 ncclConfig_t NcclCommunicator::make_config(bool blocking) const {
@@ -57,6 +73,7 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   if (!options_.nccl) options_.nccl = real_nccl_api();
   if (!options_.cuda) options_.cuda = real_cuda_api();
   validate::rank_in_range("nccl init", "rank", rank_, size_);
+  check_cta_bounds(options_.settings);
   state_ = std::make_shared<CommState>(options_.nccl, options_.cuda, rank_, options_.timeout);
   create_stream_and_scratch();
   const std::string who = "rank " + std::to_string(rank_);

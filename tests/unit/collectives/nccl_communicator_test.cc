@@ -79,6 +79,22 @@ TEST_F(NcclWithFakes, CtaPolicyReachesBothCommunicators) {
   EXPECT_TRUE(has("comm_split")) << policy;
 }
 
+TEST_F(NcclWithFakes, MinimumBlockCountWithoutAValidMaximumIsAConfigError) {
+  for (NcclSettings settings :
+       {NcclSettings{.min_ctas = 32}, NcclSettings{.min_ctas = 16, .max_ctas = 8}}) {
+    try {
+      make(std::chrono::seconds(5), settings);
+      ADD_FAILURE() << "expected a configuration error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kConfig);
+      EXPECT_NE(std::string(e.what()).find("RTD_NCCL_MAX_CTAS"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(log_.count("comm_init"), 0) << "refused before NCCL is called";
+  auto comm = make(std::chrono::seconds(5), NcclSettings{.min_ctas = 8, .max_ctas = 16});
+  EXPECT_EQ(log_.count("comm_init"), 1);
+}
+
 TEST_F(NcclWithFakes, RegisteredMemoryIsAllocatedRegisteredAndReleasedInOrder) {
   auto comm = make();
   std::shared_ptr<void> mem = base(*comm).allocate_registered(4096);
