@@ -24,7 +24,8 @@ struct Result {
   double bucket_mb = 0;
   std::string reduce;
   bool registered = false;
-  int backward_sms = 0;  // SMs backward's products were planned for (0: all)
+  std::string method = "-";  // how the buckets were reduced: copy engines or all_reduce
+  int backward_sms = 0;      // SMs backward's products were planned for (0: all)
   double step_ms = 0;
   // Per phase on the trainer's stream (CUDA events, mean over the timed steps):
   // forward; backward (slower than on one GPU when the reduction running beside
@@ -127,7 +128,7 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
 // difference to the one-GPU step is then the whole communication time.
 Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
                const std::string& reduce, const std::string& overlap, bool register_buckets,
-               int backward_sms, int warmup, int steps, cudaStream_t s) {
+               bool copy_engines, int backward_sms, int warmup, int steps, cudaStream_t s) {
   const bool overlap_optimizer = overlap == "1", serial = overlap == "serial";
   mlp::Model model(c, s);
   model.set_backward_sm_count(backward_sms);
@@ -140,7 +141,8 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
   rtd::DDP ddp(ctx, params,
                {.bucket_mb = bucket_mb,
                 .reduce_dtype = reduce == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32,
-                .register_buckets = register_buckets});
+                .register_buckets = register_buckets,
+                .copy_engines = copy_engines});
   cudaDeviceSynchronize();  // DDP broadcast rank 0's weights on the default stream
   model.refresh_weights(s);
   rtd::StreamRef ref{s};
@@ -182,6 +184,7 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
            .bucket_mb = bucket_mb,
            .reduce = reduce,
            .registered = ddp.buckets_registered(),
+           .method = ddp.reduce_method(),
            .backward_sms = backward_sms,
            .step_ms = ms};
   phases.fill(r, warmup, steps);
@@ -196,7 +199,7 @@ int main(int argc, char** argv) {
   mlp::MlpConfig c;
   int warmup = 5, steps = 15;
   std::vector<std::string> buckets{"25"}, reduces{"fp32"}, overlaps{"0", "1"}, registers{"0"},
-      backward_sms{"0"};
+      backward_sms{"0"}, copy_engines{"1"};
   std::string json;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
@@ -222,12 +225,14 @@ int main(int argc, char** argv) {
       registers = split(v);
     else if (f == "--backward-sms")
       backward_sms = split(v);
+    else if (f == "--copy-engines")
+      copy_engines = split(v);
     else {
       std::fprintf(
           stderr,
           "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
           "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1,serial --register 0,1 "
-          "--backward-sms 0,108 --json FILE]\n");
+          "--backward-sms 0,108 --copy-engines 0,1 --json FILE]\n");
       return 2;
     }
   }
@@ -238,14 +243,16 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     results.push_back(run_single(c, warmup, steps, s));
     ctx->comm().barrier()->wait();
-    for (const auto& sms : backward_sms) {
-      for (const auto& reg : registers) {
-        for (const auto& o : overlaps) {
-          for (const auto& r : reduces) {
-            for (const auto& b : buckets) {
-              results.push_back(run_ddp(*ctx, c, std::stod(b), r, o, reg == "1", std::stoi(sms),
-                                        warmup, steps, s));
-              ctx->comm().barrier()->wait();
+    for (const auto& ce : copy_engines) {
+      for (const auto& sms : backward_sms) {
+        for (const auto& reg : registers) {
+          for (const auto& o : overlaps) {
+            for (const auto& r : reduces) {
+              for (const auto& b : buckets) {
+                results.push_back(run_ddp(*ctx, c, std::stod(b), r, o, reg == "1", ce == "1",
+                                          std::stoi(sms), warmup, steps, s));
+                ctx->comm().barrier()->wait();
+              }
             }
           }
         }
@@ -255,23 +262,26 @@ int main(int argc, char** argv) {
     const double single = results[0].step_ms;
     std::printf("# MLP H=%d L=%d B=%d, %d ranks, %d timed steps after %d warm-up\n", c.hidden,
                 c.layers, c.batch, ctx->world_size(), steps, warmup);
-    std::printf("%-8s %9s %6s %4s %7s %10s %11s %11s %7s %7s %8s %10s %11s\n", "mode", "bucket_mb",
-                "reduce", "reg", "bwd_sms", "step_ms", "efficiency", "exposed_ms", "fwd_ms",
-                "bwd_ms", "after_ms", "model_GiB", "device_GiB");
+    std::printf("%-8s %9s %6s %4s %4s %7s %10s %11s %11s %7s %7s %8s %10s %11s\n", "mode",
+                "bucket_mb", "reduce", "via", "reg", "bwd_sms", "step_ms", "efficiency",
+                "exposed_ms", "fwd_ms", "bwd_ms", "after_ms", "model_GiB", "device_GiB");
     std::ofstream out;
     if (!json.empty()) out.open(json);
     if (out) out << "{\"ranks\": " << ctx->world_size() << ", \"rows\": [\n";
     for (std::size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
-      std::printf("%-8s %9.0f %6s %4s %7s %10.2f %11.3f %11.2f %7.2f %7.2f %8.2f %10.2f %11.2f\n",
-                  r.mode.c_str(), r.bucket_mb, r.reduce.c_str(), r.registered ? "yes" : "no",
-                  r.backward_sms ? std::to_string(r.backward_sms).c_str() : "all", r.step_ms,
-                  single / r.step_ms, r.step_ms - single, r.forward_ms, r.backward_ms, r.after_ms,
-                  r.model_gib, r.device_gib);
+      const char* via = r.method == "copy engines" ? "ce" : (r.method == "-" ? "-" : "nccl");
+      std::printf(
+          "%-8s %9.0f %6s %4s %4s %7s %10.2f %11.3f %11.2f %7.2f %7.2f %8.2f %10.2f %11.2f\n",
+          r.mode.c_str(), r.bucket_mb, r.reduce.c_str(), via, r.registered ? "yes" : "no",
+          r.backward_sms ? std::to_string(r.backward_sms).c_str() : "all", r.step_ms,
+          single / r.step_ms, r.step_ms - single, r.forward_ms, r.backward_ms, r.after_ms,
+          r.model_gib, r.device_gib);
       if (out) {
         out << "  {\"mode\": \"" << r.mode << "\", \"bucket_mb\": " << r.bucket_mb
             << ", \"reduce\": \"" << r.reduce
-            << "\", \"registered\": " << (r.registered ? "true" : "false")
+            << "\", \"registered\": " << (r.registered ? "true" : "false") << ", \"method\": \""
+            << r.method << "\", \"backward_sms\": " << r.backward_sms
             << ", \"step_ms\": " << r.step_ms << ", \"forward_ms\": " << r.forward_ms
             << ", \"backward_ms\": " << r.backward_ms << ", \"after_backward_ms\": " << r.after_ms
             << ", \"efficiency\": " << single / r.step_ms

@@ -98,6 +98,7 @@ void CommState::settle(ncclComm_t comm, const std::string& what,
 void CommState::abort(const std::string& why) {
   if (aborted_.exchange(true)) return;
   ncclComm_t comm;
+  std::vector<std::function<void()>> hooks;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_) {
@@ -106,7 +107,9 @@ void CommState::abort(const std::string& why) {
     }
     comm = gone_ ? nullptr : comm_;
     gone_ = true;
+    hooks.swap(abort_hooks_);
   }
+  for (auto& hook : hooks) hook();
   if (comm == nullptr) return;
   log::get("nccl")->error("rank {}: aborting the NCCL communicator: {}", rank_, why);
   auto nccl = nccl_;
@@ -150,6 +153,11 @@ void CommState::shutdown() {
     gone_ = true;
   }
   destroy_other(comm);
+}
+
+void CommState::on_abort(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(mu_);
+  abort_hooks_.push_back(std::move(hook));
 }
 
 void* CommState::register_buffer(void* ptr, std::size_t bytes) {

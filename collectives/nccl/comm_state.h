@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -48,6 +49,10 @@ class CommState {
   // Destroys a communicator other than comm() (the one init used), in bounded time.
   void destroy_other(ncclComm_t comm);
 
+  // Runs hook (once, on the aborting thread) when the communicator aborts:
+  // work outside NCCL that waits on peers releases its waits there.
+  void on_abort(std::function<void()> hook);
+
   // ncclCommRegister of [ptr, ptr + bytes) with comm(); throws on failure.
   void* register_buffer(void* ptr, std::size_t bytes);
   // Undoes one registration, unless the communicator is gone (its registrations
@@ -63,6 +68,7 @@ class CommState {
   std::mutex mu_;
   std::vector<cudaEvent_t> free_events_;
   std::set<void*> registrations_;  // live ncclCommRegister handles
+  std::vector<std::function<void()>> abort_hooks_;
   std::atomic<bool> aborted_{false};
   bool gone_ = false;  // the handle was destroyed or aborted
   std::optional<Error> failure_;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "collectives/device_memory.h"
+#include "collectives/nccl/ce_kernels.h"
 #include "rt_dist/error.h"
 
 namespace rtd::gpu {
@@ -75,3 +76,50 @@ void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream) 
 }
 
 }  // namespace rtd::gpu
+
+// The copy-engine all-reduce's addition (collectives/nccl/ce_kernels.h).
+namespace rtd::nccl {
+namespace {
+
+template <typename T>
+__device__ float load_f32(const T* p, size_t i);
+template <>
+__device__ float load_f32<float>(const float* p, size_t i) {
+  return p[i];
+}
+template <>
+__device__ float load_f32<__nv_bfloat16>(const __nv_bfloat16* p, size_t i) {
+  return __bfloat162float(p[i]);
+}
+__device__ void store_f32(float* p, size_t i, float v) { p[i] = v; }
+__device__ void store_f32(__nv_bfloat16* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+template <typename T>
+__global__ void k_reduce_slots(T* dst, const T* scratch, size_t slot_elems, int slots, size_t n,
+                               float scale) {
+  for (size_t j = blockIdx.x * size_t(blockDim.x) + threadIdx.x; j < n;
+       j += size_t(gridDim.x) * blockDim.x) {
+    float acc = load_f32(dst, j);
+    for (int s = 0; s < slots; ++s) acc += load_f32(scratch, s * slot_elems + j);
+    store_f32(dst, j, acc * scale);
+  }
+}
+
+}  // namespace
+
+void reduce_slots_async(void* dst, const void* scratch, std::size_t slot_elems, int slots,
+                        std::size_t n, DType dtype, float scale, cudaStream_t stream) {
+  if (n == 0) return;
+  size_t blocks = (n + 255) / 256;
+  unsigned grid = static_cast<unsigned>(blocks < 2048 ? blocks : 2048);
+  if (dtype == DType::kBFloat16) {
+    k_reduce_slots<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dst),
+                                             static_cast<const __nv_bfloat16*>(scratch), slot_elems,
+                                             slots, n, scale);
+  } else {
+    k_reduce_slots<<<grid, 256, 0, stream>>>(
+        static_cast<float*>(dst), static_cast<const float*>(scratch), slot_elems, slots, n, scale);
+  }
+}
+
+}  // namespace rtd::nccl

@@ -1,6 +1,7 @@
 // NcclCommunicator: setup, the launch idiom, and each operation's checks.
 #include "collectives/nccl/nccl_communicator.h"
 
+#include "collectives/nccl/ce_all_reduce.h"
 #include "collectives/nccl/nccl_bootstrap.h"
 #include "collectives/nccl/nccl_check.h"
 #include "collectives/nccl/nccl_types.h"
@@ -350,6 +351,32 @@ std::shared_ptr<void> NcclCommunicator::allocate_registered(std::size_t bytes) {
     if (auto s = state.lock()) s->deregister_buffer(handle);
     nccl->mem_free(p);
   });
+}
+
+}  // namespace rtd::nccl
+
+namespace rtd::nccl {
+
+std::unique_ptr<PersistentAllReduce> NcclCommunicator::persistent_all_reduce(
+    std::vector<BufferView> buffers, ReduceOp op, PersistentAllReduceOptions options) {
+  if (options.copy_engines && size_ > 1) {
+    auto store = make_prefix_store("ce/" + std::to_string(persistent_seq_++), options_.store);
+    CeSetup setup{.state = state_,
+                  .store = store.get(),
+                  .rank = rank_,
+                  .size = size_,
+                  .device = options_.device,
+                  .buffers = buffers,
+                  .op = op,
+                  .timeout = options_.timeout};
+    std::string why;
+    if (auto ce = CopyEngineAllReduce::create(setup, &why)) {
+      log::get("nccl")->info("rank {}: {} buffers reduced by copy engines", rank_, buffers.size());
+      return ce;
+    }
+    log::get("nccl")->info("rank {}: copy-engine all-reduce not used: {}", rank_, why);
+  }
+  return Communicator::persistent_all_reduce(std::move(buffers), op, options);
 }
 
 }  // namespace rtd::nccl

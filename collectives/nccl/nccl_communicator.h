@@ -51,6 +51,10 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
   void abort() override;
   std::shared_ptr<void> allocate_registered(std::size_t bytes) override;
+  // Copy engines (ce_all_reduce.h) when every rank is on one host with peer
+  // access and options.copy_engines; else one all_reduce per run.
+  std::unique_ptr<PersistentAllReduce> persistent_all_reduce(
+      std::vector<BufferView> buffers, ReduceOp op, PersistentAllReduceOptions options) override;
 
   // The communicator's own stream (for tests and benchmarks).
   cudaStream_t stream() const { return stream_; }
@@ -77,6 +81,7 @@ class NcclCommunicator : public Communicator {
   cudaEvent_t start_ = nullptr;  // recorded on the caller's stream before each call
   void* scratch_ = nullptr;      // 4 bytes for barrier()
   std::uint64_t seq_ = 0;
+  int persistent_seq_ = 0;                // persistent all-reduces set up so far (store scopes)
   std::uint64_t in_progress_ = 0;         // calls answered ncclInProgress (then settled)
   std::chrono::nanoseconds settling_{0};  // host time spent settling them
   // Inside group(): the group's end event and Work, returned by every operation.

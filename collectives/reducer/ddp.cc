@@ -65,11 +65,12 @@ struct DDP::Impl {
   DeviceType device;
   int device_index;
   BucketPlan plan;
-  std::vector<std::shared_ptr<void>> grads;  // per bucket, float32
-  std::vector<std::shared_ptr<void>> wire;   // per bucket, the reduce dtype when not float32
-  std::string wire_registered;               // per bucket: 'r' registered wire memory, '-' not
-  std::vector<bool> ready;                   // per parameter, this step
-  std::vector<int> pending;                  // per bucket, parameters not ready yet
+  std::vector<std::shared_ptr<void>> grads;      // per bucket, float32
+  std::vector<std::shared_ptr<void>> wire;       // per bucket, the reduce dtype when not float32
+  std::string wire_registered;                   // per bucket: 'r' registered wire memory, '-' not
+  std::vector<bool> ready;                       // per parameter, this step
+  std::vector<int> pending;                      // per bucket, parameters not ready yet
+  std::unique_ptr<PersistentAllReduce> reducer;  // over the wire views, one per bucket
   std::vector<std::shared_ptr<Work>> works;
   std::vector<bool> completed;  // per bucket: the caller's stream already waits for it
   int next_launch = 0;
@@ -108,12 +109,8 @@ struct DDP::Impl {
   void launch_ready(StreamRef stream) {
     while (next_launch < static_cast<int>(pending.size()) && pending[next_launch] == 0) {
       int b = next_launch++;
-      if (cast_on_wire()) {
-        cast_async(bucket_view(b), wire_view(b), stream);
-        works[b] = comm.all_reduce(wire_view(b), ReduceOp::kAvg, stream);
-      } else {
-        works[b] = comm.all_reduce(bucket_view(b), ReduceOp::kAvg, stream);
-      }
+      if (cast_on_wire()) cast_async(bucket_view(b), wire_view(b), stream);
+      works[b] = reducer->run(b, stream);
     }
   }
 
@@ -171,6 +168,11 @@ DDP::DDP(Communicator& comm, Store& store, std::vector<BufferView> params, DDPOp
   }
   // After allocating, so that ranks whose registration differs fail here too.
   s.check_same_model(store);
+  std::vector<BufferView> wire_views;
+  for (int b = 0; b < static_cast<int>(s.grads.size()); ++b)
+    wire_views.push_back(s.cast_on_wire() ? s.wire_view(b) : s.bucket_view(b));
+  s.reducer = comm.persistent_all_reduce(std::move(wire_views), ReduceOp::kAvg,
+                                         {.copy_engines = options.copy_engines});
   s.ready.assign(s.params.size(), false);
   s.pending.assign(s.plan.bucket_counts.size(), 0);
   s.reset_step();
@@ -178,9 +180,9 @@ DDP::DDP(Communicator& comm, Store& store, std::vector<BufferView> params, DDPOp
     for (const BufferView& p : s.params) complete(*comm.broadcast(p, 0, {}), s.device, {});
   }
   log::get("ddp")->info(
-      "DDP: {} parameters in {} buckets ({} MB first, {} MB cap), reducing in {}{}",
+      "DDP: {} parameters in {} buckets ({} MB first, {} MB cap), reducing in {} by {}{}",
       s.params.size(), s.plan.bucket_counts.size(), options.first_bucket_mb, options.bucket_mb,
-      to_string(options.reduce_dtype),
+      to_string(options.reduce_dtype), s.reducer->method(),
       s.wire_registered.find('-') == std::string::npos ? ", registered buckets" : "");
 }
 
@@ -266,6 +268,8 @@ void DDP::set_no_sync(bool no_sync) { impl_->no_sync = no_sync; }
 bool DDP::buckets_registered() const {
   return impl_->wire_registered.find('-') == std::string::npos;
 }
+
+std::string DDP::reduce_method() const { return impl_->reducer->method(); }
 
 int DDP::bucket_count() const { return static_cast<int>(impl_->plan.bucket_counts.size()); }
 

@@ -100,14 +100,21 @@ TEST_F(DDPTest, ParametersAreBroadcastFromRankZero) {
 }
 
 TEST_F(DDPTest, NRanksEqualOneRankWithNTimesTheBatch) {
-  for (int variant = 0; variant < 4; ++variant) {
+  // wire dtype x {plain buckets, registered buckets, no copy engines}
+  for (int variant = 0; variant < 6; ++variant) {
     const DType wire = variant % 2 ? DType::kBFloat16 : DType::kFloat32;
-    const bool registered = variant >= 2;
-    DDP ddp = make(DDPOptions{.reduce_dtype = wire, .register_buckets = registered});
+    const bool registered = variant / 2 == 1, copy_engines = variant / 2 != 2;
+    DDP ddp = make(DDPOptions{
+        .reduce_dtype = wire, .register_buckets = registered, .copy_engines = copy_engines});
     // Only NCCL has registered memory; Gloo falls back to plain buckets.
-    EXPECT_EQ(ddp.buckets_registered(), registered && comm().backend() == "nccl");
+    const bool nccl = comm().backend() == "nccl";
+    EXPECT_EQ(ddp.buckets_registered(), registered && nccl);
+    // Copy engines need memory other processes can map, which registered memory is not.
+    EXPECT_EQ(ddp.reduce_method(), nccl && comm().size() > 1 && copy_engines && !registered
+                                       ? "copy engines"
+                                       : "all_reduce");
     const int n = comm().size(), r = comm().rank();
-    for (int step = 0; step < 2; ++step) {
+    for (int step = 0; step < 3; ++step) {
       ddp.zero_grad();
       for (std::size_t k : shuffled_order()) {
         write_grad(ddp, k, mean_grad(k, 100 * step + r * kSamplesPerRank, kSamplesPerRank), false);
@@ -117,8 +124,9 @@ TEST_F(DDPTest, NRanksEqualOneRankWithNTimesTheBatch) {
       for (std::size_t k = 0; k < kSizes.size(); ++k) {
         expect_close(read_grad(ddp, k), mean_grad(k, 100 * step, n * kSamplesPerRank),
                      wire == DType::kBFloat16 ? 2e-2 : 1e-5,
-                     std::string(to_string(wire)) + (registered ? " registered" : "") + " step " +
-                         std::to_string(step) + " param " + std::to_string(k));
+                     std::string(to_string(wire)) + (registered ? " registered" : "") + " by " +
+                         ddp.reduce_method() + " step " + std::to_string(step) + " param " +
+                         std::to_string(k));
       }
     }
   }

@@ -14,11 +14,32 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rt_dist/types.h"
 #include "rt_dist/work.h"
 
 namespace rtd {
+
+// A reduction over buffers fixed once and reduced many times (a DDP's buckets):
+// run(i) reduces buffer i in place on every rank, as all_reduce(buffers[i], op)
+// would. Setting it up lets a backend prepare what a single all_reduce cannot:
+// on NCCL, ranks on one host with peer access map each other's buffers once
+// and move the data with copy engines, leaving the SMs to compute (see
+// docs/nccl.md). Every rank calls run() for the same buffers in the same order.
+class PersistentAllReduce {
+ public:
+  virtual ~PersistentAllReduce() = default;
+  virtual std::shared_ptr<Work> run(int i, StreamRef stream = {}) = 0;
+  // How run() moves data: "copy engines" or "all_reduce".
+  virtual std::string method() const = 0;
+};
+
+struct PersistentAllReduceOptions {
+  // NCCL, every rank on one host with peer access to the others: move the data
+  // with copy engines. Every rank must pass the same value.
+  bool copy_engines = true;
+};
 
 class Communicator {
  public:
@@ -78,6 +99,12 @@ class Communicator {
     (void)bytes;
     return nullptr;
   }
+
+  // Collective: every rank passes buffers of the same counts and dtypes, and
+  // the same op and options. The buffers must outlive the result. The default
+  // runs all_reduce on each.
+  virtual std::unique_ptr<PersistentAllReduce> persistent_all_reduce(
+      std::vector<BufferView> buffers, ReduceOp op, PersistentAllReduceOptions options = {});
 };
 
 }  // namespace rtd

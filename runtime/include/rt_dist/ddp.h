@@ -37,6 +37,10 @@ struct DDPOptions {
   // (Communicator::allocate_registered; NCCL: ncclMemAlloc + ncclCommRegister).
   // Where the backend has none, plain memory. Every rank must set it alike.
   bool register_buckets = false;
+  // GPU ranks on one host with peer access: reduce the buckets with copy
+  // engines (PersistentAllReduce), so that backward keeps every SM; elsewhere,
+  // or when false, NCCL's all_reduce. Every rank must set it alike.
+  bool copy_engines = true;
 };
 
 class DDP {
@@ -75,6 +79,8 @@ class DDP {
   // Whether the buckets ended up in registered memory (register_buckets and a
   // backend that has it).
   bool buckets_registered() const;
+  // How the buckets are reduced: "copy engines" or "all_reduce".
+  std::string reduce_method() const;
   std::size_t bucket_bytes(int bucket) const;
 
  private:

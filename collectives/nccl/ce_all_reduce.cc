@@ -1,0 +1,356 @@
+// CopyEngineAllReduce: setup (share memory through the store), run, teardown.
+#include "collectives/nccl/ce_all_reduce.h"
+
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "collectives/nccl/ce_kernels.h"
+#include "collectives/nccl/driver_api.h"
+#include "collectives/nccl/nccl_check.h"
+#include "collectives/nccl/nccl_work.h"
+#include "runtime/core/log.h"
+
+namespace rtd::nccl {
+namespace {
+
+enum FlagKind { kFinal = 0, kReduced = 1, kDoneReading = 2, kFlagKinds = 3 };
+
+std::string hex(const void* data, std::size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    out += digits[p[i] >> 4];
+    out += digits[p[i] & 15];
+  }
+  return out;
+}
+
+bool unhex(const std::string& text, void* data, std::size_t n) {
+  if (text.size() != 2 * n) return false;
+  auto* p = static_cast<unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+    p[i] = static_cast<unsigned char>(nibble(text[2 * i]) << 4 | nibble(text[2 * i + 1]));
+  }
+  return true;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// What one rank publishes: whether it can take part (and why not), its host,
+// its flags' handle, and each buffer's handle, offset in its allocation and shape.
+struct RankInfo {
+  bool ok = false;
+  std::string why;
+  std::string host;
+  std::string flags_handle;
+  std::vector<std::string> handles;
+  std::vector<std::size_t> offsets, counts;
+  std::vector<int> dtypes;
+
+  std::string encode() const {
+    std::ostringstream out;
+    out << (ok ? 1 : 0) << ' ' << host << ' ' << (flags_handle.empty() ? "-" : flags_handle) << ' '
+        << handles.size();
+    for (std::size_t i = 0; i < handles.size(); ++i)
+      out << ' ' << handles[i] << ' ' << offsets[i] << ' ' << counts[i] << ' ' << dtypes[i];
+    out << ' ' << why;  // last: may hold spaces
+    return out.str();
+  }
+  static RankInfo decode(const std::string& text) {
+    RankInfo info;
+    std::istringstream in(text);
+    int ok = 0;
+    std::size_t n = 0;
+    in >> ok >> info.host >> info.flags_handle >> n;
+    info.ok = ok == 1;
+    for (std::size_t i = 0; i < n && in; ++i) {
+      std::string h;
+      std::size_t off = 0, count = 0;
+      int dtype = 0;
+      in >> h >> off >> count >> dtype;
+      info.handles.push_back(h);
+      info.offsets.push_back(off);
+      info.counts.push_back(count);
+      info.dtypes.push_back(dtype);
+    }
+    std::getline(in, info.why);
+    if (!info.why.empty() && info.why[0] == ' ') info.why.erase(0, 1);
+    return info;
+  }
+};
+
+// Every rank publishes `mine` under key/<rank> and reads everyone's.
+std::vector<std::string> all_gather_strings(Store& store, const std::string& key, int rank,
+                                            int size, const std::string& mine,
+                                            std::chrono::milliseconds timeout) {
+  store.set(key + "/" + std::to_string(rank), mine);
+  std::vector<std::string> all;
+  for (int r = 0; r < size; ++r) all.push_back(store.get(key + "/" + std::to_string(r), timeout));
+  return all;
+}
+
+// Waits for work queued on stream without cuda*Synchronize (polls an event).
+void drain(cudaStream_t stream) {
+  cudaEvent_t e = nullptr;
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return;
+  cudaEventRecord(e, stream);
+  while (cudaEventQuery(e) == cudaErrorNotReady) std::this_thread::yield();
+  cudaEventDestroy(e);
+}
+
+}  // namespace
+
+// Everything the reducer owns on the device; shared with the abort hook,
+// which releases the waits by raising every flag.
+struct CopyEngineAllReduce::Resources {
+  int device = 0;
+  cudaStream_t stream = nullptr;          // the reducer's stream (highest priority)
+  cudaStream_t release_stream = nullptr;  // for the abort hook's flag raise
+  cudaEvent_t start = nullptr;            // recorded on the caller's stream
+  unsigned* flags = nullptr;              // [kind][buffer][from rank]
+  std::size_t flag_count = 0;
+  char* scratch = nullptr;                       // (size - 1) slots of the largest chunk
+  std::vector<char*> peer_flags;                 // per rank (own: nullptr): its flags, mapped here
+  std::vector<std::vector<char*>> peer_buffers;  // [rank][buffer]: mapped here
+  std::vector<void*> opened;                     // IPC mappings to close
+
+  ~Resources() {
+    cudaSetDevice(device);
+    for (void* p : opened) cudaIpcCloseMemHandle(p);
+    if (flags) cudaFree(flags);
+    if (scratch) cudaFree(scratch);
+    if (start) cudaEventDestroy(start);
+    if (stream) cudaStreamDestroy(stream);
+    if (release_stream) cudaStreamDestroy(release_stream);
+  }
+  void release_waits() {
+    cudaSetDevice(device);
+    cudaMemsetAsync(flags, 0xff, flag_count * sizeof(unsigned), release_stream);
+  }
+};
+
+std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& setup,
+                                                                 std::string* why) {
+  const int nbuf = static_cast<int>(setup.buffers.size());
+  auto res = std::make_shared<Resources>();
+  res->device = setup.device;
+  RankInfo mine;
+  mine.host = host_name();
+  mine.ok = true;
+  auto refuse = [&](const std::string& reason) {
+    if (mine.ok) mine.why = reason;
+    mine.ok = false;
+  };
+  const DriverApi& driver = driver_api();
+  if (setup.op != ReduceOp::kSum && setup.op != ReduceOp::kAvg) refuse("op is not sum or average");
+  if (!driver.missing.empty()) refuse("CUDA driver entry points missing: " + driver.missing);
+  if (cudaSetDevice(setup.device) != cudaSuccess) refuse("cannot select the GPU");
+  std::size_t max_chunk_bytes = 0;
+  for (const BufferView& b : setup.buffers) {
+    if (!mine.ok) break;
+    if (b.device != DeviceType::kCuda) refuse("a buffer is not on the GPU");
+    if (b.dtype != DType::kFloat32 && b.dtype != DType::kBFloat16) refuse("dtype not f32/bf16");
+    if (!mine.ok) break;
+    CUdeviceptr base = 0;
+    size_t alloc_bytes = 0;
+    cudaIpcMemHandle_t handle{};
+    if (driver.mem_get_address_range(&base, &alloc_bytes, reinterpret_cast<CUdeviceptr>(b.data)) !=
+            CUDA_SUCCESS ||
+        cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)) != cudaSuccess) {
+      cudaGetLastError();
+      refuse("a buffer's memory cannot be shared between processes (cudaIpcGetMemHandle)");
+      break;
+    }
+    mine.handles.push_back(hex(&handle, sizeof(handle)));
+    mine.offsets.push_back(reinterpret_cast<CUdeviceptr>(b.data) - base);
+    mine.counts.push_back(b.count);
+    mine.dtypes.push_back(static_cast<int>(b.dtype));
+    const std::size_t chunk = (b.count + setup.size - 1) / setup.size + 1;
+    max_chunk_bytes = std::max(max_chunk_bytes, chunk * dtype_size(b.dtype));
+  }
+  if (mine.ok) {
+    res->flag_count = std::size_t(kFlagKinds) * nbuf * setup.size;
+    cudaIpcMemHandle_t flags_handle{};
+    if (cudaMalloc(reinterpret_cast<void**>(&res->flags), res->flag_count * sizeof(unsigned)) !=
+            cudaSuccess ||
+        cudaMalloc(reinterpret_cast<void**>(&res->scratch),
+                   std::max<std::size_t>(1, (setup.size - 1) * max_chunk_bytes)) != cudaSuccess ||
+        cudaIpcGetMemHandle(&flags_handle, res->flags) != cudaSuccess ||
+        setup.state->cuda().stream_create(&res->stream) != cudaSuccess ||
+        setup.state->cuda().stream_create(&res->release_stream) != cudaSuccess ||
+        setup.state->cuda().event_create(&res->start) != cudaSuccess) {
+      cudaGetLastError();
+      refuse("allocating its flags, scratch or stream failed");
+    } else {
+      cudaMemsetAsync(res->flags, 0, res->flag_count * sizeof(unsigned), res->stream);
+      drain(res->stream);  // zero before any peer can write them
+      mine.flags_handle = hex(&flags_handle, sizeof(flags_handle));
+    }
+  }
+
+  // Round 1: can every rank take part, on one host, with the same buffers?
+  auto infos = all_gather_strings(*setup.store, "info", setup.rank, setup.size, mine.encode(),
+                                  setup.timeout);
+  std::vector<RankInfo> all;
+  for (const auto& text : infos) all.push_back(RankInfo::decode(text));
+  for (int r = 0; r < setup.size; ++r) {
+    const RankInfo& o = all[r];
+    std::string reason;
+    if (!o.ok)
+      reason = "rank " + std::to_string(r) + ": " + o.why;
+    else if (o.host != all[0].host)
+      reason = "ranks on more than one host";
+    else if (o.counts != all[0].counts || o.dtypes != all[0].dtypes)
+      reason = "ranks passed different buffers";
+    if (!reason.empty()) {
+      *why = reason;
+      return nullptr;
+    }
+  }
+
+  // Round 2: map every peer's flags and buffers.
+  res->peer_flags.assign(setup.size, nullptr);
+  res->peer_buffers.assign(setup.size, std::vector<char*>(nbuf, nullptr));
+  std::map<std::string, char*> mapped;  // handle -> base here (one mapping per allocation)
+  std::string open_error;
+  auto open = [&](const std::string& text) -> char* {
+    auto it = mapped.find(text);
+    if (it != mapped.end()) return it->second;
+    cudaIpcMemHandle_t handle{};
+    void* p = nullptr;
+    if (!unhex(text, &handle, sizeof(handle)) ||
+        cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) {
+      open_error = cudaGetErrorString(cudaGetLastError());
+      return nullptr;
+    }
+    res->opened.push_back(p);
+    return mapped[text] = static_cast<char*>(p);
+  };
+  for (int r = 0; r < setup.size && open_error.empty(); ++r) {
+    if (r == setup.rank) continue;
+    res->peer_flags[r] = open(all[r].flags_handle);
+    for (int i = 0; i < nbuf && open_error.empty(); ++i) {
+      char* base = open(all[r].handles[i]);
+      if (base) res->peer_buffers[r][i] = base + all[r].offsets[i];
+    }
+  }
+  auto opened = all_gather_strings(*setup.store, "open", setup.rank, setup.size,
+                                   open_error.empty() ? "ok" : open_error, setup.timeout);
+  for (int r = 0; r < setup.size; ++r) {
+    if (opened[r] != "ok") {
+      *why = "rank " + std::to_string(r) + " cannot map its peers' memory (" + opened[r] + ")";
+      return nullptr;
+    }
+  }
+  std::weak_ptr<Resources> weak = res;
+  setup.state->on_abort([weak] {
+    if (auto r = weak.lock()) r->release_waits();
+  });
+  return std::unique_ptr<CopyEngineAllReduce>(new CopyEngineAllReduce(setup, std::move(res)));
+}
+
+CopyEngineAllReduce::CopyEngineAllReduce(const CeSetup& setup, std::shared_ptr<Resources> res)
+    : setup_(setup), res_(std::move(res)), epoch_(setup.buffers.size(), 0) {
+  setup_.store = nullptr;  // used only during setup
+}
+
+CopyEngineAllReduce::~CopyEngineAllReduce() = default;
+
+std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
+  const int nbuf = static_cast<int>(setup_.buffers.size());
+  const std::string what = "copy-engine all_reduce of buffer " + std::to_string(i) + " on rank " +
+                           std::to_string(setup_.rank);
+  if (i < 0 || i >= nbuf) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "PersistentAllReduce::run: no buffer " + std::to_string(i));
+  }
+  if (auto failure = setup_.state->failure()) {
+    throw Error(failure->category(), what + ": " + failure->what(), failure->backend_code());
+  }
+  const DriverApi& driver = driver_api();
+  const BufferView& buf = setup_.buffers[i];
+  const std::size_t esize = dtype_size(buf.dtype);
+  const int n = setup_.size, me = setup_.rank;
+  auto lo = [&](int k) { return buf.count * k / n; };
+  auto chunk_bytes = [&](int k) { return (lo(k + 1) - lo(k)) * esize; };
+  const std::size_t slot_elems = (buf.count + n - 1) / n + 1;
+  char* own = static_cast<char*>(buf.data);
+  cudaStream_t s = res_->stream;
+  const unsigned e = ++epoch_[i];
+  auto flag_index = [&](FlagKind kind, int from) {
+    return (std::size_t(kind) * nbuf + i) * n + from;
+  };
+  auto check_cu = [&](CUresult rc, const char* step) {
+    if (rc != CUDA_SUCCESS) {
+      throw Error(ErrorCategory::kBackend,
+                  what + ": " + step + " failed (CUDA driver error " + std::to_string(rc) + ")",
+                  static_cast<int>(rc));
+    }
+  };
+  auto check_rt = [&](cudaError_t rc, const char* step) {
+    if (rc != cudaSuccess) {
+      throw Error(ErrorCategory::kBackend,
+                  what + ": " + step + " failed: " + cudaGetErrorString(rc), rc);
+    }
+  };
+  auto tell_peers = [&](FlagKind kind) {
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      auto addr = reinterpret_cast<CUdeviceptr>(res_->peer_flags[p] +
+                                                flag_index(kind, me) * sizeof(unsigned));
+      check_cu(driver.stream_write_value32(s, addr, e, CU_STREAM_WRITE_VALUE_DEFAULT),
+               "signalling a peer");
+    }
+  };
+  auto wait_for = [&](FlagKind kind, int p) {
+    auto addr = reinterpret_cast<CUdeviceptr>(res_->flags + flag_index(kind, p));
+    check_cu(driver.stream_wait_value32(s, addr, e, CU_STREAM_WAIT_VALUE_GEQ),
+             "waiting for a peer");
+  };
+
+  check_rt(cudaSetDevice(setup_.device), "selecting the GPU");
+  check_rt(cudaEventRecord(res_->start, static_cast<cudaStream_t>(caller.cuda_stream)),
+           "recording on the caller's stream");
+  check_rt(cudaStreamWaitEvent(s, res_->start, 0), "ordering after the caller's stream");
+  tell_peers(kFinal);
+  for (int p = 0, slot = 0; p < n; ++p) {  // pull every peer's copy of my chunk
+    if (p == me) continue;
+    wait_for(kFinal, p);
+    check_rt(cudaMemcpyAsync(res_->scratch + slot * slot_elems * esize,
+                             res_->peer_buffers[p][i] + lo(me) * esize, chunk_bytes(me),
+                             cudaMemcpyDeviceToDevice, s),
+             "pulling a peer's chunk");
+    ++slot;
+  }
+  reduce_slots_async(own + lo(me) * esize, res_->scratch, slot_elems, n - 1, lo(me + 1) - lo(me),
+                     buf.dtype, setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f, s);
+  check_rt(cudaGetLastError(), "launching the addition");
+  tell_peers(kReduced);
+  for (int p = 0; p < n; ++p) {  // pull every peer's reduced chunk
+    if (p == me) continue;
+    wait_for(kReduced, p);
+    check_rt(cudaMemcpyAsync(own + lo(p) * esize, res_->peer_buffers[p][i] + lo(p) * esize,
+                             chunk_bytes(p), cudaMemcpyDeviceToDevice, s),
+             "pulling a reduced chunk");
+  }
+  tell_peers(kDoneReading);
+  for (int p = 0; p < n; ++p) {
+    if (p != me) wait_for(kDoneReading, p);
+  }
+  cudaEvent_t end = setup_.state->take_event();
+  check_rt(cudaEventRecord(end, s), "recording the end event");
+  return std::make_shared<NcclWork>(setup_.state, end, what);
+}
+
+}  // namespace rtd::nccl

@@ -1,0 +1,64 @@
+// CopyEngineAllReduce: a PersistentAllReduce for ranks on one host whose GPUs
+// reach each other (NVLink or PCIe peer access). Data moves by copy engines;
+// the only SM work is one addition kernel per buffer, so products running
+// beside it keep their SMs (NCCL's kernels hold SMs for the whole transfer).
+//
+// [Protocol] For buffer i, rank r owns chunk r of `size` near-equal chunks.
+// On the reducer's own stream, ordered after the caller's, run(i):
+//   1. tells every peer "my buffer i is final for epoch e" (a flag in its memory);
+//   2. waits for every peer's flag; pulls each peer's chunk r into scratch;
+//   3. adds them into its own chunk r; tells the peers "chunk r is reduced";
+//   4. waits for each peer's chunk to be reduced and pulls it into its buffer;
+//   5. tells the peers "done reading you", and waits until they are done
+//      reading it, so that the caller may write the buffer once the Work is done.
+// Flags are 32-bit epochs in each rank's memory, written by peers with stream
+// memory operations and waited on by the owner's stream: no host waits, no
+// SMs. An abort of the communicator releases every wait.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/nccl/comm_state.h"
+#include "rt_dist/communicator.h"
+#include "rt_dist/store.h"
+
+namespace rtd::nccl {
+
+struct CeSetup {
+  std::shared_ptr<CommState> state;
+  Store* store = nullptr;  // scoped to this reducer (every rank the same prefix)
+  int rank = 0;
+  int size = 1;
+  int device = 0;
+  std::vector<BufferView> buffers;
+  ReduceOp op = ReduceOp::kSum;
+  std::chrono::milliseconds timeout{300'000};
+};
+
+class CopyEngineAllReduce : public PersistentAllReduce {
+ public:
+  // Collective. nullptr on every rank, with *why, when any rank cannot take
+  // part (ranks on several hosts, no peer access, an op other than sum or
+  // average, a dtype other than float32 or bfloat16, memory that cannot be
+  // shared, the driver's stream memory operations missing); then the caller
+  // falls back to all_reduce on every rank alike.
+  static std::unique_ptr<CopyEngineAllReduce> create(const CeSetup& setup, std::string* why);
+  ~CopyEngineAllReduce() override;
+
+  std::shared_ptr<Work> run(int i, StreamRef stream) override;
+  std::string method() const override { return "copy engines"; }
+
+  struct Resources;  // device memory, peer mappings, stream (ce_all_reduce.cc)
+
+ private:
+  CopyEngineAllReduce(const CeSetup& setup, std::shared_ptr<Resources> resources);
+
+  CeSetup setup_;
+  std::shared_ptr<Resources> res_;
+  std::vector<unsigned> epoch_;  // per buffer: runs so far
+};
+
+}  // namespace rtd::nccl

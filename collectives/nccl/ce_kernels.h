@@ -1,0 +1,17 @@
+// The one kernel of the copy-engine all-reduce (nccl/device_ops.cu).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "rt_dist/types.h"
+
+namespace rtd::nccl {
+
+// dst[j] = scale * (dst[j] + sum over s < slots of scratch[s * slot_elems + j]) for
+// j < n, float32 or bfloat16 (summed in float32); enqueued on stream.
+void reduce_slots_async(void* dst, const void* scratch, std::size_t slot_elems, int slots,
+                        std::size_t n, DType dtype, float scale, cudaStream_t stream);
+
+}  // namespace rtd::nccl

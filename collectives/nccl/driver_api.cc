@@ -1,0 +1,40 @@
+// Driver entry points through the runtime, looked up once.
+#include "collectives/nccl/driver_api.h"
+
+#include <cuda_runtime_api.h>
+
+namespace rtd::nccl {
+namespace {
+
+// The ABI version of the entry points below (CUDA 12.0: the _v2 stream memops).
+constexpr unsigned kDriverAbi = 12000;
+
+template <typename Fn>
+void find(const char* symbol, Fn* fn, std::string* missing) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &p, kDriverAbi, cudaEnableDefault, &status) !=
+          cudaSuccess ||
+      status != cudaDriverEntryPointSuccess || p == nullptr) {
+    *missing += (missing->empty() ? "" : ", ") + std::string(symbol);
+    return;
+  }
+  *fn = reinterpret_cast<Fn>(p);
+}
+
+DriverApi load() {
+  DriverApi api;
+  find("cuStreamWaitValue32", &api.stream_wait_value32, &api.missing);
+  find("cuStreamWriteValue32", &api.stream_write_value32, &api.missing);
+  find("cuMemGetAddressRange", &api.mem_get_address_range, &api.missing);
+  return api;
+}
+
+}  // namespace
+
+const DriverApi& driver_api() {
+  static const DriverApi api = load();
+  return api;
+}
+
+}  // namespace rtd::nccl
