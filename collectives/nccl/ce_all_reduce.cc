@@ -136,7 +136,9 @@ struct CopyEngineAllReduce::Resources {
   }
   void release_waits() {
     cudaSetDevice(device);
-    cudaMemsetAsync(flags, 0xff, flag_count * sizeof(unsigned), release_stream);
+    // 0x7f7f7f7f: at or past any epoch in the waits' wrap-around order (a
+    // signed difference), where 0xffffffff would read as behind.
+    cudaMemsetAsync(flags, 0x7f, flag_count * sizeof(unsigned), release_stream);
   }
 };
 
