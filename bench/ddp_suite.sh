@@ -34,7 +34,7 @@ trap 'kill $smi 2>/dev/null; tar czf "$top/suite.tgz" -C "$top" suite && rm -rf 
 
 # Two ranks first: if the copy-engine path fails there, the benchmark runs without it.
 ce=0,1
-for n in "$ngpu" 1; do
+for n in "$ngpu" ${NP1:-1}; do
   step gpu_tests_np$n 90 "${dt[@]}" --nproc-per-node=$n "$bin/gpu_collectives_test"
   rc=$(awk -v s=gpu_tests_np$n '$1 == s {print $4}' "$out/steps.txt" | tail -1)
   [ "$n" = "$ngpu" ] && [ "$rc" != 0 ] && ce=0
@@ -55,3 +55,9 @@ table ddp_step_buckets 8
 step ddp_step_long 90 "${dt[@]}" --nproc-per-node=$ngpu "$bin/ddp_step" --reduce fp32 \
   --overlap-optimizer 1 --copy-engines $ce --steps 100 --json "$out/ddp_step_long.json"
 table ddp_step_long 6
+for blocks in ${CE_BLOCKS:-}; do  # the copy-engine addition's grid (RTD_CE_REDUCE_BLOCKS)
+  step ddp_step_blocks_$blocks 90 "${dt[@]}" --env RTD_CE_REDUCE_BLOCKS=$blocks \
+    --nproc-per-node=$ngpu "$bin/ddp_step" --reduce fp32 --overlap-optimizer 1 --copy-engines 1 \
+    --steps 100 --json "$out/ddp_step_blocks_$blocks.json"
+  table ddp_step_blocks_$blocks 4
+done

@@ -83,6 +83,7 @@ NcclSettings nccl_settings(const Config& config, NcclSettings settings) {
   if (settings.max_ctas < 0) settings.max_ctas = config.nccl_max_ctas;
   if (settings.net_name.empty()) settings.net_name = config.nccl_net_name;
   if (settings.cta_policy.empty()) settings.cta_policy = config.nccl_cta_policy;
+  if (settings.ce_reduce_blocks < 0) settings.ce_reduce_blocks = config.ce_reduce_blocks;
   return settings;
 }
 

@@ -336,7 +336,8 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
     ++slot;
   }
   reduce_slots_async(own + lo(me) * esize, res_->scratch, slot_elems, n - 1, lo(me + 1) - lo(me),
-                     buf.dtype, setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f, s);
+                     buf.dtype, setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f, setup_.reduce_blocks,
+                     s);
   check_rt(cudaGetLastError(), "launching the addition");
   tell_peers(kReduced);
   for (int p = 0; p < n; ++p) {  // pull every peer's reduced chunk

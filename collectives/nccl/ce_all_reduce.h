@@ -36,6 +36,7 @@ struct CeSetup {
   std::vector<BufferView> buffers;
   ReduceOp op = ReduceOp::kSum;
   std::chrono::milliseconds timeout{300'000};
+  int reduce_blocks = -1;  // the addition's grid; -1: enough for the chunk
 };
 
 class CopyEngineAllReduce : public PersistentAllReduce {

@@ -108,10 +108,11 @@ __global__ void k_reduce_slots(T* dst, const T* scratch, size_t slot_elems, int 
 }  // namespace
 
 void reduce_slots_async(void* dst, const void* scratch, std::size_t slot_elems, int slots,
-                        std::size_t n, DType dtype, float scale, cudaStream_t stream) {
+                        std::size_t n, DType dtype, float scale, int blocks, cudaStream_t stream) {
   if (n == 0) return;
-  size_t blocks = (n + 255) / 256;
-  unsigned grid = static_cast<unsigned>(blocks < 2048 ? blocks : 2048);
+  size_t needed = (n + 255) / 256;
+  size_t cap = blocks > 0 ? static_cast<size_t>(blocks) : 2048;
+  unsigned grid = static_cast<unsigned>(needed < cap ? needed : cap);
   if (dtype == DType::kBFloat16) {
     k_reduce_slots<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dst),
                                              static_cast<const __nv_bfloat16*>(scratch), slot_elems,

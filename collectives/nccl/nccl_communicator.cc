@@ -368,7 +368,8 @@ std::unique_ptr<PersistentAllReduce> NcclCommunicator::persistent_all_reduce(
                   .device = options_.device,
                   .buffers = buffers,
                   .op = op,
-                  .timeout = options_.timeout};
+                  .timeout = options_.timeout,
+                  .reduce_blocks = options_.settings.ce_reduce_blocks};
     std::string why;
     if (auto ce = CopyEngineAllReduce::create(setup, &why)) {
       log::get("nccl")->info("rank {}: {} buffers reduced by copy engines", rank_, buffers.size());

@@ -42,6 +42,9 @@ constexpr ConfigVar kVars[] = {
      "ncclConfig_t.minCTAs: fewest thread blocks NCCL uses; needs RTD_NCCL_MAX_CTAS too"},
     {"RTD_NCCL_MAX_CTAS", "", "ncclConfig_t.maxCTAs: most thread blocks NCCL uses"},
     {"RTD_NCCL_NET_NAME", "", "ncclConfig_t.netName: the network plugin NCCL uses (IB, Socket)"},
+    {"RTD_CE_REDUCE_BLOCKS", "",
+     "thread blocks of the copy-engine all-reduce's addition (fewer leave more SMs to compute; "
+     "empty: enough for the whole chunk)"},
     {"RTD_NCCL_CTA_POLICY", "",
      "ncclConfig_t.CTAPolicy: default, efficiency (fewest thread blocks) or zero (copy engines "
      "where NCCL can)"},
@@ -123,6 +126,7 @@ Config Config::from_env(const EnvMap& env) {
   c.nccl_max_ctas = parse_int(env, "RTD_NCCL_MAX_CTAS", 1).value_or(-1);
   c.nccl_net_name = parse_string(env, "RTD_NCCL_NET_NAME", "");
   c.nccl_cta_policy = parse_string(env, "RTD_NCCL_CTA_POLICY", "");
+  c.ce_reduce_blocks = parse_int(env, "RTD_CE_REDUCE_BLOCKS", 1).value_or(-1);
   if (!c.nccl_cta_policy.empty() && c.nccl_cta_policy != "default" &&
       c.nccl_cta_policy != "efficiency" && c.nccl_cta_policy != "zero") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_NCCL_CTA_POLICY='" +

@@ -46,6 +46,7 @@ struct Config {
   int nccl_max_ctas = -1;          // RTD_NCCL_MAX_CTAS
   std::string nccl_net_name;       // RTD_NCCL_NET_NAME
   std::string nccl_cta_policy;     // RTD_NCCL_CTA_POLICY: "", default, efficiency, zero
+  int ce_reduce_blocks = -1;       // RTD_CE_REDUCE_BLOCKS
 
   // Throws rtd::Error(kConfig) naming the variable when a value is malformed.
   static Config from_env(const EnvMap& env);

@@ -26,6 +26,8 @@ struct NcclSettings {
   // "default", "efficiency" (fewest thread blocks, for overlap with compute) or
   // "zero" (copy engines where NCCL can); empty: NCCL's own choice.
   std::string cta_policy;
+  // Thread blocks of the copy-engine all-reduce's addition; -1: enough for the chunk.
+  int ce_reduce_blocks = -1;
 };
 
 struct InitOptions {

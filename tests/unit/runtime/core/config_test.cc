@@ -56,6 +56,9 @@ TEST(Config, TrailingGarbageAndNegativesAreRejected) {
   EXPECT_THROW(Config::from_env({{"RTD_TIMEOUT_S", "0"}}), Error);
   EXPECT_THROW(Config::from_env({{"RTD_BACKEND", "carrier-pigeon"}}), Error);
   EXPECT_THROW(Config::from_env({{"RTD_NCCL_CTA_POLICY", "frugal"}}), Error);
+  EXPECT_THROW(Config::from_env({{"RTD_CE_REDUCE_BLOCKS", "0"}}), Error);
+  EXPECT_EQ(Config::from_env({{"RTD_CE_REDUCE_BLOCKS", "16"}}).ce_reduce_blocks, 16);
+  EXPECT_EQ(Config::from_env({}).ce_reduce_blocks, -1);
 }
 
 TEST(Config, NcclCtaPolicy) {
