@@ -10,20 +10,12 @@
 #include <string>
 
 #include "bench/collectives/runner.h"
+#include "bench/common/gpu_check.h"
 #include "collectives/nccl/nccl_types.h"
 #include "rt_dist/rt_dist.h"
 
 namespace rtd::bench {
 namespace {
-
-void cuda_check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
-}
-void nccl_check(ncclResult_t rc, const char* what) {
-  if (rc != ncclSuccess)
-    throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(rc));
-}
 
 class GpuRunner : public Runner {
  public:

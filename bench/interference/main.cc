@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/gpu_check.h"
 #include "bench/interference/avg_kernel.h"
 #include "examples/02_mlp_gpu/gemm.h"
 
@@ -30,14 +31,8 @@ namespace {
 constexpr int kGpus = 2;
 constexpr int kDim = 8192;
 
-void cuda_check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
-}
-void nccl_check(ncclResult_t rc, const char* what) {
-  if (rc != ncclSuccess)
-    throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(rc));
-}
+using rtd::bench::cuda_check;
+using rtd::bench::nccl_check;
 
 struct Gpu {
   int device = 0;
