@@ -15,13 +15,17 @@ namespace {
 constexpr std::chrono::seconds kShapeCheckTimeout{300};
 std::atomic<int> g_instances{0};  // every rank builds its DDPs in the same order
 
-// wire_registered: per bucket, 'r' where its wire memory is registered, '-' where not.
-std::string shape_fingerprint(const std::vector<BufferView>& params,
+// What every rank must agree on: the parameters' shapes and the options that
+// decide what goes on the wire. wire_registered: per bucket, 'r' where its wire
+// memory is registered, '-' where not.
+std::string shape_fingerprint(const std::vector<BufferView>& params, const DDPOptions& options,
                               const std::string& wire_registered) {
   std::ostringstream out;
   out << params.size() << " parameters [";
   for (std::size_t i = 0; i < params.size(); ++i) out << (i ? "," : "") << params[i].count;
-  out << "]";
+  out << "] reduced in " << to_string(options.reduce_dtype)
+      << (options.copy_engines ? " (copy engines allowed)" : " (copy engines off)")
+      << " in buckets of " << options.first_bucket_mb << "/" << options.bucket_mb << " MB";
   if (wire_registered.find('r') != std::string::npos) {
     out << " with registered buckets [" << wire_registered << "]";
   }
@@ -116,7 +120,7 @@ struct DDP::Impl {
 
   void check_same_model(Store& store) {
     const std::string prefix = "ddp/" + std::to_string(g_instances++) + "/shape/";
-    const std::string mine = shape_fingerprint(params, wire_registered);
+    const std::string mine = shape_fingerprint(params, options, wire_registered);
     store.set(prefix + std::to_string(comm.rank()), mine);
     for (int r = 0; r < comm.size(); ++r) {
       std::string theirs = store.get(prefix + std::to_string(r), kShapeCheckTimeout);
@@ -124,7 +128,7 @@ struct DDP::Impl {
         throw Error(ErrorCategory::kInvalidArgument,
                     "DDP: rank " + std::to_string(comm.rank()) + " registered " + mine +
                         " but rank " + std::to_string(r) + " registered " + theirs +
-                        "; every rank must build the same model");
+                        "; every rank must build the same model with the same DDP options");
       }
     }
   }

@@ -206,6 +206,18 @@ TEST_F(DDPTest, UnusedParametersCountAsZeroWhenAsked) {
   EXPECT_EQ(read_grad(ddp, 5)[9], 1.0f);
 }
 
+TEST_F(DDPTest, RanksWithDifferentOptionsFailCleanlyOnEveryRank) {
+  if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
+  try {
+    DDP ddp = make(DDPOptions{.copy_engines = comm().rank() != 1});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("same DDP options"), std::string::npos) << e.what();
+  }
+  comm().barrier()->wait();
+}
+
 TEST_F(DDPTest, RanksWithDifferentModelsFailCleanlyOnEveryRank) {
   if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
   std::vector<BufferView> v = views();
