@@ -15,6 +15,12 @@ NcclWork::~NcclWork() { state_->give_event(end_); }
 bool NcclWork::done() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (complete_ || error_) return true;
+  // An abort fails every operation not yet seen complete: after it, an end
+  // event may fire over data a released wait or a cut-off kernel never wrote.
+  if (auto failure = state_->failure()) {
+    error_ = Error(failure->category(), what_ + ": " + failure->what(), failure->backend_code());
+    return true;
+  }
   cudaError_t rc = state_->cuda().event_query(end_);
   if (rc == cudaSuccess) {
     complete_ = true;
@@ -23,10 +29,6 @@ bool NcclWork::done() const {
   if (rc != cudaErrorNotReady) {
     error_ = Error(ErrorCategory::kBackend,
                    what_ + ": CUDA error " + state_->cuda().error_string(rc), rc);
-    return true;
-  }
-  if (auto failure = state_->failure()) {
-    error_ = Error(failure->category(), what_ + ": " + failure->what(), failure->backend_code());
     return true;
   }
   return false;

@@ -66,6 +66,19 @@ TEST_F(NcclWithFakes, DataPathRunsOnABlockingCommunicatorSplitOffTheInitOne) {
       << "the init communicator is released";
 }
 
+TEST_F(NcclWithFakes, WorkOutstandingAtAbortFailsEvenIfItsEventFiresLater) {
+  auto comm = make();
+  auto seen = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  seen->wait();  // observed complete before the abort: stays complete
+  cuda_->events_complete = false;
+  auto outstanding = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  comm->abort();
+  cuda_->events_complete = true;  // e.g. a released wait lets the stream run on
+  ASSERT_TRUE(outstanding->error().has_value());
+  EXPECT_NE(std::string(outstanding->error()->what()).find("aborted"), std::string::npos);
+  EXPECT_FALSE(seen->error().has_value());
+}
+
 TEST_F(NcclWithFakes, CtaPolicyReachesBothCommunicators) {
   auto comm = make(std::chrono::seconds(5), NcclSettings{.cta_policy = "efficiency"});
   const std::string policy = "CTAPolicy=" + std::to_string(NCCL_CTA_POLICY_EFFICIENCY);
