@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "collectives/nccl/ce_chunks.h"
 #include "collectives/nccl/ce_kernels.h"
 #include "collectives/nccl/driver_api.h"
 #include "collectives/nccl/nccl_check.h"
@@ -158,7 +159,7 @@ std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& 
   if (setup.op != ReduceOp::kSum && setup.op != ReduceOp::kAvg) refuse("op is not sum or average");
   if (!driver.missing.empty()) refuse("CUDA driver entry points missing: " + driver.missing);
   if (cudaSetDevice(setup.device) != cudaSuccess) refuse("cannot select the GPU");
-  std::size_t max_chunk_bytes = 0;
+  std::size_t max_slot_bytes = 0;
   for (const BufferView& b : setup.buffers) {
     if (!mine.ok) break;
     if (b.device != DeviceType::kCuda) refuse("a buffer is not on the GPU");
@@ -178,8 +179,8 @@ std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& 
     mine.offsets.push_back(reinterpret_cast<CUdeviceptr>(b.data) - base);
     mine.counts.push_back(b.count);
     mine.dtypes.push_back(static_cast<int>(b.dtype));
-    const std::size_t chunk = (b.count + setup.size - 1) / setup.size + 1;
-    max_chunk_bytes = std::max(max_chunk_bytes, chunk * dtype_size(b.dtype));
+    const std::size_t slot = ChunkLayout(b.count, setup.size, dtype_size(b.dtype)).slot_elems();
+    max_slot_bytes = std::max(max_slot_bytes, slot * dtype_size(b.dtype));
   }
   if (mine.ok) {
     res->flag_count = std::size_t(kFlagKinds) * nbuf * setup.size;
@@ -187,7 +188,7 @@ std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& 
     if (cudaMalloc(reinterpret_cast<void**>(&res->flags), res->flag_count * sizeof(unsigned)) !=
             cudaSuccess ||
         cudaMalloc(reinterpret_cast<void**>(&res->scratch),
-                   std::max<std::size_t>(1, (setup.size - 1) * max_chunk_bytes)) != cudaSuccess ||
+                   std::max<std::size_t>(1, (setup.size - 1) * max_slot_bytes)) != cudaSuccess ||
         cudaIpcGetMemHandle(&flags_handle, res->flags) != cudaSuccess ||
         setup.state->cuda().stream_create(&res->stream) != cudaSuccess ||
         setup.state->cuda().stream_create(&res->release_stream) != cudaSuccess ||
@@ -284,9 +285,10 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   const BufferView& buf = setup_.buffers[i];
   const std::size_t esize = dtype_size(buf.dtype);
   const int n = setup_.size, me = setup_.rank;
-  auto lo = [&](int k) { return buf.count * k / n; };
-  auto chunk_bytes = [&](int k) { return (lo(k + 1) - lo(k)) * esize; };
-  const std::size_t slot_elems = (buf.count + n - 1) / n + 1;
+  const ChunkLayout chunks(buf.count, n, esize);
+  auto lo = [&](int k) { return chunks.begin(k); };
+  auto chunk_bytes = [&](int k) { return chunks.size(k) * esize; };
+  const std::size_t slot_elems = chunks.slot_elems();
   char* own = static_cast<char*>(buf.data);
   cudaStream_t s = res_->stream;
   const unsigned e = ++epoch_[i];
@@ -335,7 +337,7 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
              "pulling a peer's chunk");
     ++slot;
   }
-  reduce_slots_async(own + lo(me) * esize, res_->scratch, slot_elems, n - 1, lo(me + 1) - lo(me),
+  reduce_slots_async(own + lo(me) * esize, res_->scratch, slot_elems, n - 1, chunks.size(me),
                      buf.dtype, setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f, setup_.reduce_blocks,
                      s);
   check_rt(cudaGetLastError(), "launching the addition");

@@ -1,4 +1,5 @@
-// GPU halves of DeviceBuffer, zero and cast (collectives/device_memory.h).
+// GPU halves of DeviceBuffer, zero and cast (collectives/device_memory.h), and
+// the copy-engine all-reduce's addition (collectives/nccl/ce_kernels.h).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -105,21 +106,94 @@ __global__ void k_reduce_slots(T* dst, const T* scratch, size_t slot_elems, int 
   }
 }
 
+// 16 bytes at a time: four float32 or eight bfloat16, summed in float32.
+__device__ void add_into(float (&acc)[4], const float4& v) {
+  acc[0] += v.x;
+  acc[1] += v.y;
+  acc[2] += v.z;
+  acc[3] += v.w;
+}
+__device__ void load_into(float (&acc)[4], const float4& v) {
+  acc[0] = v.x;
+  acc[1] = v.y;
+  acc[2] = v.z;
+  acc[3] = v.w;
+}
+__device__ float4 pack(const float (&acc)[4], float scale) {
+  return make_float4(acc[0] * scale, acc[1] * scale, acc[2] * scale, acc[3] * scale);
+}
+__device__ void add_into(float (&acc)[8], const uint4& v) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+  for (int k = 0; k < 4; ++k) {
+    float2 f = __bfloat1622float2(h[k]);
+    acc[2 * k] += f.x;
+    acc[2 * k + 1] += f.y;
+  }
+}
+__device__ void load_into(float (&acc)[8], const uint4& v) {
+  for (float& a : acc) a = 0.0f;
+  add_into(acc, v);
+}
+__device__ uint4 pack(const float (&acc)[8], float scale) {
+  uint4 out;
+  auto* h = reinterpret_cast<__nv_bfloat162*>(&out);
+  for (int k = 0; k < 4; ++k) {
+    h[k] = __floats2bfloat162_rn(acc[2 * k] * scale, acc[2 * k + 1] * scale);
+  }
+  return out;
+}
+
+// V: float4 (four float32) or uint4 (eight bfloat16); LANES floats per V.
+template <typename V, int LANES>
+__global__ void k_reduce_slots_vec(V* dst, const V* scratch, size_t slot_vecs, int slots,
+                                   size_t nvec, float scale) {
+  for (size_t j = blockIdx.x * size_t(blockDim.x) + threadIdx.x; j < nvec;
+       j += size_t(gridDim.x) * blockDim.x) {
+    float acc[LANES];
+    load_into(acc, dst[j]);
+    for (int s = 0; s < slots; ++s) add_into(acc, scratch[s * slot_vecs + j]);
+    dst[j] = pack(acc, scale);
+  }
+}
+
+unsigned grid_for(size_t items, int blocks) {
+  size_t needed = (items + 255) / 256;
+  size_t cap = blocks > 0 ? static_cast<size_t>(blocks) : 2048;
+  size_t grid = needed < cap ? needed : cap;
+  return static_cast<unsigned>(grid == 0 ? 1 : grid);
+}
+
+// The bulk 16 bytes at a time where the layout allows it, the tail one by one.
+template <typename T, typename V, int LANES>
+void reduce(T* dst, const T* scratch, size_t slot_elems, int slots, size_t n, float scale,
+            int blocks, cudaStream_t stream) {
+  const bool aligned = reinterpret_cast<uintptr_t>(dst) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(scratch) % 16 == 0 && slot_elems % LANES == 0;
+  const size_t nvec = aligned ? n / LANES : 0;
+  if (nvec > 0) {
+    k_reduce_slots_vec<V, LANES><<<grid_for(nvec, blocks), 256, 0, stream>>>(
+        reinterpret_cast<V*>(dst), reinterpret_cast<const V*>(scratch), slot_elems / LANES, slots,
+        nvec, scale);
+  }
+  const size_t done = nvec * LANES;
+  if (n > done) {
+    k_reduce_slots<<<grid_for(n - done, blocks), 256, 0, stream>>>(
+        dst + done, scratch + done, slot_elems, slots, n - done, scale);
+  }
+}
+
 }  // namespace
 
 void reduce_slots_async(void* dst, const void* scratch, std::size_t slot_elems, int slots,
                         std::size_t n, DType dtype, float scale, int blocks, cudaStream_t stream) {
   if (n == 0) return;
-  size_t needed = (n + 255) / 256;
-  size_t cap = blocks > 0 ? static_cast<size_t>(blocks) : 2048;
-  unsigned grid = static_cast<unsigned>(needed < cap ? needed : cap);
   if (dtype == DType::kBFloat16) {
-    k_reduce_slots<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(dst),
-                                             static_cast<const __nv_bfloat16*>(scratch), slot_elems,
-                                             slots, n, scale);
+    reduce<__nv_bfloat16, uint4, 8>(static_cast<__nv_bfloat16*>(dst),
+                                    static_cast<const __nv_bfloat16*>(scratch), slot_elems, slots,
+                                    n, scale, blocks, stream);
   } else {
-    k_reduce_slots<<<grid, 256, 0, stream>>>(
-        static_cast<float*>(dst), static_cast<const float*>(scratch), slot_elems, slots, n, scale);
+    reduce<float, float4, 4>(static_cast<float*>(dst), static_cast<const float*>(scratch),
+                             slot_elems, slots, n, scale, blocks, stream);
   }
 }
 
