@@ -2,15 +2,13 @@
 #include "collectives/nccl/ce_all_reduce.h"
 
 #include <cuda_runtime_api.h>
-#include <unistd.h>
 
-#include <cstring>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "collectives/nccl/ce_chunks.h"
 #include "collectives/nccl/ce_kernels.h"
+#include "collectives/nccl/ce_setup_info.h"
 #include "collectives/nccl/driver_api.h"
 #include "collectives/nccl/nccl_check.h"
 #include "collectives/nccl/nccl_work.h"
@@ -20,76 +18,6 @@ namespace rtd::nccl {
 namespace {
 
 enum FlagKind { kFinal = 0, kReduced = 1, kDoneReading = 2, kFlagKinds = 3 };
-
-std::string hex(const void* data, std::size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) {
-    out += digits[p[i] >> 4];
-    out += digits[p[i] & 15];
-  }
-  return out;
-}
-
-bool unhex(const std::string& text, void* data, std::size_t n) {
-  if (text.size() != 2 * n) return false;
-  auto* p = static_cast<unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) {
-    auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-    p[i] = static_cast<unsigned char>(nibble(text[2 * i]) << 4 | nibble(text[2 * i + 1]));
-  }
-  return true;
-}
-
-std::string host_name() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  return name;
-}
-
-// What one rank publishes: whether it can take part (and why not), its host,
-// its flags' handle, and each buffer's handle, offset in its allocation and shape.
-struct RankInfo {
-  bool ok = false;
-  std::string why;
-  std::string host;
-  std::string flags_handle;
-  std::vector<std::string> handles;
-  std::vector<std::size_t> offsets, counts;
-  std::vector<int> dtypes;
-
-  std::string encode() const {
-    std::ostringstream out;
-    out << (ok ? 1 : 0) << ' ' << host << ' ' << (flags_handle.empty() ? "-" : flags_handle) << ' '
-        << handles.size();
-    for (std::size_t i = 0; i < handles.size(); ++i)
-      out << ' ' << handles[i] << ' ' << offsets[i] << ' ' << counts[i] << ' ' << dtypes[i];
-    out << ' ' << why;  // last: may hold spaces
-    return out.str();
-  }
-  static RankInfo decode(const std::string& text) {
-    RankInfo info;
-    std::istringstream in(text);
-    int ok = 0;
-    std::size_t n = 0;
-    in >> ok >> info.host >> info.flags_handle >> n;
-    info.ok = ok == 1;
-    for (std::size_t i = 0; i < n && in; ++i) {
-      std::string h;
-      std::size_t off = 0, count = 0;
-      int dtype = 0;
-      in >> h >> off >> count >> dtype;
-      info.handles.push_back(h);
-      info.offsets.push_back(off);
-      info.counts.push_back(count);
-      info.dtypes.push_back(dtype);
-    }
-    std::getline(in, info.why);
-    if (!info.why.empty() && info.why[0] == ' ') info.why.erase(0, 1);
-    return info;
-  }
-};
 
 // Every rank publishes `mine` under key/<rank> and reads everyone's.
 std::vector<std::string> all_gather_strings(Store& store, const std::string& key, int rank,
