@@ -362,6 +362,14 @@ TEST_F(PersistentReduce, EachRunReducesThatRunsValues) {
       // On the GPU machine every rank shares one host with peer access, so the
       // copy-engine path must be taken there (the log says why when it is not).
       EXPECT_EQ(reducer->method(), ce_possible ? "copy engines" : "all_reduce");
+      for (int bad : {-1, static_cast<int>(views.size())}) {
+        try {
+          reducer->run(bad);
+          ADD_FAILURE() << "run(" << bad << ") must be an error";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+        }
+      }
       for (int run = 0; run < 3; ++run) {
         // Small integers: exact in bfloat16, and so are their sums.
         auto value = [&](int rank, std::size_t j) { return (rank + 1) + double(j % 7) + run; };
