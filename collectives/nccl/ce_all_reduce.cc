@@ -74,10 +74,20 @@ struct CopyEngineAllReduce::Resources {
 std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& setup,
                                                                  std::string* why) {
   const int nbuf = static_cast<int>(setup.buffers.size());
+  // Round 0, before allocating anything: are all ranks on one host?
+  const std::string host = host_name();
+  auto hosts =
+      all_gather_strings(*setup.store, "host", setup.rank, setup.size, host, setup.timeout);
+  for (int r = 0; r < setup.size; ++r) {
+    if (hosts[r] != host) {
+      *why = "ranks on more than one host (" + host + ", " + hosts[r] + ")";
+      return nullptr;
+    }
+  }
   auto res = std::make_shared<Resources>();
   res->device = setup.device;
   RankInfo mine;
-  mine.host = host_name();
+  mine.host = host;
   mine.ok = true;
   auto refuse = [&](const std::string& reason) {
     if (mine.ok) mine.why = reason;
