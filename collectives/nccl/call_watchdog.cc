@@ -13,8 +13,12 @@ std::int64_t now_ns() {
 }  // namespace
 
 CallWatchdog::CallWatchdog(std::chrono::milliseconds timeout,
-                           std::function<void(const std::string&)> on_expire)
-    : timeout_(timeout), on_expire_(std::move(on_expire)), thread_([this] { run(); }) {}
+                           std::function<void(const std::string&)> on_expire,
+                           std::function<void()> tick)
+    : timeout_(timeout),
+      on_expire_(std::move(on_expire)),
+      tick_(std::move(tick)),
+      thread_([this] { run(); }) {}
 
 CallWatchdog::~CallWatchdog() {
   {
@@ -38,6 +42,12 @@ void CallWatchdog::run() {
       std::clamp(timeout_ / 10, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, poll, [&] { return stopping_; })) {
+    if (tick_) {
+      lock.unlock();
+      tick_();
+      lock.lock();
+      if (stopping_) break;
+    }
     std::uint64_t seq = seq_.load(std::memory_order_acquire);
     if (seq % 2 == 0) continue;
     std::int64_t elapsed = now_ns() - started_ns_.load(std::memory_order_relaxed);

@@ -3,7 +3,8 @@
 // group end). One thread per communicator polls a few times per timeout; if a
 // call stays in flight past the timeout, it runs on_expire (which aborts the
 // communicator, so the call returns). begin()/end() are two atomic stores: no
-// lock, no system call on the data path.
+// lock, no system call on the data path. tick, when given, runs at every poll
+// (the communicator checks its operations in flight there).
 #pragma once
 
 #include <atomic>
@@ -19,8 +20,8 @@ namespace rtd::nccl {
 
 class CallWatchdog {
  public:
-  CallWatchdog(std::chrono::milliseconds timeout,
-               std::function<void(const std::string&)> on_expire);
+  CallWatchdog(std::chrono::milliseconds timeout, std::function<void(const std::string&)> on_expire,
+               std::function<void()> tick = {});
   ~CallWatchdog();  // stops and joins the thread
   CallWatchdog(const CallWatchdog&) = delete;
   CallWatchdog& operator=(const CallWatchdog&) = delete;
@@ -46,6 +47,7 @@ class CallWatchdog {
 
   const std::chrono::milliseconds timeout_;
   std::function<void(const std::string&)> on_expire_;
+  std::function<void()> tick_;
   std::atomic<std::uint64_t> seq_{0};  // odd while a call is in flight
   std::atomic<std::int64_t> started_ns_{0};
   std::atomic<const char*> what_{""};

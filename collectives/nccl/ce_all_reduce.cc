@@ -291,9 +291,10 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   for (int p = 0; p < n; ++p) {
     if (p != me) wait_for(kDoneReading, p);
   }
-  cudaEvent_t end = setup_.state->take_event();
-  check_rt(cudaEventRecord(end, s), "recording the end event");
-  return std::make_shared<NcclWork>(setup_.state, end, what);
+  std::shared_ptr<cudaEvent_t> end = setup_.state->take_end_event();
+  check_rt(cudaEventRecord(*end, s), "recording the end event");
+  setup_.state->watch(s, end, what);
+  return std::make_shared<NcclWork>(setup_.state, std::move(end), what);
 }
 
 }  // namespace rtd::nccl

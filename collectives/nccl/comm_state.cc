@@ -1,6 +1,7 @@
 // CommState: async-error polling, settle, abort with a bound, orderly shutdown.
 #include "collectives/nccl/comm_state.h"
 
+#include <algorithm>
 #include <future>
 #include <thread>
 
@@ -51,6 +52,62 @@ void CommState::give_event(cudaEvent_t event) {
   free_events_.push_back(event);
 }
 
+std::shared_ptr<cudaEvent_t> CommState::take_end_event() {
+  std::weak_ptr<CommState> weak = weak_from_this();
+  std::shared_ptr<CudaApi> cuda = cuda_;
+  return std::shared_ptr<cudaEvent_t>(new cudaEvent_t(take_event()), [weak, cuda](cudaEvent_t* e) {
+    if (auto state = weak.lock()) {
+      state->give_event(*e);
+    } else {
+      cuda->event_destroy(*e);
+    }
+    delete e;
+  });
+}
+
+namespace {
+constexpr std::uint64_t kQueryEvery = 16;  // watch() calls per query of the newest operation
+}  // namespace
+
+void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std::string what) {
+  std::deque<InFlight> retired;  // released after the lock (their events go back to the pool)
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                         [&](const auto& entry) { return entry.first == stream; });
+  if (it == in_flight_.end()) it = in_flight_.insert(in_flight_.end(), {stream, {}});
+  std::deque<InFlight>& list = it->second;
+  if (++watched_ % kQueryEvery == 0 && !list.empty() &&
+      cuda_->event_query(*list.back().end) == cudaSuccess) {
+    retired.swap(list);  // the newest is done, so is everything before it on this stream
+  }
+  list.push_back({std::move(end), std::chrono::steady_clock::now() + timeout_, std::move(what)});
+}
+
+std::optional<std::string> CommState::overdue() {
+  std::vector<InFlight> retired;
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  for (auto& [stream, list] : in_flight_) {
+    while (!list.empty()) {
+      InFlight& oldest = list.front();
+      if (cuda_->event_query(*oldest.end) == cudaErrorNotReady) {
+        if (std::chrono::steady_clock::now() < oldest.deadline) break;
+        return oldest.what + " did not complete within " + std::to_string(timeout_.count()) +
+               " ms on rank " + std::to_string(rank_) + "; a peer may have failed or not called it";
+      }
+      retired.push_back(std::move(oldest));  // complete, or failed: its Work reports that
+      list.pop_front();
+    }
+  }
+  return std::nullopt;
+}
+
+std::size_t CommState::in_flight() {
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  std::size_t n = 0;
+  for (const auto& entry : in_flight_) n += entry.second.size();
+  return n;
+}
+
 std::optional<Error> CommState::failure() {
   std::lock_guard<std::mutex> lock(mu_);
   if (failure_ || gone_) return failure_;
@@ -95,14 +152,14 @@ void CommState::settle(ncclComm_t comm, const std::string& what,
   }
 }
 
-void CommState::abort(const std::string& why) {
+void CommState::abort(const std::string& why, ErrorCategory category) {
   if (aborted_.exchange(true)) return;
   ncclComm_t comm;
   std::vector<std::function<void()>> hooks;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_) {
-      failure_ = Error(ErrorCategory::kBackend,
+      failure_ = Error(category,
                        "NCCL communicator of rank " + std::to_string(rank_) + " aborted: " + why);
     }
     comm = gone_ ? nullptr : comm_;
@@ -110,6 +167,12 @@ void CommState::abort(const std::string& why) {
     hooks.swap(abort_hooks_);
   }
   for (auto& hook : hooks) hook();
+  std::vector<std::pair<cudaStream_t, std::deque<InFlight>>> dropped;  // nothing left to watch
+  {
+    std::lock_guard<std::mutex> lock(in_flight_mu_);
+    dropped.swap(in_flight_);
+  }
+  dropped.clear();  // outside the lock: the events go back to the pool
   if (comm == nullptr) return;
   log::get("nccl")->error("rank {}: aborting the NCCL communicator: {}", rank_, why);
   auto nccl = nccl_;

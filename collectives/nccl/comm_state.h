@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -18,7 +21,7 @@
 
 namespace rtd::nccl {
 
-class CommState {
+class CommState : public std::enable_shared_from_this<CommState> {
  public:
   CommState(std::shared_ptr<NcclApi> nccl, std::shared_ptr<CudaApi> cuda, int rank,
             std::chrono::milliseconds timeout)
@@ -34,6 +37,22 @@ class CommState {
 
   cudaEvent_t take_event();
   void give_event(cudaEvent_t event);
+  // An operation's end event from the pool, shared by its Work and the
+  // in-flight list; it goes back to the pool once both have let go.
+  std::shared_ptr<cudaEvent_t> take_end_event();
+
+  // [In flight] Watches an operation whose end event was just recorded on
+  // stream, until the event completes: an operation that has not completed by
+  // its deadline (now + timeout) aborts the communicator, even if nobody waits
+  // for it on the host (a trainer that only orders its stream after it).
+  // Operations on one stream complete in order, so one query of the newest
+  // retires all before it; it is made on every 16th call.
+  void watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std::string what);
+  // Retires completed operations from the oldest end of each stream; names the
+  // oldest one still running past its deadline, if any (the watchdog thread
+  // calls this a few times per timeout).
+  std::optional<std::string> overdue();
+  std::size_t in_flight();
 
   // The communicator's error once it failed (an asynchronous NCCL error or an abort).
   std::optional<Error> failure();
@@ -42,8 +61,8 @@ class CommState {
   void settle(ncclComm_t comm, const std::string& what,
               std::chrono::steady_clock::time_point deadline);
   // Aborts once, in bounded time (ncclCommAbort on a helper thread that is
-  // abandoned if it overruns); later operations fail with why.
-  void abort(const std::string& why);
+  // abandoned if it overruns); later operations fail with why, as category.
+  void abort(const std::string& why, ErrorCategory category = ErrorCategory::kBackend);
   // Orderly end: finalize (polled against the timeout), then destroy; abort on failure.
   void shutdown();
   // Destroys a communicator other than comm() (the one init used), in bounded time.
@@ -69,6 +88,14 @@ class CommState {
   std::vector<cudaEvent_t> free_events_;
   std::set<void*> registrations_;  // live ncclCommRegister handles
   std::vector<std::function<void()>> abort_hooks_;
+  struct InFlight {
+    std::shared_ptr<cudaEvent_t> end;
+    std::chrono::steady_clock::time_point deadline;
+    std::string what;
+  };
+  std::mutex in_flight_mu_;  // never held while events go back to the pool (mu_)
+  std::vector<std::pair<cudaStream_t, std::deque<InFlight>>> in_flight_;  // per stream
+  std::uint64_t watched_ = 0;
   std::atomic<bool> aborted_{false};
   bool gone_ = false;  // the handle was destroyed or aborted
   std::optional<Error> failure_;

@@ -59,9 +59,16 @@ void NcclCommunicator::create_stream_and_scratch() {
 
 void NcclCommunicator::start_watchdog() {
   std::weak_ptr<CommState> state = state_;
-  watchdog_ = std::make_unique<CallWatchdog>(options_.timeout, [state](const std::string& why) {
-    if (auto s = state.lock()) s->abort(why);
-  });
+  watchdog_ = std::make_unique<CallWatchdog>(
+      options_.timeout,
+      [state](const std::string& why) {
+        if (auto s = state.lock()) s->abort(why);
+      },
+      [state] {  // operations in flight that nobody waits for on the host
+        if (auto s = state.lock()) {
+          if (auto why = s->overdue()) s->abort(*why, ErrorCategory::kTimeout);
+        }
+      });
 }
 
 // [Two communicators] Init runs on a nonblocking communicator, polled against
@@ -177,9 +184,10 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, StreamRef caller,
     throw_call_failed(rc, what);
   }
   if (group_work_) return group_work_;
-  cudaEvent_t end = state_->take_event();
-  RTD_CUDA_CHECK(cuda, cuda.event_record(end, stream_), what + ": recording its end");
-  return std::make_shared<NcclWork>(state_, end, what);
+  std::shared_ptr<cudaEvent_t> end = state_->take_end_event();
+  RTD_CUDA_CHECK(cuda, cuda.event_record(*end, stream_), what + ": recording its end");
+  state_->watch(stream_, end, what);
+  return std::make_shared<NcclWork>(state_, std::move(end), what);
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
@@ -263,7 +271,7 @@ std::shared_ptr<Work> NcclCommunicator::recv(BufferView buf, int peer, int tag, 
 std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body) {
   if (group_work_) throw Error(ErrorCategory::kInvalidArgument, "group: groups do not nest");
   std::string what = "nccl group #" + std::to_string(seq_++) + " on rank " + std::to_string(rank_);
-  group_end_ = state_->take_event();
+  group_end_ = state_->take_end_event();
   auto work = std::make_shared<NcclWork>(state_, group_end_, what);
   group_work_ = work;
   NcclApi& api = state_->nccl();
@@ -290,8 +298,9 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
   } else if (rc != ncclSuccess) {
     throw nccl_error(api, state_->comm(), rc, what + ": ncclGroupEnd");
   }
-  RTD_CUDA_CHECK(state_->cuda(), state_->cuda().event_record(group_end_, stream_),
+  RTD_CUDA_CHECK(state_->cuda(), state_->cuda().event_record(*group_end_, stream_),
                  what + ": recording its end");
+  state_->watch(stream_, std::move(group_end_), what);
   return work;
 }
 

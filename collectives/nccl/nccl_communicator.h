@@ -58,6 +58,8 @@ class NcclCommunicator : public Communicator {
 
   // The communicator's own stream (for tests and benchmarks).
   cudaStream_t stream() const { return stream_; }
+  // Operations launched and not yet seen complete (for tests).
+  std::size_t in_flight() const { return state_->in_flight(); }
 
  private:
   struct FromSplit {};
@@ -85,7 +87,7 @@ class NcclCommunicator : public Communicator {
   std::uint64_t in_progress_ = 0;         // calls answered ncclInProgress (then settled)
   std::chrono::nanoseconds settling_{0};  // host time spent settling them
   // Inside group(): the group's end event and Work, returned by every operation.
-  cudaEvent_t group_end_ = nullptr;
+  std::shared_ptr<cudaEvent_t> group_end_;
   std::shared_ptr<Work> group_work_;
 };
 

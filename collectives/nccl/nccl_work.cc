@@ -7,10 +7,9 @@
 
 namespace rtd::nccl {
 
-NcclWork::NcclWork(std::shared_ptr<CommState> state, cudaEvent_t end, std::string what)
-    : state_(std::move(state)), end_(end), what_(std::move(what)) {}
-
-NcclWork::~NcclWork() { state_->give_event(end_); }
+NcclWork::NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end,
+                   std::string what)
+    : state_(std::move(state)), end_(std::move(end)), what_(std::move(what)) {}
 
 bool NcclWork::done() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -21,7 +20,7 @@ bool NcclWork::done() const {
     error_ = Error(failure->category(), what_ + ": " + failure->what(), failure->backend_code());
     return true;
   }
-  cudaError_t rc = state_->cuda().event_query(end_);
+  cudaError_t rc = state_->cuda().event_query(*end_);
   if (rc == cudaSuccess) {
     complete_ = true;
     return true;
@@ -64,7 +63,7 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
 void NcclWork::wait(StreamRef stream) {
   RTD_CUDA_CHECK(
       state_->cuda(),
-      state_->cuda().stream_wait_event(static_cast<cudaStream_t>(stream.cuda_stream), end_),
+      state_->cuda().stream_wait_event(static_cast<cudaStream_t>(stream.cuda_stream), *end_),
       what_ + ": ordering a stream after it");
 }
 

@@ -13,8 +13,7 @@ namespace rtd::nccl {
 
 class NcclWork : public Work {
  public:
-  NcclWork(std::shared_ptr<CommState> state, cudaEvent_t end, std::string what);
-  ~NcclWork() override;
+  NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end, std::string what);
 
   bool done() const override;
   void wait() override { wait(state_->timeout()); }
@@ -24,7 +23,7 @@ class NcclWork : public Work {
 
  private:
   std::shared_ptr<CommState> state_;
-  cudaEvent_t end_;
+  std::shared_ptr<cudaEvent_t> end_;  // shared with the in-flight list
   std::string what_;
   mutable std::mutex mu_;
   mutable std::optional<Error> error_;

@@ -21,10 +21,20 @@ class CallLog {
   void add(std::string call) {
     std::lock_guard<std::mutex> lock(mu_);
     calls_.push_back(std::move(call));
+    threads_.push_back(std::this_thread::get_id());
   }
   std::vector<std::string> calls() {
     std::lock_guard<std::mutex> lock(mu_);
     return calls_;
+  }
+  // Only the calls the calling thread made (not the watchdog's, say).
+  std::vector<std::string> calls_from_this_thread() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> mine;
+    for (std::size_t i = 0; i < calls_.size(); ++i) {
+      if (threads_[i] == std::this_thread::get_id()) mine.push_back(calls_[i]);
+    }
+    return mine;
   }
   int count(const std::string& prefix) {
     int n = 0;
@@ -34,11 +44,13 @@ class CallLog {
   void clear() {
     std::lock_guard<std::mutex> lock(mu_);
     calls_.clear();
+    threads_.clear();
   }
 
  private:
   std::mutex mu_;
   std::vector<std::string> calls_;
+  std::vector<std::thread::id> threads_;
 };
 
 inline std::string handle_name(const void* p, char kind) {

@@ -79,6 +79,39 @@ TEST_F(NcclWithFakes, WorkOutstandingAtAbortFailsEvenIfItsEventFiresLater) {
   EXPECT_FALSE(seen->error().has_value());
 }
 
+TEST_F(NcclWithFakes, OperationNobodyWaitsForOnTheHostIsAbortedAtItsDeadline) {
+  auto comm = make(std::chrono::milliseconds(200));
+  cuda_->events_complete = false;  // a peer never joins: the operation never ends
+  {
+    auto work = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+    work->wait(StreamRef{reinterpret_cast<cudaStream_t>(0x42)});  // a stream wait only
+  }  // and the trainer drops the Work, as DDP does
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (log_.count("comm_abort") == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(log_.count("comm_abort"), 1);
+  try {
+    base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+    FAIL() << "expected the aborted communicator to refuse";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("did not complete within 200 ms"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("nccl all_reduce #0"), std::string::npos) << e.what();
+  }
+  cuda_->events_complete = true;
+}
+
+TEST_F(NcclWithFakes, CompletedOperationsLeaveTheInFlightList) {
+  auto comm = make(std::chrono::milliseconds(200));
+  for (int i = 0; i < 100; ++i) base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  EXPECT_LE(comm->in_flight(), 16u) << "retired as operations are launched";
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // past every deadline
+  EXPECT_EQ(comm->in_flight(), 0u);
+  EXPECT_EQ(log_.count("comm_abort"), 0);
+}
+
 TEST_F(NcclWithFakes, CtaPolicyReachesBothCommunicators) {
   auto comm = make(std::chrono::seconds(5), NcclSettings{.cta_policy = "efficiency"});
   const std::string policy = "CTAPolicy=" + std::to_string(NCCL_CTA_POLICY_EFFICIENCY);
@@ -200,7 +233,7 @@ TEST_F(NcclWithFakes, WaitOnAStreamEnqueuesADependencyWithoutQueryingOrBlocking)
   log_.clear();
   auto other = reinterpret_cast<cudaStream_t>(0x42);
   work->wait(StreamRef{other});
-  auto calls = log_.calls();
+  auto calls = log_.calls_from_this_thread();
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].rfind("stream_wait_event s66 ", 0), 0u) << calls[0];
   cuda_->events_complete = true;
