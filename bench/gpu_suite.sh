@@ -5,11 +5,14 @@
 #   bench/gpu_suite.sh BUNDLE_DIR OUT_DIR [ANCHOR_PY]
 # BUNDLE_DIR is what deploy/bundle.sh --with-tests made. NCCL_NVLS_ENABLE=0
 # is kept for every worker.
+# Logs and JSON end up in OUT_DIR/collectives.tgz (one file to fetch).
 set -u
-bundle=$1 out=$2 anchor=${3:-}
+bundle=$1 top=$2 anchor=${3:-}
 bin=$bundle/bin
+out=$top/collectives
 export NCCL_NVLS_ENABLE=0
 mkdir -p "$out"
+trap 'tar czf "$top/collectives.tgz" -C "$top" collectives && rm -rf "$out"' EXIT
 nvidia-smi -L
 nvidia-smi topo -m 2>/dev/null | head -5
 ngpu=$(nvidia-smi -L | wc -l)
