@@ -7,6 +7,7 @@
 //   dtrun --nproc-per-node=2 ddp_step --bucket-mb 25,100,250 --reduce fp32,bf16
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -193,11 +194,24 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
   return r;
 }
 
+// Per configuration, the round with the median step time.
+std::vector<Result> median_rounds(const std::vector<std::vector<Result>>& by_round) {
+  std::vector<Result> out;
+  for (std::size_t i = 0; i < by_round[0].size(); ++i) {
+    std::vector<Result> runs;
+    for (const auto& round : by_round) runs.push_back(round[i]);
+    std::sort(runs.begin(), runs.end(),
+              [](const Result& a, const Result& b) { return a.step_ms < b.step_ms; });
+    out.push_back(runs[runs.size() / 2]);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   mlp::MlpConfig c;
-  int warmup = 5, steps = 15;
+  int warmup = 5, steps = 15, rounds = 1;
   std::vector<std::string> buckets{"25"}, reduces{"fp32"}, overlaps{"0", "1"}, registers{"0"},
       backward_sms{"0"}, copy_engines{"1"};
   std::string json;
@@ -227,12 +241,16 @@ int main(int argc, char** argv) {
       backward_sms = split(v);
     else if (f == "--copy-engines")
       copy_engines = split(v);
+    else if (f == "--rounds")
+      rounds = std::max(1, std::stoi(v));
     else {
       std::fprintf(
           stderr,
           "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
           "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1,serial --register 0,1 "
-          "--backward-sms 0,108 --copy-engines 0,1 --json FILE]\n");
+          "--backward-sms 0,108 --copy-engines 0,1 --rounds R --json FILE]\n"
+          "  --rounds R: the one-GPU step and every configuration R times over, each\n"
+          "  reported as its median round (drift such as clocks then hits all alike)\n");
       return 2;
     }
   }
@@ -240,34 +258,44 @@ int main(int argc, char** argv) {
     auto ctx = rtd::init({.backend = rtd::Backend::kNccl});
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    std::vector<Result> results;
-    results.push_back(run_single(c, warmup, steps, s));
-    ctx->comm().barrier()->wait();
-    for (const auto& ce : copy_engines) {
-      for (const auto& sms : backward_sms) {
-        for (const auto& reg : registers) {
-          for (const auto& o : overlaps) {
-            for (const auto& r : reduces) {
-              for (const auto& b : buckets) {
-                results.push_back(run_ddp(*ctx, c, std::stod(b), r, o, reg == "1", ce == "1",
-                                          std::stoi(sms), warmup, steps, s));
-                ctx->comm().barrier()->wait();
+    std::vector<std::vector<Result>> by_round;
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<Result> results;
+      results.push_back(run_single(c, warmup, steps, s));
+      ctx->comm().barrier()->wait();
+      for (const auto& ce : copy_engines) {
+        for (const auto& sms : backward_sms) {
+          for (const auto& reg : registers) {
+            for (const auto& o : overlaps) {
+              for (const auto& r : reduces) {
+                for (const auto& b : buckets) {
+                  results.push_back(run_ddp(*ctx, c, std::stod(b), r, o, reg == "1", ce == "1",
+                                            std::stoi(sms), warmup, steps, s));
+                  ctx->comm().barrier()->wait();
+                }
               }
             }
           }
         }
       }
+      by_round.push_back(std::move(results));
     }
+    const std::vector<Result> results = median_rounds(by_round);
     if (ctx->rank() != 0) return 0;
     const double single = results[0].step_ms;
-    std::printf("# MLP H=%d L=%d B=%d, %d ranks, %d timed steps after %d warm-up\n", c.hidden,
-                c.layers, c.batch, ctx->world_size(), steps, warmup);
+    std::printf(
+        "# MLP H=%d L=%d B=%d, %d ranks, %d timed steps after %d warm-up, median of %d "
+        "round(s)\n",
+        c.hidden, c.layers, c.batch, ctx->world_size(), steps, warmup, rounds);
     std::printf("%-8s %9s %6s %4s %4s %7s %10s %11s %11s %7s %7s %8s %10s %11s\n", "mode",
                 "bucket_mb", "reduce", "via", "reg", "bwd_sms", "step_ms", "efficiency",
                 "exposed_ms", "fwd_ms", "bwd_ms", "after_ms", "model_GiB", "device_GiB");
     std::ofstream out;
     if (!json.empty()) out.open(json);
-    if (out) out << "{\"ranks\": " << ctx->world_size() << ", \"rows\": [\n";
+    if (out) {
+      out << "{\"ranks\": " << ctx->world_size() << ", \"steps\": " << steps
+          << ", \"rounds\": " << rounds << ", \"rows\": [\n";
+    }
     for (std::size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       const char* via = r.method == "copy engines" ? "ce" : (r.method == "-" ? "-" : "nccl");
