@@ -87,7 +87,6 @@ std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& 
   auto res = std::make_shared<Resources>();
   res->device = setup.device;
   RankInfo mine;
-  mine.host = host;
   mine.ok = true;
   auto refuse = [&](const std::string& reason) {
     if (mine.ok) mine.why = reason;
@@ -140,7 +139,7 @@ std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& 
     }
   }
 
-  // Round 1: can every rank take part, on one host, with the same buffers?
+  // Round 1: can every rank take part, with the same buffers?
   auto infos = all_gather_strings(*setup.store, "info", setup.rank, setup.size, mine.encode(),
                                   setup.timeout);
   std::vector<RankInfo> all;
@@ -150,8 +149,6 @@ std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& 
     std::string reason;
     if (!o.ok)
       reason = "rank " + std::to_string(r) + ": " + o.why;
-    else if (o.host != all[0].host)
-      reason = "ranks on more than one host";
     else if (o.counts != all[0].counts || o.dtypes != all[0].dtypes)
       reason = "ranks passed different buffers";
     if (!reason.empty()) {
@@ -220,6 +217,7 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
     throw Error(failure->category(), what + ": " + failure->what(), failure->backend_code());
   }
   const DriverApi& driver = driver_api();
+  CudaApi& cuda = setup_.state->cuda();
   const BufferView& buf = setup_.buffers[i];
   const std::size_t esize = dtype_size(buf.dtype);
   const int n = setup_.size, me = setup_.rank;
@@ -240,12 +238,6 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
                   static_cast<int>(rc));
     }
   };
-  auto check_rt = [&](cudaError_t rc, const char* step) {
-    if (rc != cudaSuccess) {
-      throw Error(ErrorCategory::kBackend,
-                  what + ": " + step + " failed: " + cudaGetErrorString(rc), rc);
-    }
-  };
   auto tell_peers = [&](FlagKind kind) {
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
@@ -261,38 +253,41 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
              "waiting for a peer");
   };
 
-  check_rt(cudaSetDevice(setup_.device), "selecting the GPU");
-  check_rt(cudaEventRecord(res_->start, static_cast<cudaStream_t>(caller.cuda_stream)),
-           "recording on the caller's stream");
-  check_rt(cudaStreamWaitEvent(s, res_->start, 0), "ordering after the caller's stream");
+  RTD_CUDA_CHECK(cuda, cudaSetDevice(setup_.device), what + ": selecting the GPU");
+  RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->start, static_cast<cudaStream_t>(caller.cuda_stream)),
+                 what + ": recording on the caller's stream");
+  RTD_CUDA_CHECK(cuda, cudaStreamWaitEvent(s, res_->start, 0),
+                 what + ": ordering after the caller's stream");
   tell_peers(kFinal);
   for (int p = 0, slot = 0; p < n; ++p) {  // pull every peer's copy of my chunk
     if (p == me) continue;
     wait_for(kFinal, p);
-    check_rt(cudaMemcpyAsync(res_->scratch + slot * slot_elems * esize,
-                             res_->peer_buffers[p][i] + lo(me) * esize, chunk_bytes(me),
-                             cudaMemcpyDeviceToDevice, s),
-             "pulling a peer's chunk");
+    RTD_CUDA_CHECK(cuda,
+                   cudaMemcpyAsync(res_->scratch + slot * slot_elems * esize,
+                                   res_->peer_buffers[p][i] + lo(me) * esize, chunk_bytes(me),
+                                   cudaMemcpyDeviceToDevice, s),
+                   what + ": pulling a peer's chunk");
     ++slot;
   }
   reduce_slots_async(own + lo(me) * esize, res_->scratch, slot_elems, n - 1, chunks.size(me),
                      buf.dtype, setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f, setup_.reduce_blocks,
                      s);
-  check_rt(cudaGetLastError(), "launching the addition");
+  RTD_CUDA_CHECK(cuda, cudaGetLastError(), what + ": launching the addition");
   tell_peers(kReduced);
   for (int p = 0; p < n; ++p) {  // pull every peer's reduced chunk
     if (p == me) continue;
     wait_for(kReduced, p);
-    check_rt(cudaMemcpyAsync(own + lo(p) * esize, res_->peer_buffers[p][i] + lo(p) * esize,
-                             chunk_bytes(p), cudaMemcpyDeviceToDevice, s),
-             "pulling a reduced chunk");
+    RTD_CUDA_CHECK(cuda,
+                   cudaMemcpyAsync(own + lo(p) * esize, res_->peer_buffers[p][i] + lo(p) * esize,
+                                   chunk_bytes(p), cudaMemcpyDeviceToDevice, s),
+                   what + ": pulling a reduced chunk");
   }
   tell_peers(kDoneReading);
   for (int p = 0; p < n; ++p) {
     if (p != me) wait_for(kDoneReading, p);
   }
   std::shared_ptr<cudaEvent_t> end = setup_.state->take_end_event();
-  check_rt(cudaEventRecord(*end, s), "recording the end event");
+  RTD_CUDA_CHECK(cuda, cudaEventRecord(*end, s), what + ": recording the end event");
   setup_.state->watch(s, end, what);
   return std::make_shared<NcclWork>(setup_.state, std::move(end), what);
 }

@@ -46,8 +46,8 @@ std::string host_name() {
 
 std::string RankInfo::encode() const {
   std::ostringstream out;
-  out << (ok ? 1 : 0) << ' ' << (host.empty() ? "?" : host) << ' '
-      << (flags_handle.empty() ? "-" : flags_handle) << ' ' << handles.size();
+  out << (ok ? 1 : 0) << ' ' << (flags_handle.empty() ? "-" : flags_handle) << ' '
+      << handles.size();
   for (std::size_t i = 0; i < handles.size(); ++i)
     out << ' ' << handles[i] << ' ' << offsets[i] << ' ' << counts[i] << ' ' << dtypes[i];
   out << ' ' << why;  // last: may hold spaces
@@ -59,7 +59,7 @@ RankInfo RankInfo::decode(const std::string& text) {
   std::istringstream in(text);
   int ok = 0;
   std::size_t n = 0;
-  in >> ok >> info.host >> info.flags_handle >> n;
+  in >> ok >> info.flags_handle >> n;
   info.ok = ok == 1 && static_cast<bool>(in);
   if (info.flags_handle == "-") info.flags_handle.clear();
   for (std::size_t i = 0; i < n && in; ++i) {

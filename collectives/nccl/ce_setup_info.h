@@ -1,6 +1,6 @@
 // What each rank publishes while setting up the copy-engine all-reduce, as
-// text for the store: whether it can take part (and why not), its host, and
-// the handles through which its peers map its flags and buffers.
+// text for the store: whether it can take part (and why not), and the handles
+// through which its peers map its flags and buffers.
 #pragma once
 
 #include <cstddef>
@@ -19,7 +19,6 @@ std::string host_name();
 struct RankInfo {
   bool ok = false;
   std::string why;                   // why not, when !ok (may hold spaces)
-  std::string host;                  // no spaces
   std::string flags_handle;          // hex of a cudaIpcMemHandle_t; empty when !ok
   std::vector<std::string> handles;  // per buffer: hex of its allocation's handle,
   std::vector<std::size_t> offsets;  // the buffer's offset in that allocation,

@@ -35,8 +35,6 @@ class CommState : public std::enable_shared_from_this<CommState> {
   ncclComm_t comm() const { return comm_; }
   void set_comm(ncclComm_t comm) { comm_ = comm; }
 
-  cudaEvent_t take_event();
-  void give_event(cudaEvent_t event);
   // An operation's end event from the pool, shared by its Work and the
   // in-flight list; it goes back to the pool once both have let go.
   std::shared_ptr<cudaEvent_t> take_end_event();
@@ -79,6 +77,9 @@ class CommState : public std::enable_shared_from_this<CommState> {
   void deregister_buffer(void* handle);
 
  private:
+  cudaEvent_t take_event();  // from the pool, or a new one
+  void give_event(cudaEvent_t event);
+
   std::shared_ptr<NcclApi> nccl_;
   std::shared_ptr<CudaApi> cuda_;
   const int rank_;
