@@ -3,18 +3,22 @@
 // optimizer placement (after all buckets as PyTorch, or per layer as each
 // bucket lands: "DDP+opt");
 // scaling efficiency (one-GPU step / DDP step), exposed communication (the
-// difference) and memory. Rank 0 prints a table and JSON. Run under dtrun:
+// difference), memory, and each rank's energy per step, mean power and SM
+// clock (through NVML, where present). Rank 0 prints a table and JSON. Run under dtrun:
 //   dtrun --nproc-per-node=2 ddp_step --bucket-mb 25,100,250 --reduce fp32,bf16
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "bench/common/gpu_power.h"
 #include "examples/02_mlp_gpu/model.h"
 #include "rt_dist/rt_dist.h"
 
@@ -32,6 +36,9 @@ struct Result {
   // forward; backward (slower than on one GPU when the reduction running beside
   // it slows its kernels); after backward (waiting for the last buckets, and the optimizer).
   double forward_ms = 0, backward_ms = 0, after_ms = 0;
+  // This rank's GPU over the timed steps (NaN without NVML): energy per step,
+  // mean power, mean SM clock.
+  double joules = 0, watts = 0, sm_mhz = 0;
   double model_gib = 0;   // what the model and DDP allocated
   double device_gib = 0;  // device memory in use (cudaMemGetInfo): adds NCCL, cuBLAS, the context
 };
@@ -43,6 +50,9 @@ std::vector<std::string> split(const std::string& s) {
   while (std::getline(ss, item, ',')) out.push_back(item);
   return out;
 }
+
+// NaN (no NVML) as JSON's null.
+std::string json_number(double v) { return std::isnan(v) ? "null" : std::to_string(v); }
 
 double device_used_gib() {
   size_t free_b = 0, total_b = 0;
@@ -84,26 +94,35 @@ class PhaseEvents {
   std::vector<cudaEvent_t> events_;
 };
 
-// Times `steps` steps after `warmup`, wall clock around a synchronized stream (as the anchor does).
+// Times `steps` steps after `warmup`, wall clock around a synchronized stream
+// (as the anchor does); fills step_ms and the energy readings of r.
 template <typename Step>
-double time_steps(Step&& step, int warmup, int steps, cudaStream_t s) {
+void time_steps(Step&& step, int warmup, int steps, cudaStream_t s, rtd::bench::GpuPower& power,
+                Result& r) {
   for (int i = 1; i <= warmup; ++i) step(i);
   cudaStreamSynchronize(s);
+  const double j0 = power.joules();
+  power.start_clock_samples();
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 1; i <= steps; ++i) step(warmup + i);
   cudaStreamSynchronize(s);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
-         steps;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  r.sm_mhz = power.stop_clock_samples();
+  r.step_ms = ms / steps;
+  r.joules = (power.joules() - j0) / steps;
+  r.watts = r.joules / (r.step_ms / 1000.0);
 }
 
-Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s) {
+Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s,
+                  rtd::bench::GpuPower& power) {
   mlp::Model model(c, s);
   float* grads = nullptr;
   cudaMalloc(reinterpret_cast<void**>(&grads), model.layer_elems() * c.layers * sizeof(float));
   auto grad = [&](int l) { return grads + l * model.layer_elems(); };
   PhaseEvents phases(warmup + steps, s);
   Result r{.mode = "one GPU", .reduce = "-"};
-  r.step_ms = time_steps(
+  time_steps(
       [&](int i) {
         phases.mark(i, PhaseEvents::kStart);
         model.forward(s);
@@ -114,7 +133,7 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
         model.optimizer_step(grad, i, s);
         phases.mark(i, PhaseEvents::kEnd);
       },
-      warmup, steps, s);
+      warmup, steps, s, power, r);
   phases.fill(r, warmup, steps);
   r.model_gib =
       static_cast<double>(model.bytes() + model.layer_elems() * c.layers * sizeof(float)) /
@@ -126,11 +145,14 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
 
 // overlap: "0" optimizer after all buckets, "1" per layer as buckets land,
 // "serial" no overlap at all (every bucket starts after backward): the
-// difference to the one-GPU step is then the whole communication time.
+// difference to the one-GPU step is then the whole communication time;
+// "comm" the buckets' reduction alone, no model (its time and energy).
 Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
                const std::string& reduce, const std::string& overlap, bool register_buckets,
-               bool copy_engines, int backward_sms, int warmup, int steps, cudaStream_t s) {
-  const bool overlap_optimizer = overlap == "1", serial = overlap == "serial";
+               bool copy_engines, int backward_sms, int warmup, int steps, cudaStream_t s,
+               rtd::bench::GpuPower& power) {
+  const bool overlap_optimizer = overlap == "1", serial = overlap == "serial",
+             comm_only = overlap == "comm";
   mlp::Model model(c, s);
   model.set_backward_sm_count(backward_sms);
   std::vector<rtd::BufferView> params;
@@ -149,9 +171,24 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
   rtd::StreamRef ref{s};
   auto grad = [&](int l) { return static_cast<float*>(ddp.grad(l).data); };
   PhaseEvents phases(warmup + steps, s);
-  double ms = time_steps(
+  Result r{
+      .mode = overlap_optimizer ? "DDP+opt" : (serial ? "serial" : (comm_only ? "comm" : "DDP")),
+      .bucket_mb = bucket_mb,
+      .reduce = reduce,
+      .registered = ddp.buckets_registered(),
+      .method = ddp.reduce_method(),
+      .backward_sms = backward_sms};
+  time_steps(
       [&](int i) {
         phases.mark(i, PhaseEvents::kStart);
+        if (comm_only) {
+          phases.mark(i, PhaseEvents::kForward);
+          phases.mark(i, PhaseEvents::kBackward);
+          for (int l = c.layers - 1; l >= 0; --l) ddp.grad_ready(l, ref);
+          ddp.finish(ref);
+          phases.mark(i, PhaseEvents::kEnd);
+          return;
+        }
         model.forward(s);
         phases.mark(i, PhaseEvents::kForward);
         model.backward(
@@ -176,18 +213,11 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
         }
         phases.mark(i, PhaseEvents::kEnd);
       },
-      warmup, steps, s);
+      warmup, steps, s, power, r);
   std::size_t bucket_bytes = 0;
   for (int b = 0; b < ddp.bucket_count(); ++b) {
     bucket_bytes += ddp.bucket_bytes(b) * (reduce == "bf16" ? 3 : 2) / 2;  // + the bf16 wire copy
   }
-  Result r{.mode = overlap_optimizer ? "DDP+opt" : (serial ? "serial" : "DDP"),
-           .bucket_mb = bucket_mb,
-           .reduce = reduce,
-           .registered = ddp.buckets_registered(),
-           .method = ddp.reduce_method(),
-           .backward_sms = backward_sms,
-           .step_ms = ms};
   phases.fill(r, warmup, steps);
   r.model_gib = static_cast<double>(model.bytes() + bucket_bytes) / (1 << 30);
   r.device_gib = device_used_gib();
@@ -244,13 +274,13 @@ int main(int argc, char** argv) {
     else if (f == "--rounds")
       rounds = std::max(1, std::stoi(v));
     else {
-      std::fprintf(
-          stderr,
-          "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
-          "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1,serial --register 0,1 "
-          "--backward-sms 0,108 --copy-engines 0,1 --rounds R --json FILE]\n"
-          "  --rounds R: the one-GPU step and every configuration R times over, each\n"
-          "  reported as its median round (drift such as clocks then hits all alike)\n");
+      std::fprintf(stderr,
+                   "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
+                   "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1,serial,comm "
+                   "--register 0,1 "
+                   "--backward-sms 0,108 --copy-engines 0,1 --rounds R --json FILE]\n"
+                   "  --rounds R: the one-GPU step and every configuration R times over, each\n"
+                   "  reported as its median round (drift such as clocks then hits all alike)\n");
       return 2;
     }
   }
@@ -258,10 +288,21 @@ int main(int argc, char** argv) {
     auto ctx = rtd::init({.backend = rtd::Backend::kNccl});
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    char bus_id[32] = {};
+    int device = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device);
+    rtd::bench::GpuPower power(bus_id);
+    if (!power.available() && ctx->rank() == 0)
+      std::fprintf(stderr, "ddp_step: no energy readings: %s\n", power.why().c_str());
+    // Power with the GPU idle, for the header: a second with nothing queued.
+    const double idle_j0 = power.joules();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const double idle_watts = power.joules() - idle_j0;
     std::vector<std::vector<Result>> by_round;
     for (int round = 0; round < rounds; ++round) {
       std::vector<Result> results;
-      results.push_back(run_single(c, warmup, steps, s));
+      results.push_back(run_single(c, warmup, steps, s, power));
       ctx->comm().barrier()->wait();
       for (const auto& ce : copy_engines) {
         for (const auto& sms : backward_sms) {
@@ -270,7 +311,7 @@ int main(int argc, char** argv) {
               for (const auto& r : reduces) {
                 for (const auto& b : buckets) {
                   results.push_back(run_ddp(*ctx, c, std::stod(b), r, o, reg == "1", ce == "1",
-                                            std::stoi(sms), warmup, steps, s));
+                                            std::stoi(sms), warmup, steps, s, power));
                   ctx->comm().barrier()->wait();
                 }
               }
@@ -287,24 +328,30 @@ int main(int argc, char** argv) {
         "# MLP H=%d L=%d B=%d, %d ranks, %d timed steps after %d warm-up, median of %d "
         "round(s)\n",
         c.hidden, c.layers, c.batch, ctx->world_size(), steps, warmup, rounds);
-    std::printf("%-8s %9s %6s %4s %4s %7s %10s %11s %11s %7s %7s %8s %10s %11s\n", "mode",
-                "bucket_mb", "reduce", "via", "reg", "bwd_sms", "step_ms", "efficiency",
-                "exposed_ms", "fwd_ms", "bwd_ms", "after_ms", "model_GiB", "device_GiB");
+    std::printf("# rank 0's GPU: power limit %.0f W, idle %.0f W\n", power.limit_watts(),
+                idle_watts);
+    std::printf("%-8s %9s %6s %4s %4s %7s %10s %11s %11s %7s %7s %8s %7s %6s %6s %10s %11s\n",
+                "mode", "bucket_mb", "reduce", "via", "reg", "bwd_sms", "step_ms", "efficiency",
+                "exposed_ms", "fwd_ms", "bwd_ms", "after_ms", "J/step", "W", "SM_MHz", "model_GiB",
+                "device_GiB");
     std::ofstream out;
     if (!json.empty()) out.open(json);
     if (out) {
       out << "{\"ranks\": " << ctx->world_size() << ", \"steps\": " << steps
-          << ", \"rounds\": " << rounds << ", \"rows\": [\n";
+          << ", \"power_limit_w\": " << json_number(power.limit_watts())
+          << ", \"idle_w\": " << json_number(idle_watts) << ", \"rounds\": " << rounds
+          << ", \"rows\": [\n";
     }
     for (std::size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       const char* via = r.method == "copy engines" ? "ce" : (r.method == "-" ? "-" : "nccl");
       std::printf(
-          "%-8s %9.0f %6s %4s %4s %7s %10.2f %11.3f %11.2f %7.2f %7.2f %8.2f %10.2f %11.2f\n",
+          "%-8s %9.0f %6s %4s %4s %7s %10.2f %11.3f %11.2f %7.2f %7.2f %8.2f %7.2f %6.0f %6.0f "
+          "%10.2f %11.2f\n",
           r.mode.c_str(), r.bucket_mb, r.reduce.c_str(), via, r.registered ? "yes" : "no",
           r.backward_sms ? std::to_string(r.backward_sms).c_str() : "all", r.step_ms,
-          single / r.step_ms, r.step_ms - single, r.forward_ms, r.backward_ms, r.after_ms,
-          r.model_gib, r.device_gib);
+          single / r.step_ms, r.step_ms - single, r.forward_ms, r.backward_ms, r.after_ms, r.joules,
+          r.watts, r.sm_mhz, r.model_gib, r.device_gib);
       if (out) {
         out << "  {\"mode\": \"" << r.mode << "\", \"bucket_mb\": " << r.bucket_mb
             << ", \"reduce\": \"" << r.reduce
@@ -313,8 +360,10 @@ int main(int argc, char** argv) {
             << ", \"step_ms\": " << r.step_ms << ", \"forward_ms\": " << r.forward_ms
             << ", \"backward_ms\": " << r.backward_ms << ", \"after_backward_ms\": " << r.after_ms
             << ", \"efficiency\": " << single / r.step_ms
-            << ", \"exposed_ms\": " << r.step_ms - single << ", \"model_gib\": " << r.model_gib
-            << ", \"device_gib\": " << r.device_gib << "}"
+            << ", \"exposed_ms\": " << r.step_ms - single
+            << ", \"joules_per_step\": " << json_number(r.joules)
+            << ", \"watts\": " << json_number(r.watts) << ", \"sm_mhz\": " << json_number(r.sm_mhz)
+            << ", \"model_gib\": " << r.model_gib << ", \"device_gib\": " << r.device_gib << "}"
             << (i + 1 < results.size() ? ",\n" : "\n");
       }
     }
