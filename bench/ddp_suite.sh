@@ -53,9 +53,11 @@ step ddp_step_buckets 90 "${dt[@]}" --nproc-per-node=$ngpu "$bin/ddp_step" --buc
   --reduce fp32 --overlap-optimizer 1 --copy-engines $ce --json "$out/ddp_step_buckets.json"
 table ddp_step_buckets 8
 # The headline figure: 3 rounds of 50 steps, the median round of each.
-step ddp_step_long 120 "${dt[@]}" --nproc-per-node=$ngpu "$bin/ddp_step" --reduce fp32 \
-  --overlap-optimizer 1 --copy-engines $ce --steps 50 --rounds 3 --json "$out/ddp_step_long.json"
-table ddp_step_long 6
+# The headline: 3 rounds of 50 steps, with each GPU's energy per step, and
+# the reduction alone ("comm") to price its energy.
+step ddp_step_long 150 "${dt[@]}" --nproc-per-node=$ngpu "$bin/ddp_step" --reduce fp32 \
+  --overlap-optimizer 1,comm --copy-engines $ce --steps 50 --rounds 3 --json "$out/ddp_step_long.json"
+table ddp_step_long 7
 for blocks in ${CE_BLOCKS:-}; do  # the copy-engine addition's grid (RTD_CE_REDUCE_BLOCKS)
   step ddp_step_blocks_$blocks 90 "${dt[@]}" --env RTD_CE_REDUCE_BLOCKS=$blocks \
     --nproc-per-node=$ngpu "$bin/ddp_step" --reduce fp32 --overlap-optimizer 1 --copy-engines 1 \
