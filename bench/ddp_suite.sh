@@ -52,9 +52,8 @@ grep -E 'step|FSDP' "$out/torch_anchor.log"
 step ddp_step_buckets 90 "${dt[@]}" --nproc-per-node=$ngpu "$bin/ddp_step" --bucket-mb 100,250 \
   --reduce fp32 --overlap-optimizer 1 --copy-engines $ce --json "$out/ddp_step_buckets.json"
 table ddp_step_buckets 8
-# The headline figure: 3 rounds of 50 steps, the median round of each.
 # The headline: 3 rounds of 50 steps, with each GPU's energy per step, and
-# the reduction alone ("comm") to price its energy.
+# the reduction alone ("comm") to price its energy; the median round of each.
 step ddp_step_long 150 "${dt[@]}" --nproc-per-node=$ngpu "$bin/ddp_step" --reduce fp32 \
   --overlap-optimizer 1,comm --copy-engines $ce --steps 50 --rounds 3 --json "$out/ddp_step_long.json"
 table ddp_step_long 7
