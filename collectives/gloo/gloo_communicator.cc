@@ -44,6 +44,7 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& options)
     GlooStoreAdapter store(options.store, timeout_);
     context->connectFullMesh(store, device);
     context_ = context;
+    recorder_ = std::make_unique<FlightRecorder>(options.store, rank_, size_);
   } catch (const ::gloo::Exception& e) {
     throw from_gloo(
         "rank " + std::to_string(rank_) + " connecting the Gloo mesh on " + options.host, e);
@@ -54,10 +55,13 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& options)
 GlooCommunicator::~GlooCommunicator() = default;
 
 template <typename Fn>
-std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t tag, Fn&& fn,
+std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t tag,
+                                                std::uint64_t call, Fn&& fn,
                                                 std::shared_ptr<CpuWork> work) {
-  std::string what =
-      std::string("gloo ") + op + " #" + std::to_string(tag) + " on rank " + std::to_string(rank_);
+  // Collectives by their flight-recorder number, point-to-point by tag.
+  std::string what = std::string("gloo ") + op +
+                     (call != 0 ? " #" + std::to_string(call) : " tag " + std::to_string(tag)) +
+                     " on rank " + std::to_string(rank_);
   if (!work) work = std::make_shared<CpuWork>(what, timeout_ + std::chrono::seconds(5));
   if (aborted_) {
     work->fail(Error(ErrorCategory::kBackend, what + ": communicator was aborted"));
@@ -66,7 +70,7 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t ta
   OpArgs args{.context = context_, .tag = tag, .timeout = timeout_};
   std::shared_ptr<Work> result = work;
   if (group_) group_->works.push_back(work);
-  queue_.post([this, work, what, args, fn = std::forward<Fn>(fn)]() {
+  queue_.post([this, work, what, args, call, fn = std::forward<Fn>(fn)]() {
     if (aborted_) {
       work->fail(Error(ErrorCategory::kBackend, what + ": communicator was aborted"));
       return;
@@ -75,7 +79,13 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t ta
       fn(args);
       work->complete();
     } catch (const ::gloo::Exception& e) {
-      work->fail(from_gloo(what, e));
+      Error error = from_gloo(what, e);
+      if (error.category() == ErrorCategory::kTimeout && call != 0) {
+        std::string why = recorder_->diagnose(call);
+        if (!why.empty())
+          error = Error(ErrorCategory::kTimeout, std::string(error.what()) + "; " + why);
+      }
+      work->fail(error);
     } catch (const Error& e) {
       work->fail(e);
     } catch (const std::exception& e) {
@@ -88,27 +98,32 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t ta
 std::shared_ptr<Work> GlooCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                    StreamRef) {
   validate::all_reduce(in, out, op, DeviceType::kCpu);
-  return enqueue("all_reduce", next_tag(), [in, out, op](const OpArgs& args) {
-    if (in.count > 0) run_all_reduce(args, in, out, op);
-  });
+  return enqueue("all_reduce", next_tag(),
+                 record("all_reduce", call_args(in, std::string(to_string(op)))),
+                 [in, out, op](const OpArgs& args) {
+                   if (in.count > 0) run_all_reduce(args, in, out, op);
+                 });
 }
 
 std::shared_ptr<Work> GlooCommunicator::broadcast(BufferView buf, int root, StreamRef) {
   validate::broadcast(buf, root, size_, DeviceType::kCpu);
-  return enqueue("broadcast", next_tag(), [buf, root](const OpArgs& args) {
-    if (buf.count > 0) run_broadcast(args, buf, root);
-  });
+  return enqueue("broadcast", next_tag(),
+                 record("broadcast", call_args(buf, "root " + std::to_string(root))),
+                 [buf, root](const OpArgs& args) {
+                   if (buf.count > 0) run_broadcast(args, buf, root);
+                 });
 }
 
 std::shared_ptr<Work> GlooCommunicator::all_gather(BufferView in, BufferView out, StreamRef) {
   validate::all_gather(in, out, size_, DeviceType::kCpu);
   const int rank = rank_;
-  return enqueue("all_gather", next_tag(), [in, out, rank](const OpArgs& args) {
-    if (in.count == 0) return;
-    auto* slot = static_cast<char*>(out.data) + rank * in.bytes();
-    if (slot != in.data) std::memmove(slot, in.data, in.bytes());
-    run_all_gather(args, out, in.bytes());
-  });
+  return enqueue("all_gather", next_tag(), record("all_gather", call_args(in)),
+                 [in, out, rank](const OpArgs& args) {
+                   if (in.count == 0) return;
+                   auto* slot = static_cast<char*>(out.data) + rank * in.bytes();
+                   if (slot != in.data) std::memmove(slot, in.data, in.bytes());
+                   run_all_gather(args, out, in.bytes());
+                 });
 }
 
 std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
@@ -117,25 +132,29 @@ std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView
   const int rank = rank_;
   // Gloo's function API has no reduce-scatter: reduce the whole input into a
   // scratch copy (the input is left intact) and keep this rank's slice.
-  return enqueue("reduce_scatter", next_tag(), [in, out, op, rank](const OpArgs& args) {
-    if (out.count == 0) return;
-    std::vector<char> scratch(in.bytes());
-    BufferView whole = in;
-    whole.data = scratch.data();
-    run_all_reduce(args, in, whole, op);
-    std::memmove(out.data, scratch.data() + rank * out.bytes(), out.bytes());
-  });
+  return enqueue("reduce_scatter", next_tag(),
+                 record("reduce_scatter", call_args(out, std::string(to_string(op)))),
+                 [in, out, op, rank](const OpArgs& args) {
+                   if (out.count == 0) return;
+                   std::vector<char> scratch(in.bytes());
+                   BufferView whole = in;
+                   whole.data = scratch.data();
+                   run_all_reduce(args, in, whole, op);
+                   std::memmove(out.data, scratch.data() + rank * out.bytes(), out.bytes());
+                 });
 }
 
 std::shared_ptr<Work> GlooCommunicator::all_to_all(BufferView in, BufferView out, StreamRef) {
   validate::all_to_all(in, out, size_, DeviceType::kCpu);
-  return enqueue("all_to_all", next_tag(), [in, out](const OpArgs& args) {
-    if (in.count > 0) run_all_to_all(args, in, out);
-  });
+  return enqueue("all_to_all", next_tag(), record("all_to_all", call_args(in)),
+                 [in, out](const OpArgs& args) {
+                   if (in.count > 0) run_all_to_all(args, in, out);
+                 });
 }
 
 std::shared_ptr<Work> GlooCommunicator::barrier(StreamRef) {
-  return enqueue("barrier", next_tag(), [](const OpArgs& args) { run_barrier(args); });
+  return enqueue("barrier", next_tag(), record("barrier", ""),
+                 [](const OpArgs& args) { run_barrier(args); });
 }
 
 std::shared_ptr<Work> GlooCommunicator::point_to_point(bool is_send, BufferView buf, int peer,
@@ -154,7 +173,7 @@ std::shared_ptr<Work> GlooCommunicator::point_to_point(bool is_send, BufferView 
     }
     return group_->p2p_work;
   }
-  return enqueue(op, p2p.tag, [p2p](const OpArgs& args) {
+  return enqueue(op, p2p.tag, 0, [p2p](const OpArgs& args) {
     if (p2p.buf.count > 0) run_point_to_point(args, {p2p});
   });
 }
@@ -181,7 +200,7 @@ std::shared_ptr<Work> GlooCommunicator::group(const std::function<void()>& body)
     std::vector<P2POp> ops;
     for (const auto& p : state->p2p) ops.push_back(P2POp{p.is_send, p.buf, p.peer, p.tag});
     state->works.push_back(enqueue(
-        "group send/recv", ops.front().tag,
+        "group send/recv", ops.front().tag, 0,
         [ops](const OpArgs& args) { run_point_to_point(args, ops); }, state->p2p_work));
   }
   return std::make_shared<GroupWork>(std::move(state->works), timeout_ + std::chrono::seconds(5));

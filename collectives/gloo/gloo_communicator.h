@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "collectives/cpu_work.h"
+#include "collectives/flight_recorder.h"
 #include "collectives/op_queue.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/store.h"
@@ -50,10 +51,14 @@ class GlooCommunicator : public Communicator {
 
  private:
   // Posts fn to the queue; its Work names the operation and sequence number.
+  // call: its number in the flight recorder (0: not recorded, point-to-point).
   // work: created here unless given (a group's point-to-point Work exists before its task).
   template <typename Fn>
-  std::shared_ptr<Work> enqueue(const char* op, std::uint32_t tag, Fn&& fn,
+  std::shared_ptr<Work> enqueue(const char* op, std::uint32_t tag, std::uint64_t call, Fn&& fn,
                                 std::shared_ptr<CpuWork> work = nullptr);
+  std::uint64_t record(const char* op, std::string args) {
+    return recorder_->record(op, std::move(args));
+  }
   std::uint32_t next_tag() { return next_tag_++; }
   std::shared_ptr<Work> point_to_point(bool is_send, BufferView buf, int peer, int tag);
 
@@ -79,7 +84,8 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<::gloo::Context> context_;
   std::atomic<bool> aborted_{false};
   std::uint32_t next_tag_ = 0;
-  OpQueue queue_;
+  std::unique_ptr<FlightRecorder> recorder_;
+  OpQueue queue_;  // last: its thread stops before what it uses goes
 };
 
 }  // namespace rtd::gloo_backend

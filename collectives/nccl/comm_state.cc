@@ -69,7 +69,8 @@ namespace {
 constexpr std::uint64_t kQueryEvery = 16;  // watch() calls per query of the newest operation
 }  // namespace
 
-void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std::string what) {
+void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std::string what,
+                      std::uint64_t call) {
   std::deque<InFlight> retired;  // released after the lock (their events go back to the pool)
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
@@ -80,25 +81,39 @@ void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std
       cuda_->event_query(*list.back().end) == cudaSuccess) {
     retired.swap(list);  // the newest is done, so is everything before it on this stream
   }
-  list.push_back({std::move(end), std::chrono::steady_clock::now() + timeout_, std::move(what)});
+  list.push_back(
+      {std::move(end), std::chrono::steady_clock::now() + timeout_, std::move(what), call});
 }
 
 std::optional<std::string> CommState::overdue() {
   std::vector<InFlight> retired;
-  std::lock_guard<std::mutex> lock(in_flight_mu_);
-  for (auto& [stream, list] : in_flight_) {
-    while (!list.empty()) {
-      InFlight& oldest = list.front();
-      if (cuda_->event_query(*oldest.end) == cudaErrorNotReady) {
-        if (std::chrono::steady_clock::now() < oldest.deadline) break;
-        return oldest.what + " did not complete within " + std::to_string(timeout_.count()) +
-               " ms on rank " + std::to_string(rank_) + "; a peer may have failed or not called it";
+  std::optional<std::pair<std::string, std::uint64_t>> late;  // what, call
+  {
+    std::lock_guard<std::mutex> lock(in_flight_mu_);
+    for (auto& [stream, list] : in_flight_) {
+      while (!late && !list.empty()) {
+        InFlight& oldest = list.front();
+        if (cuda_->event_query(*oldest.end) == cudaErrorNotReady) {
+          if (std::chrono::steady_clock::now() >= oldest.deadline)
+            late.emplace(oldest.what, oldest.call);
+          break;
+        }
+        retired.push_back(std::move(oldest));  // complete, or failed: its Work reports that
+        list.pop_front();
       }
-      retired.push_back(std::move(oldest));  // complete, or failed: its Work reports that
-      list.pop_front();
     }
   }
-  return std::nullopt;
+  if (!late) return std::nullopt;
+  // The diagnosis reads the store: outside the lock.
+  std::string why = late->first + " did not complete within " + std::to_string(timeout_.count()) +
+                    " ms on rank " + std::to_string(rank_) +
+                    "; a peer may have failed or not called it";
+  if (std::string diagnosis = diagnose(late->second); !diagnosis.empty()) why += "; " + diagnosis;
+  return why;
+}
+
+std::string CommState::diagnose(std::uint64_t call) {
+  return recorder_ && call != 0 ? recorder_->diagnose(call) : "";
 }
 
 std::size_t CommState::in_flight() {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/flight_recorder.h"
 #include "collectives/nccl/cuda_api.h"
 #include "collectives/nccl/nccl_api.h"
 #include "rt_dist/error.h"
@@ -45,12 +46,19 @@ class CommState : public std::enable_shared_from_this<CommState> {
   // for it on the host (a trainer that only orders its stream after it).
   // Operations on one stream complete in order, so one query of the newest
   // retires all before it; it is made on every 16th call.
-  void watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std::string what);
+  // call: the operation's number in the flight recorder (0: not recorded).
+  void watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std::string what,
+             std::uint64_t call = 0);
   // Retires completed operations from the oldest end of each stream; names the
-  // oldest one still running past its deadline, if any (the watchdog thread
-  // calls this a few times per timeout).
+  // oldest one still running past its deadline, if any, with the flight
+  // recorder's diagnosis (the watchdog thread calls this a few times per timeout).
   std::optional<std::string> overdue();
   std::size_t in_flight();
+
+  // The flight recorder of the communicator's calls, and its diagnosis of one
+  // (empty without a recorder).
+  void set_recorder(std::shared_ptr<FlightRecorder> recorder) { recorder_ = std::move(recorder); }
+  std::string diagnose(std::uint64_t call);
 
   // The communicator's error once it failed (an asynchronous NCCL error or an abort).
   std::optional<Error> failure();
@@ -93,7 +101,9 @@ class CommState : public std::enable_shared_from_this<CommState> {
     std::shared_ptr<cudaEvent_t> end;
     std::chrono::steady_clock::time_point deadline;
     std::string what;
+    std::uint64_t call = 0;
   };
+  std::shared_ptr<FlightRecorder> recorder_;
   std::mutex in_flight_mu_;  // never held while events go back to the pool (mu_)
   std::vector<std::pair<cudaStream_t, std::deque<InFlight>>> in_flight_;  // per stream
   std::uint64_t watched_ = 0;

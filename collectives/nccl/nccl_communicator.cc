@@ -116,6 +116,8 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   state_->settle(data_comm, who + " creating the data-path communicator", deadline);
   state_->set_comm(data_comm);
   state_->destroy_other(init_comm);
+  recorder_ = std::make_shared<FlightRecorder>(options_.store, rank_, size_);
+  state_->set_recorder(recorder_);
   log::get("nccl")->info("NCCL communicator of {} ranks ready on GPU {}", size_, options_.device);
 }
 
@@ -126,6 +128,8 @@ NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclCo
   state_->set_comm(comm);
   create_stream_and_scratch();
   start_watchdog();
+  recorder_ = std::make_shared<FlightRecorder>(options_.store, rank_, size_);
+  state_->set_recorder(recorder_);
 }
 
 void NcclCommunicator::throw_call_failed(ncclResult_t rc, const std::string& what) {
@@ -157,9 +161,13 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 template <typename Call>
-std::shared_ptr<Work> NcclCommunicator::launch(const char* op, StreamRef caller, Call&& call) {
-  std::string what = std::string("nccl ") + op + " #" + std::to_string(seq_++) + " on rank " +
-                     std::to_string(rank_);
+std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t recorded,
+                                               StreamRef caller, Call&& call) {
+  ++seq_;
+  // Collectives by their flight-recorder number (1-based, collectives only).
+  std::string what = std::string("nccl ") + op +
+                     (recorded != 0 ? " #" + std::to_string(recorded) : std::string()) +
+                     " on rank " + std::to_string(rank_);
   if (auto failure = state_->failure()) {
     throw Error(failure->category(), what + ": " + failure->what(), failure->backend_code());
   }
@@ -186,31 +194,33 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, StreamRef caller,
   if (group_work_) return group_work_;
   std::shared_ptr<cudaEvent_t> end = state_->take_end_event();
   RTD_CUDA_CHECK(cuda, cuda.event_record(*end, stream_), what + ": recording its end");
-  state_->watch(stream_, end, what);
-  return std::make_shared<NcclWork>(state_, std::move(end), what);
+  state_->watch(stream_, end, what, recorded);
+  return std::make_shared<NcclWork>(state_, std::move(end), what, recorded);
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                    StreamRef stream) {
   validate::all_reduce(in, out, op, DeviceType::kCuda);
-  return launch("all_reduce", stream, [&](cudaStream_t s) {
-    return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype), to_nccl(op),
-                                     state_->comm(), s);
-  });
+  return launch("all_reduce", record("all_reduce", call_args(in, std::string(to_string(op)))),
+                stream, [&](cudaStream_t s) {
+                  return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype),
+                                                   to_nccl(op), state_->comm(), s);
+                });
 }
 
 std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root, StreamRef stream) {
   validate::broadcast(buf, root, size_, DeviceType::kCuda);
-  return launch("broadcast", stream, [&](cudaStream_t s) {
-    return state_->nccl().broadcast(buf.data, buf.data, buf.count, to_nccl(buf.dtype), root,
-                                    state_->comm(), s);
-  });
+  return launch("broadcast", record("broadcast", call_args(buf, "root " + std::to_string(root))),
+                stream, [&](cudaStream_t s) {
+                  return state_->nccl().broadcast(buf.data, buf.data, buf.count, to_nccl(buf.dtype),
+                                                  root, state_->comm(), s);
+                });
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
                                                    StreamRef stream) {
   validate::all_gather(in, out, size_, DeviceType::kCuda);
-  return launch("all_gather", stream, [&](cudaStream_t s) {
+  return launch("all_gather", record("all_gather", call_args(in)), stream, [&](cudaStream_t s) {
     return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype), state_->comm(),
                                      s);
   });
@@ -219,10 +229,12 @@ std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out
 std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
                                                        StreamRef stream) {
   validate::reduce_scatter(in, out, op, size_, DeviceType::kCuda);
-  return launch("reduce_scatter", stream, [&](cudaStream_t s) {
-    return state_->nccl().reduce_scatter(in.data, out.data, out.count, to_nccl(in.dtype),
-                                         to_nccl(op), state_->comm(), s);
-  });
+  return launch(
+      "reduce_scatter", record("reduce_scatter", call_args(out, std::string(to_string(op)))),
+      stream, [&](cudaStream_t s) {
+        return state_->nccl().reduce_scatter(in.data, out.data, out.count, to_nccl(in.dtype),
+                                             to_nccl(op), state_->comm(), s);
+      });
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out,
@@ -231,7 +243,7 @@ std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out
   // One grouped send and receive per peer (the NCCL idiom for all-to-all).
   const std::size_t block = in.count / size_;
   const std::size_t block_bytes = block * dtype_size(in.dtype);
-  return launch("all_to_all", stream, [&](cudaStream_t s) {
+  return launch("all_to_all", record("all_to_all", call_args(in)), stream, [&](cudaStream_t s) {
     NcclApi& api = state_->nccl();
     ncclResult_t rc = api.group_start();
     for (int peer = 0; peer < size_ && rc == ncclSuccess; ++peer) {
@@ -248,7 +260,7 @@ std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out
 }
 
 std::shared_ptr<Work> NcclCommunicator::barrier(StreamRef stream) {
-  return launch("barrier", stream, [&](cudaStream_t s) {
+  return launch("barrier", record("barrier", ""), stream, [&](cudaStream_t s) {
     return state_->nccl().all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, state_->comm(),
                                      s);
   });
@@ -256,21 +268,22 @@ std::shared_ptr<Work> NcclCommunicator::barrier(StreamRef stream) {
 
 std::shared_ptr<Work> NcclCommunicator::send(BufferView buf, int peer, int tag, StreamRef stream) {
   validate::point_to_point("send", buf, peer, rank_, size_, DeviceType::kCuda);
-  return launch("send", stream, [&](cudaStream_t s) {
+  return launch("send", 0, stream, [&](cudaStream_t s) {
     return state_->nccl().send(buf.data, buf.count, to_nccl(buf.dtype), peer, state_->comm(), s);
   });
 }
 
 std::shared_ptr<Work> NcclCommunicator::recv(BufferView buf, int peer, int tag, StreamRef stream) {
   validate::point_to_point("recv", buf, peer, rank_, size_, DeviceType::kCuda);
-  return launch("recv", stream, [&](cudaStream_t s) {
+  return launch("recv", 0, stream, [&](cudaStream_t s) {
     return state_->nccl().recv(buf.data, buf.count, to_nccl(buf.dtype), peer, state_->comm(), s);
   });
 }
 
 std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body) {
   if (group_work_) throw Error(ErrorCategory::kInvalidArgument, "group: groups do not nest");
-  std::string what = "nccl group #" + std::to_string(seq_++) + " on rank " + std::to_string(rank_);
+  ++seq_;
+  std::string what = "nccl group on rank " + std::to_string(rank_);
   group_end_ = state_->take_end_event();
   auto work = std::make_shared<NcclWork>(state_, group_end_, what);
   group_work_ = work;
@@ -306,6 +319,7 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   std::string what = "rank " + std::to_string(rank_) + " splitting the NCCL communicator";
+  const int split = split_seq_++;  // every rank counts every split, members of a color or not
   ncclConfig_t config = make_config(true);
   ncclComm_t child = nullptr;
   NcclApi& api = state_->nccl();
@@ -327,8 +341,12 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
       api.comm_count(child, &child_size) != ncclSuccess) {
     throw Error(ErrorCategory::kBackend, what + ": cannot read the new communicator's rank");
   }
+  // The child's keys (flight recorder, copy-engine setup) in a scope of its own.
+  NcclOptions sub = options_;
+  sub.store = make_prefix_store("split" + std::to_string(split) + "/color" + std::to_string(color),
+                                options_.store);
   return std::unique_ptr<Communicator>(
-      new NcclCommunicator(FromSplit{}, options_, child, child_rank, child_size));
+      new NcclCommunicator(FromSplit{}, sub, child, child_rank, child_size));
 }
 
 void NcclCommunicator::abort() { state_->abort("abort() called"); }

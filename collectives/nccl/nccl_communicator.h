@@ -67,8 +67,13 @@ class NcclCommunicator : public Communicator {
   void create_stream_and_scratch();
   // Orders the comm stream after the caller's, makes the NCCL call, and (outside
   // a group) records the end event. call(stream) returns the ncclResult_t.
+  // recorded: the operation's number in the flight recorder (0: not recorded).
   template <typename Call>
-  std::shared_ptr<Work> launch(const char* op, StreamRef caller, Call&& call);
+  std::shared_ptr<Work> launch(const char* op, std::uint64_t recorded, StreamRef caller,
+                               Call&& call);
+  std::uint64_t record(const char* op, std::string args) {
+    return recorder_->record(op, std::move(args));
+  }
   // blocking=false for init (polled against the deadline); true for the data path.
   ncclConfig_t make_config(bool blocking) const;
   void start_watchdog();
@@ -82,7 +87,9 @@ class NcclCommunicator : public Communicator {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr;  // recorded on the caller's stream before each call
   void* scratch_ = nullptr;      // 4 bytes for barrier()
+  std::shared_ptr<FlightRecorder> recorder_;
   std::uint64_t seq_ = 0;
+  int split_seq_ = 0;                     // splits so far (store scopes)
   int persistent_seq_ = 0;                // persistent all-reduces set up so far (store scopes)
   std::uint64_t in_progress_ = 0;         // calls answered ncclInProgress (then settled)
   std::chrono::nanoseconds settling_{0};  // host time spent settling them

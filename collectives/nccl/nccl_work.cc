@@ -8,8 +8,8 @@
 namespace rtd::nccl {
 
 NcclWork::NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end,
-                   std::string what)
-    : state_(std::move(state)), end_(std::move(end)), what_(std::move(what)) {}
+                   std::string what, std::uint64_t call)
+    : state_(std::move(state)), end_(std::move(end)), what_(std::move(what)), call_(call) {}
 
 bool NcclWork::done() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -44,6 +44,8 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
       std::string why = what_ + " did not complete within " + std::to_string(timeout.count()) +
                         " ms on rank " + std::to_string(state_->rank()) +
                         "; a peer may have failed or not called it";
+      if (std::string diagnosis = state_->diagnose(call_); !diagnosis.empty())
+        why += "; " + diagnosis;
       state_->abort(why);
       std::lock_guard<std::mutex> lock(mu_);
       error_ = Error(ErrorCategory::kTimeout, why + " (communicator aborted)");

@@ -13,7 +13,10 @@ namespace rtd::nccl {
 
 class NcclWork : public Work {
  public:
-  NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end, std::string what);
+  // call: the operation's number in the flight recorder (0: not recorded),
+  // for the diagnosis of a timeout.
+  NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end, std::string what,
+           std::uint64_t call = 0);
 
   bool done() const override;
   void wait() override { wait(state_->timeout()); }
@@ -25,6 +28,7 @@ class NcclWork : public Work {
   std::shared_ptr<CommState> state_;
   std::shared_ptr<cudaEvent_t> end_;  // shared with the in-flight list
   std::string what_;
+  std::uint64_t call_;
   mutable std::mutex mu_;
   mutable std::optional<Error> error_;
   mutable bool complete_ = false;

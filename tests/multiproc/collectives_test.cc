@@ -338,6 +338,48 @@ TEST_F(Timeout, AllReduceThatOneRankNeverCallsFailsWithinItsDeadline) {
   comm().barrier()->wait();
 }
 
+// The timeout names the rank that did not call the collective, and what it
+// called last (the flight recorder's diagnosis from every rank's report).
+TEST_F(Timeout, NamesTheRankThatDidNotCallTheCollective) {
+  if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
+  Config config = Config::from_env(read_process_env());
+  auto short_comm = make_communicator(CommunicatorOptions{
+      .backend = comm().backend(),
+      .store = make_prefix_store("comm/flight-test",
+                                 std::shared_ptr<Store>(&test_context()->store(), [](Store*) {})),
+      .rank = comm().rank(),
+      .size = comm().size(),
+      .host = config.node_addr,
+      .device = test_context()->local_rank(),
+      // Longer than the recorder's publish interval (1 s), with margin for a loaded machine.
+      .timeout = std::chrono::milliseconds(3000),
+  });
+  Placed buf(DType::kFloat32, 16);
+  buf.push();
+  short_comm->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #1, on every rank
+  Store& store = test_context()->store();
+  if (comm().rank() != 0) {
+    try {
+      short_comm->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #2: rank 0 never calls it
+      ADD_FAILURE() << "expected a timeout";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kTimeout) << e.what();
+      EXPECT_NE(std::string(e.what()).find(
+                    "rank 0 has not called it; its last was #1 all_reduce (float32 x 16, sum)"),
+                std::string::npos)
+          << e.what();
+    }
+    store.add("flight_test/failed", 1);
+  } else {
+    while (store.add("flight_test/failed", 0) < comm().size() - 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    short_comm->abort();
+  }
+  short_comm.reset();
+  comm().barrier()->wait();
+}
+
 // A persistent all-reduce over buffers of awkward sizes (fewer elements than
 // ranks, counts not divisible by the ranks), run several times with new values
 // each time, as a DDP's buckets are: every run must see that run's values.

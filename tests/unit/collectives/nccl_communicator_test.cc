@@ -22,7 +22,7 @@ class NcclWithFakes : public ::testing::Test {
   std::unique_ptr<NcclCommunicator> make(
       std::chrono::milliseconds timeout = std::chrono::seconds(5), NcclSettings settings = {},
       int size = 1) {
-    return std::make_unique<NcclCommunicator>(NcclOptions{.store = make_memory_store(),
+    return std::make_unique<NcclCommunicator>(NcclOptions{.store = store_,
                                                           .rank = 0,
                                                           .size = size,
                                                           .device = 1,
@@ -46,6 +46,7 @@ class NcclWithFakes : public ::testing::Test {
   }
 
   CallLog log_;
+  std::shared_ptr<Store> store_ = make_memory_store();
   std::shared_ptr<FakeNcclApi> nccl_ = std::make_shared<FakeNcclApi>(&log_);
   std::shared_ptr<FakeCudaApi> cuda_ = std::make_shared<FakeCudaApi>(&log_);
 };
@@ -80,7 +81,7 @@ TEST_F(NcclWithFakes, WorkOutstandingAtAbortFailsEvenIfItsEventFiresLater) {
 }
 
 TEST_F(NcclWithFakes, OperationNobodyWaitsForOnTheHostIsAbortedAtItsDeadline) {
-  auto comm = make(std::chrono::milliseconds(200));
+  auto comm = make(std::chrono::milliseconds(200), {}, 2);  // rank 1 of 2 never reports
   cuda_->events_complete = false;  // a peer never joins: the operation never ends
   {
     auto work = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
@@ -98,7 +99,13 @@ TEST_F(NcclWithFakes, OperationNobodyWaitsForOnTheHostIsAbortedAtItsDeadline) {
     EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
     EXPECT_NE(std::string(e.what()).find("did not complete within 200 ms"), std::string::npos)
         << e.what();
-    EXPECT_NE(std::string(e.what()).find("nccl all_reduce #0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nccl all_reduce #1"), std::string::npos) << e.what();
+    // The flight recorder's diagnosis.
+    EXPECT_NE(std::string(e.what()).find("flight recorder for #1 all_reduce (float32 x 4, sum)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("no report from rank(s) 1"), std::string::npos)
+        << e.what();
   }
   cuda_->events_complete = true;
 }
@@ -250,6 +257,8 @@ TEST_F(NcclWithFakes, HostWaitPastItsDeadlineAbortsTheCommunicatorAndTimesOut) {
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
     EXPECT_NE(std::string(e.what()).find("communicator aborted"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("every rank called it alike (0)"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(log_.count("comm_abort"), 1);
   EXPECT_TRUE(work->done());

@@ -1,0 +1,237 @@
+// FlightRecorder: the ring, its reports in the store, and the comparison that
+// turns every rank's report into a diagnosis.
+#include "collectives/flight_recorder.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "runtime/core/log.h"
+
+namespace rtd {
+namespace {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// "0, 2-5, 7"
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string describe(const FlightRecorder::Call& c) {
+  return "#" + std::to_string(c.seq) + " " + c.op + (c.args.empty() ? "" : " (" + c.args + ")");
+}
+
+std::string age(std::int64_t then_ms, std::int64_t now) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s ago", std::max<std::int64_t>(0, now - then_ms) / 1e3);
+  return text;
+}
+
+// Strips what would break the line-and-tab encoding.
+std::string clean(std::string s) {
+  std::replace_if(
+      s.begin(), s.end(), [](char c) { return c == '\t' || c == '\n'; }, ' ');
+  return s;
+}
+
+}  // namespace
+
+std::string call_args(const BufferView& buf, const std::string& extra) {
+  return std::string(to_string(buf.dtype)) + " x " + std::to_string(buf.count) +
+         (extra.empty() ? "" : ", " + extra);
+}
+
+FlightRecorder::FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
+                               std::chrono::milliseconds publish_every)
+    : store_(std::move(store)), rank_(rank), size_(size), publish_every_(publish_every) {
+  if (!store_) return;
+  // An empty report at once: a peer that never calls anything still says so.
+  try {
+    store_->set(key(rank_), encode(Report{.published_ms = now_ms()}));
+  } catch (const std::exception& e) {
+    log::get("flight")->warn("rank {}: first report not published: {}", rank_, e.what());
+  }
+  publisher_ = std::thread([this] { publisher_loop(); });
+}
+
+FlightRecorder::~FlightRecorder() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (publisher_.joinable()) publisher_.join();
+}
+
+std::string FlightRecorder::key(int rank) const { return "flight/" + std::to_string(rank); }
+
+std::uint64_t FlightRecorder::record(std::string op, std::string args) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ring_.size() == kCapacity) ring_.pop_front();
+  ring_.push_back(Call{.seq = next_seq_,
+                       .op = clean(std::move(op)),
+                       .args = clean(std::move(args)),
+                       .at_ms = now_ms()});
+  return next_seq_++;
+}
+
+std::vector<FlightRecorder::Call> FlightRecorder::recent(std::size_t n) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  n = std::min(n, ring_.size());
+  return {ring_.end() - static_cast<std::ptrdiff_t>(n), ring_.end()};
+}
+
+void FlightRecorder::publish() {
+  if (!store_) return;
+  std::lock_guard<std::mutex> one_at_a_time(publish_mu_);
+  Report report{.published_ms = now_ms(), .calls = recent(kPublished)};
+  if (report.calls.empty() || report.calls.back().seq == published_seq_) return;
+  try {
+    store_->set(key(rank_), encode(report));
+    published_seq_ = report.calls.back().seq;
+  } catch (const std::exception& e) {
+    log::get("flight")->debug("rank {}: report not published: {}", rank_, e.what());
+  }
+}
+
+void FlightRecorder::publisher_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    wake_.wait_for(lock, publish_every_, [&] { return stop_; });
+    if (stop_) break;
+    lock.unlock();
+    publish();
+    lock.lock();
+  }
+}
+
+std::string FlightRecorder::diagnose(std::uint64_t seq) {
+  if (!store_) return "";
+  std::optional<Call> mine;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Call& c : ring_) {
+      if (c.seq == seq) mine = c;
+    }
+  }
+  if (!mine) return "";
+  publish();  // so that peers diagnosing the same hang see this rank's newest call
+  std::vector<std::optional<Report>> reports(size_);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    try {
+      if (auto text = store_->try_get(key(r))) reports[r] = decode(*text);
+    } catch (const std::exception& e) {
+      return "flight recorder: peers' reports unreadable: " + std::string(e.what());
+    }
+  }
+  return compare(rank_, *mine, reports, now_ms());
+}
+
+std::string FlightRecorder::encode(const Report& report) {
+  std::string out = "published\t" + std::to_string(report.published_ms) + "\n";
+  for (const Call& c : report.calls) {
+    out +=
+        std::to_string(c.seq) + "\t" + std::to_string(c.at_ms) + "\t" + c.op + "\t" + c.args + "\n";
+  }
+  return out;
+}
+
+std::optional<FlightRecorder::Report> FlightRecorder::decode(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  Report report;
+  if (!std::getline(in, line) || line.rfind("published\t", 0) != 0) return std::nullopt;
+  try {
+    report.published_ms = std::stoll(line.substr(10));
+    while (std::getline(in, line)) {
+      std::vector<std::string> fields;
+      std::istringstream cols(line);
+      for (std::string f; std::getline(cols, f, '\t');) fields.push_back(f);
+      if (fields.size() == 3) fields.emplace_back();  // no args
+      if (fields.size() != 4) return std::nullopt;
+      report.calls.push_back(Call{.seq = std::stoull(fields[0]),
+                                  .op = fields[2],
+                                  .args = fields[3],
+                                  .at_ms = std::stoll(fields[1])});
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return report;
+}
+
+std::string FlightRecorder::compare(int rank, const Call& mine,
+                                    const std::vector<std::optional<Report>>& reports,
+                                    std::int64_t now) {
+  std::vector<std::string> behind, other;
+  std::vector<int> alike{rank}, past, silent;
+  for (int r = 0; r < static_cast<int>(reports.size()); ++r) {
+    if (r == rank) continue;
+    if (!reports[r]) {
+      silent.push_back(r);
+      continue;
+    }
+    const Report& rep = *reports[r];
+    const std::string who = "rank " + std::to_string(r);
+    if (rep.calls.empty() || rep.calls.back().seq < mine.seq) {
+      behind.push_back(who +
+                       (rep.calls.empty()
+                            ? " has called no collective on this communicator"
+                            : " has not called it; its last was " + describe(rep.calls.back()) +
+                                  ", called " + age(rep.calls.back().at_ms, now)) +
+                       " (reported " + age(rep.published_ms, now) + ")");
+      continue;
+    }
+    auto it = std::find_if(rep.calls.begin(), rep.calls.end(),
+                           [&](const Call& c) { return c.seq == mine.seq; });
+    if (it == rep.calls.end()) {
+      past.push_back(r);
+    } else if (it->op == mine.op && it->args == mine.args) {
+      alike.push_back(r);
+    } else {
+      other.push_back(who + " called " + describe(*it) + " in its place");
+    }
+  }
+  std::sort(alike.begin(), alike.end());
+  std::string out = "flight recorder for " + describe(mine) + ": ";
+  std::vector<std::string> parts;
+  constexpr std::size_t kNamed = 8;  // ranks described one by one; the rest counted
+  auto add_all = [&](const std::vector<std::string>& lines, const char* rest) {
+    for (std::size_t i = 0; i < lines.size() && i < kNamed; ++i) parts.push_back(lines[i]);
+    if (lines.size() > kNamed)
+      parts.push_back(std::to_string(lines.size() - kNamed) + " more ranks " + rest);
+  };
+  add_all(behind, "have not called it");
+  add_all(other, "called something else in its place");
+  if (!other.empty()) parts.push_back("the ranks disagree on the order of collectives");
+  if (!silent.empty())
+    parts.push_back("no report from rank(s) " + rank_list(silent) +
+                    " (exited, or never created this communicator)");
+  if (!past.empty()) parts.push_back("rank(s) " + rank_list(past) + " already went past it");
+  if (behind.empty() && other.empty() && silent.empty()) {
+    parts.push_back("every rank called it alike (" + rank_list(alike) +
+                    "): the operation itself is stuck (a lost connection, a failed GPU or "
+                    "network)");
+  } else {
+    parts.push_back("called alike by rank(s) " + rank_list(alike));
+  }
+  for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? "; " : "") + parts[i];
+  return out;
+}
+
+}  // namespace rtd

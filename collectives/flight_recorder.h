@@ -1,0 +1,95 @@
+// FlightRecorder: this rank's recent collectives on one communicator, and the
+// same of every peer through the store, so that a collective that times out
+// can name the ranks that never called it, or called something else in its
+// place, instead of only saying that it timed out.
+//
+// Each rank keeps its last calls in a ring and publishes the newest few to the
+// communicator's store: once at construction, then from a background thread
+// whenever they changed (at most once per publish interval). Point-to-point
+// operations are not recorded: ranks need not agree on them.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rt_dist/store.h"
+#include "rt_dist/types.h"
+
+namespace rtd {
+
+class FlightRecorder {
+ public:
+  struct Call {
+    std::uint64_t seq = 0;   // 1-based, in call order on this communicator
+    std::string op;          // "all_reduce"
+    std::string args;        // "float32 x 1024, sum": what ranks must agree on
+    std::int64_t at_ms = 0;  // when it was called (milliseconds since the Unix epoch)
+  };
+  // One peer's report as read from the store.
+  struct Report {
+    std::int64_t published_ms = 0;
+    std::vector<Call> calls;  // oldest first
+  };
+
+  // store: scoped to the communicator (null: nothing is published or read).
+  FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
+                 std::chrono::milliseconds publish_every = std::chrono::seconds(1));
+  ~FlightRecorder();
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  // On the calling thread, once per collective, in call order; returns its seq.
+  std::uint64_t record(std::string op, std::string args);
+  // The last n calls, oldest first.
+  std::vector<Call> recent(std::size_t n) const;
+  // Writes the newest calls to the store if they changed since the last time.
+  // Never throws (a store that fails is logged).
+  void publish();
+  // Why call seq (recorded here) may not complete, from every peer's report:
+  // the ranks that have not called it, those that called something else as
+  // that seq, and those that called it alike. Reads without waiting; never
+  // throws; empty when there is nothing to say (no store, or seq unknown).
+  std::string diagnose(std::uint64_t seq);
+
+  // The report's text form in the store (exposed for tests).
+  static std::string encode(const Report& report);
+  static std::optional<Report> decode(const std::string& text);
+  // The diagnosis from the reports (nullopt: that rank never reported);
+  // exposed for tests. now_ms: the current time, for ages.
+  static std::string compare(int rank, const Call& mine,
+                             const std::vector<std::optional<Report>>& reports,
+                             std::int64_t now_ms);
+
+  static constexpr std::size_t kCapacity = 2000;  // calls kept in the ring
+  static constexpr std::size_t kPublished = 16;   // newest calls each report carries
+
+ private:
+  std::string key(int rank) const;
+  void publisher_loop();
+
+  std::shared_ptr<Store> store_;
+  const int rank_;
+  const int size_;
+  const std::chrono::milliseconds publish_every_;
+  mutable std::mutex mu_;
+  std::deque<Call> ring_;
+  std::uint64_t next_seq_ = 1;
+  std::uint64_t published_seq_ = 0;  // newest seq in the store
+  std::mutex publish_mu_;            // one publish at a time
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread publisher_;
+};
+
+// What ranks must agree on in a call: "float32 x 1024" and, if given, ", " + extra.
+std::string call_args(const BufferView& buf, const std::string& extra = "");
+
+}  // namespace rtd

@@ -1,0 +1,131 @@
+// The flight recorder: numbering, the ring, the report's text form, and the
+// diagnosis it draws from every rank's report.
+#include "collectives/flight_recorder.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace rtd {
+namespace {
+
+using Call = FlightRecorder::Call;
+using Report = FlightRecorder::Report;
+
+constexpr std::int64_t kNow = 1'000'000;
+
+Call call(std::uint64_t seq, std::string op, std::string args = "float32 x 16, sum") {
+  return Call{.seq = seq, .op = std::move(op), .args = std::move(args), .at_ms = kNow - 2000};
+}
+
+TEST(FlightRecorder, NumbersCallsFromOneAndKeepsTheNewestInItsRing) {
+  FlightRecorder recorder(nullptr, 0, 1);
+  EXPECT_EQ(recorder.record("all_reduce", "a"), 1u);
+  EXPECT_EQ(recorder.record("broadcast", "b"), 2u);
+  for (std::size_t i = 0; i < FlightRecorder::kCapacity; ++i) recorder.record("barrier", "");
+  auto all = recorder.recent(FlightRecorder::kCapacity + 10);
+  ASSERT_EQ(all.size(), FlightRecorder::kCapacity);
+  EXPECT_EQ(all.front().seq, 3u);
+  EXPECT_EQ(all.back().seq, FlightRecorder::kCapacity + 2);
+  auto last = recorder.recent(1);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].op, "barrier");
+}
+
+TEST(FlightRecorder, ReportsSurviveTheirTextForm) {
+  Report report{.published_ms = 42, .calls = {call(7, "all_reduce"), call(8, "barrier", "")}};
+  auto back = FlightRecorder::decode(FlightRecorder::encode(report));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->published_ms, 42);
+  ASSERT_EQ(back->calls.size(), 2u);
+  EXPECT_EQ(back->calls[0].seq, 7u);
+  EXPECT_EQ(back->calls[0].args, "float32 x 16, sum");
+  EXPECT_EQ(back->calls[1].op, "barrier");
+  EXPECT_EQ(back->calls[1].args, "");
+  EXPECT_FALSE(FlightRecorder::decode("garbage").has_value());
+  EXPECT_FALSE(FlightRecorder::decode("published\t1\n7\tx\tall_reduce\t\n").has_value());
+}
+
+TEST(FlightRecorder, NamesTheRankThatHasNotCalledIt) {
+  std::vector<std::optional<Report>> reports(3);
+  reports[1] = Report{.published_ms = kNow - 500, .calls = {call(4, "all_reduce")}};
+  reports[2] = Report{.published_ms = kNow, .calls = {call(4, "all_reduce"), call(5, "broadcast")}};
+  std::string why = FlightRecorder::compare(0, call(5, "broadcast"), reports, kNow);
+  EXPECT_NE(why.find("rank 1 has not called it; its last was #4 all_reduce (float32 x 16, sum)"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("called alike by rank(s) 0, 2"), std::string::npos) << why;
+  EXPECT_EQ(why.find("disagree"), std::string::npos) << why;
+}
+
+TEST(FlightRecorder, NamesTheRankThatCalledSomethingElse) {
+  std::vector<std::optional<Report>> reports(2);
+  reports[1] =
+      Report{.published_ms = kNow, .calls = {call(3, "broadcast", "float32 x 16, root 0")}};
+  std::string why = FlightRecorder::compare(0, call(3, "all_reduce"), reports, kNow);
+  EXPECT_NE(why.find("rank 1 called #3 broadcast (float32 x 16, root 0) in its place"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("the ranks disagree on the order of collectives"), std::string::npos) << why;
+}
+
+TEST(FlightRecorder, ArgumentsMustAgreeToo) {
+  std::vector<std::optional<Report>> reports(2);
+  reports[1] = Report{.published_ms = kNow, .calls = {call(3, "all_reduce", "float32 x 8, sum")}};
+  std::string why = FlightRecorder::compare(0, call(3, "all_reduce"), reports, kNow);
+  EXPECT_NE(why.find("rank 1 called #3 all_reduce (float32 x 8, sum) in its place"),
+            std::string::npos)
+      << why;
+}
+
+TEST(FlightRecorder, SaysWhenEveryRankCalledItAlikeOrARankNeverReported) {
+  std::vector<std::optional<Report>> reports(4);
+  for (int r = 1; r < 3; ++r)
+    reports[r] = Report{.published_ms = kNow, .calls = {call(2, "barrier", "")}};
+  std::string silent = FlightRecorder::compare(0, call(2, "barrier", ""), reports, kNow);
+  EXPECT_NE(silent.find("no report from rank(s) 3"), std::string::npos) << silent;
+  reports[3] = Report{.published_ms = kNow, .calls = {call(2, "barrier", "")}};
+  std::string alike = FlightRecorder::compare(0, call(2, "barrier", ""), reports, kNow);
+  EXPECT_NE(alike.find("every rank called it alike (0-3)"), std::string::npos) << alike;
+  reports[2] = Report{.published_ms = kNow};
+  std::string none = FlightRecorder::compare(0, call(2, "barrier", ""), reports, kNow);
+  EXPECT_NE(none.find("rank 2 has called no collective on this communicator"), std::string::npos)
+      << none;
+}
+
+TEST(FlightRecorder, DiagnosesFromPeersReportsInTheStore) {
+  auto store = make_memory_store();
+  FlightRecorder r0(store, 0, 2, std::chrono::hours(1));  // no timed publishing here
+  FlightRecorder r1(store, 1, 2, std::chrono::hours(1));
+  r0.record("all_reduce", call_args(BufferView{.count = 16, .dtype = DType::kFloat32}, "sum"));
+  r1.record("all_reduce", call_args(BufferView{.count = 16, .dtype = DType::kFloat32}, "sum"));
+  const std::uint64_t second = r0.record("broadcast", "float32 x 4, root 0");
+  r1.publish();
+  std::string why = r0.diagnose(second);
+  EXPECT_NE(why.find("flight recorder for #2 broadcast (float32 x 4, root 0)"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("rank 1 has not called it; its last was #1 all_reduce (float32 x 16, sum)"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(r0.diagnose(99), "") << "a call this rank never made has nothing to diagnose";
+}
+
+TEST(FlightRecorder, PublishesOnItsOwnAfterACall) {
+  auto store = make_memory_store();
+  FlightRecorder recorder(store, 0, 1, std::chrono::milliseconds(10));
+  auto first = FlightRecorder::decode(store->get("flight/0", std::chrono::seconds(1)));
+  ASSERT_TRUE(first.has_value()) << "an empty report at construction";
+  EXPECT_TRUE(first->calls.empty());
+  recorder.record("barrier", "");
+  std::optional<Report> report;
+  for (int i = 0; i < 500 && !(report && !report->calls.empty()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    report = FlightRecorder::decode(*store->try_get("flight/0"));
+  }
+  ASSERT_TRUE(report.has_value());
+  ASSERT_EQ(report->calls.size(), 1u) << "not published within 5 s";
+  EXPECT_EQ(report->calls[0].op, "barrier");
+}
+
+}  // namespace
+}  // namespace rtd
