@@ -207,12 +207,15 @@ CopyEngineAllReduce::~CopyEngineAllReduce() = default;
 
 std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   const int nbuf = static_cast<int>(setup_.buffers.size());
-  const std::string what = "copy-engine all_reduce of buffer " + std::to_string(i) + " on rank " +
-                           std::to_string(setup_.rank);
   if (i < 0 || i >= nbuf) {
     throw Error(ErrorCategory::kInvalidArgument,
                 "PersistentAllReduce::run: no buffer " + std::to_string(i));
   }
+  const std::uint64_t call = setup_.state->record(
+      "persistent_all_reduce", call_args(setup_.buffers[i], "buffer " + std::to_string(i) + ", " +
+                                                                std::string(to_string(setup_.op))));
+  const std::string what = "copy-engine all_reduce #" + std::to_string(call) + " (buffer " +
+                           std::to_string(i) + ") on rank " + std::to_string(setup_.rank);
   if (auto failure = setup_.state->failure()) {
     throw Error(failure->category(), what + ": " + failure->what(), failure->backend_code());
   }
@@ -288,8 +291,8 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   }
   std::shared_ptr<cudaEvent_t> end = setup_.state->take_end_event();
   RTD_CUDA_CHECK(cuda, cudaEventRecord(*end, s), what + ": recording the end event");
-  setup_.state->watch(s, end, what);
-  return std::make_shared<NcclWork>(setup_.state, std::move(end), what);
+  setup_.state->watch(s, end, what, call);
+  return std::make_shared<NcclWork>(setup_.state, std::move(end), what, call);
 }
 
 }  // namespace rtd::nccl

@@ -59,6 +59,11 @@ class CommState : public std::enable_shared_from_this<CommState> {
   // (empty without a recorder).
   void set_recorder(std::shared_ptr<FlightRecorder> recorder) { recorder_ = std::move(recorder); }
   std::string diagnose(std::uint64_t call);
+  // Records a collective made outside the communicator's own calls (the
+  // copy-engine all-reduce); its number, or 0 without a recorder.
+  std::uint64_t record(std::string op, std::string args) {
+    return recorder_ ? recorder_->record(std::move(op), std::move(args)) : 0;
+  }
 
   // The communicator's error once it failed (an asynchronous NCCL error or an abort).
   std::optional<Error> failure();
