@@ -17,6 +17,7 @@ std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& optio
         .size = options.size,
         .host = options.host,
         .timeout = options.timeout,
+        .hang_warn = options.hang_warn,
     });
   }
 #ifdef RTD_HAVE_NCCL
@@ -27,6 +28,7 @@ std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& optio
         .size = options.size,
         .device = options.device,
         .timeout = options.timeout,
+        .hang_warn = options.hang_warn,
         .settings = options.nccl,
     });
   }

@@ -19,6 +19,7 @@ struct CommunicatorOptions {
   std::string host = "127.0.0.1";  // Gloo: the address this rank listens on
   int device = 0;                  // NCCL: the GPU
   std::chrono::milliseconds timeout{300'000};
+  std::chrono::milliseconds hang_warn{60'000};  // live warning of a waiting collective (0: off)
   NcclSettings nccl;
 };
 

@@ -35,11 +35,13 @@ std::string describe(const FlightRecorder::Call& c) {
   return "#" + std::to_string(c.seq) + " " + c.op + (c.args.empty() ? "" : " (" + c.args + ")");
 }
 
-std::string age(std::int64_t then_ms, std::int64_t now) {
+std::string seconds(std::int64_t ms) {
   char text[32];
-  std::snprintf(text, sizeof(text), "%.1f s ago", std::max<std::int64_t>(0, now - then_ms) / 1e3);
+  std::snprintf(text, sizeof(text), "%.1f s", std::max<std::int64_t>(0, ms) / 1e3);
   return text;
 }
+
+std::string age(std::int64_t then_ms, std::int64_t now) { return seconds(now - then_ms) + " ago"; }
 
 // Strips what would break the line-and-tab encoding.
 std::string clean(std::string s) {
@@ -56,8 +58,18 @@ std::string call_args(const BufferView& buf, const std::string& extra) {
 }
 
 FlightRecorder::FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
-                               std::chrono::milliseconds publish_every)
-    : store_(std::move(store)), rank_(rank), size_(size), publish_every_(publish_every) {
+                               std::chrono::milliseconds publish_every,
+                               std::chrono::milliseconds warn_after,
+                               std::function<void(const std::string&)> on_hang)
+    : store_(std::move(store)),
+      rank_(rank),
+      size_(size),
+      publish_every_(publish_every),
+      warn_after_(warn_after),
+      on_hang_(std::move(on_hang)) {
+  if (!on_hang_) {
+    on_hang_ = [](const std::string& text) { log::get("flight")->warn("{}", text); };
+  }
   if (!store_) return;
   // An empty report at once: a peer that never calls anything still says so.
   try {
@@ -89,6 +101,33 @@ std::uint64_t FlightRecorder::record(std::string op, std::string args) {
   return next_seq_++;
 }
 
+void FlightRecorder::completed(std::uint64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ring_.empty() || seq < ring_.front().seq || seq > ring_.back().seq) return;
+  ring_[seq - ring_.front().seq].done = true;
+}
+
+void FlightRecorder::check_hang() {
+  if (warn_after_.count() <= 0) return;
+  std::optional<Call> oldest;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Call& c : ring_) {
+      if (!c.done) {
+        oldest = c;
+        break;
+      }
+    }
+  }
+  if (!oldest || oldest->seq <= warned_seq_ || now_ms() - oldest->at_ms < warn_after_.count())
+    return;
+  warned_seq_ = oldest->seq;
+  std::string text = "rank " + std::to_string(rank_) + ": collective " + describe(*oldest) +
+                     " has waited " + seconds(now_ms() - oldest->at_ms) + " and is still waiting";
+  if (std::string why = diagnose(oldest->seq); !why.empty()) text += "; " + why;
+  on_hang_(text);
+}
+
 std::vector<FlightRecorder::Call> FlightRecorder::recent(std::size_t n) const {
   std::lock_guard<std::mutex> lock(mu_);
   n = std::min(n, ring_.size());
@@ -115,6 +154,7 @@ void FlightRecorder::publisher_loop() {
     if (stop_) break;
     lock.unlock();
     publish();
+    check_hang();
     lock.lock();
   }
 }

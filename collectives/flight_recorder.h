@@ -7,12 +7,17 @@
 // communicator's store: once at construction, then from a background thread
 // whenever they changed (at most once per publish interval). Point-to-point
 // operations are not recorded: ranks need not agree on them.
+//
+// Live warning: when the oldest call not yet completed has waited warn_after,
+// the publisher thread reports it once, with the diagnosis, while the call
+// keeps waiting for its timeout.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,6 +37,7 @@ class FlightRecorder {
     std::string op;          // "all_reduce"
     std::string args;        // "float32 x 1024, sum": what ranks must agree on
     std::int64_t at_ms = 0;  // when it was called (milliseconds since the Unix epoch)
+    bool done = false;       // completed or failed (this rank's ring only; not published)
   };
   // One peer's report as read from the store.
   struct Report {
@@ -40,14 +46,20 @@ class FlightRecorder {
   };
 
   // store: scoped to the communicator (null: nothing is published or read).
+  // warn_after: how long the oldest incomplete call may wait before on_hang
+  // hears of it (0: never); on_hang defaults to a warning in the log.
   FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
-                 std::chrono::milliseconds publish_every = std::chrono::seconds(1));
+                 std::chrono::milliseconds publish_every = std::chrono::seconds(1),
+                 std::chrono::milliseconds warn_after = std::chrono::milliseconds(0),
+                 std::function<void(const std::string&)> on_hang = nullptr);
   ~FlightRecorder();
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // On the calling thread, once per collective, in call order; returns its seq.
   std::uint64_t record(std::string op, std::string args);
+  // Call seq finished (completed or failed); calls may finish in any order.
+  void completed(std::uint64_t seq);
   // The last n calls, oldest first.
   std::vector<Call> recent(std::size_t n) const;
   // Writes the newest calls to the store if they changed since the last time.
@@ -74,11 +86,15 @@ class FlightRecorder {
  private:
   std::string key(int rank) const;
   void publisher_loop();
+  void check_hang();  // the live warning
 
   std::shared_ptr<Store> store_;
   const int rank_;
   const int size_;
   const std::chrono::milliseconds publish_every_;
+  const std::chrono::milliseconds warn_after_;
+  std::function<void(const std::string&)> on_hang_;
+  std::uint64_t warned_seq_ = 0;  // the newest call warned about (publisher thread only)
   mutable std::mutex mu_;
   std::deque<Call> ring_;
   std::uint64_t next_seq_ = 1;

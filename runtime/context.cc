@@ -111,6 +111,7 @@ std::shared_ptr<Context> init(const InitOptions& options) {
       .host = data_host(config, world),
       .device = backend == "nccl" ? choose_device(world) : 0,
       .timeout = config.timeout,
+      .hang_warn = config.hang_warn,
       .nccl = nccl_settings(config, options.nccl),
   });
   return std::make_shared<ContextImpl>(std::move(world), std::move(store), std::move(comm),

@@ -44,7 +44,8 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& options)
     GlooStoreAdapter store(options.store, timeout_);
     context->connectFullMesh(store, device);
     context_ = context;
-    recorder_ = std::make_unique<FlightRecorder>(options.store, rank_, size_);
+    recorder_ = std::make_unique<FlightRecorder>(options.store, rank_, size_,
+                                                 std::chrono::seconds(1), options.hang_warn);
   } catch (const ::gloo::Exception& e) {
     throw from_gloo(
         "rank " + std::to_string(rank_) + " connecting the Gloo mesh on " + options.host, e);
@@ -64,6 +65,7 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t ta
                      " on rank " + std::to_string(rank_);
   if (!work) work = std::make_shared<CpuWork>(what, timeout_ + std::chrono::seconds(5));
   if (aborted_) {
+    if (call != 0) recorder_->completed(call);
     work->fail(Error(ErrorCategory::kBackend, what + ": communicator was aborted"));
     return work;
   }
@@ -71,6 +73,13 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t ta
   std::shared_ptr<Work> result = work;
   if (group_) group_->works.push_back(work);
   queue_.post([this, work, what, args, call, fn = std::forward<Fn>(fn)]() {
+    struct MarkDone {  // in the flight recorder, however the operation ends
+      FlightRecorder* recorder;
+      std::uint64_t call;
+      ~MarkDone() {
+        if (call != 0) recorder->completed(call);
+      }
+    } mark_done{recorder_.get(), call};
     if (aborted_) {
       work->fail(Error(ErrorCategory::kBackend, what + ": communicator was aborted"));
       return;

@@ -291,7 +291,7 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   }
   std::shared_ptr<cudaEvent_t> end = setup_.state->take_end_event();
   RTD_CUDA_CHECK(cuda, cudaEventRecord(*end, s), what + ": recording the end event");
-  setup_.state->watch(s, end, what, call);
+  setup_.state->watch(s, end, what, {call});
   return std::make_shared<NcclWork>(setup_.state, std::move(end), what, call);
 }
 

@@ -69,8 +69,13 @@ namespace {
 constexpr std::uint64_t kQueryEvery = 16;  // watch() calls per query of the newest operation
 }  // namespace
 
+void CommState::mark_completed(const InFlight& op) {
+  if (!recorder_) return;
+  for (std::uint64_t call : op.calls) recorder_->completed(call);
+}
+
 void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std::string what,
-                      std::uint64_t call) {
+                      std::vector<std::uint64_t> calls) {
   std::deque<InFlight> retired;  // released after the lock (their events go back to the pool)
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
@@ -80,9 +85,10 @@ void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std
   if (++watched_ % kQueryEvery == 0 && !list.empty() &&
       cuda_->event_query(*list.back().end) == cudaSuccess) {
     retired.swap(list);  // the newest is done, so is everything before it on this stream
+    for (const InFlight& op : retired) mark_completed(op);
   }
-  list.push_back(
-      {std::move(end), std::chrono::steady_clock::now() + timeout_, std::move(what), call});
+  list.push_back({std::move(end), std::chrono::steady_clock::now() + timeout_, std::move(what),
+                  std::move(calls)});
 }
 
 std::optional<std::string> CommState::overdue() {
@@ -95,9 +101,10 @@ std::optional<std::string> CommState::overdue() {
         InFlight& oldest = list.front();
         if (cuda_->event_query(*oldest.end) == cudaErrorNotReady) {
           if (std::chrono::steady_clock::now() >= oldest.deadline)
-            late.emplace(oldest.what, oldest.call);
+            late.emplace(oldest.what, oldest.calls.empty() ? 0 : oldest.calls.front());
           break;
         }
+        mark_completed(oldest);
         retired.push_back(std::move(oldest));  // complete, or failed: its Work reports that
         list.pop_front();
       }
@@ -186,6 +193,9 @@ void CommState::abort(const std::string& why, ErrorCategory category) {
   {
     std::lock_guard<std::mutex> lock(in_flight_mu_);
     dropped.swap(in_flight_);
+  }
+  for (const auto& [stream, list] : dropped) {
+    for (const InFlight& op : list) mark_completed(op);  // failed by the abort
   }
   dropped.clear();  // outside the lock: the events go back to the pool
   if (comm == nullptr) return;

@@ -46,9 +46,10 @@ class CommState : public std::enable_shared_from_this<CommState> {
   // for it on the host (a trainer that only orders its stream after it).
   // Operations on one stream complete in order, so one query of the newest
   // retires all before it; it is made on every 16th call.
-  // call: the operation's number in the flight recorder (0: not recorded).
+  // calls: the operation's numbers in the flight recorder (none, one, or a
+  // group's), marked completed there once the end event fires.
   void watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std::string what,
-             std::uint64_t call = 0);
+             std::vector<std::uint64_t> calls = {});
   // Retires completed operations from the oldest end of each stream; names the
   // oldest one still running past its deadline, if any, with the flight
   // recorder's diagnosis (the watchdog thread calls this a few times per timeout).
@@ -106,8 +107,9 @@ class CommState : public std::enable_shared_from_this<CommState> {
     std::shared_ptr<cudaEvent_t> end;
     std::chrono::steady_clock::time_point deadline;
     std::string what;
-    std::uint64_t call = 0;
+    std::vector<std::uint64_t> calls;  // flight-recorder numbers; the first is diagnosed
   };
+  void mark_completed(const InFlight& op);  // in the flight recorder
   std::shared_ptr<FlightRecorder> recorder_;
   std::mutex in_flight_mu_;  // never held while events go back to the pool (mu_)
   std::vector<std::pair<cudaStream_t, std::deque<InFlight>>> in_flight_;  // per stream

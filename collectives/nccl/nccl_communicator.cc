@@ -116,7 +116,8 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   state_->settle(data_comm, who + " creating the data-path communicator", deadline);
   state_->set_comm(data_comm);
   state_->destroy_other(init_comm);
-  recorder_ = std::make_shared<FlightRecorder>(options_.store, rank_, size_);
+  recorder_ = std::make_shared<FlightRecorder>(options_.store, rank_, size_,
+                                               std::chrono::seconds(1), options_.hang_warn);
   state_->set_recorder(recorder_);
   log::get("nccl")->info("NCCL communicator of {} ranks ready on GPU {}", size_, options_.device);
 }
@@ -128,7 +129,8 @@ NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclCo
   state_->set_comm(comm);
   create_stream_and_scratch();
   start_watchdog();
-  recorder_ = std::make_shared<FlightRecorder>(options_.store, rank_, size_);
+  recorder_ = std::make_shared<FlightRecorder>(options_.store, rank_, size_,
+                                               std::chrono::seconds(1), options_.hang_warn);
   state_->set_recorder(recorder_);
 }
 
@@ -191,10 +193,15 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
   } else if (rc != ncclSuccess) {
     throw_call_failed(rc, what);
   }
-  if (group_work_) return group_work_;
+  if (group_work_) {
+    if (recorded != 0) group_calls_.push_back(recorded);
+    return group_work_;
+  }
   std::shared_ptr<cudaEvent_t> end = state_->take_end_event();
   RTD_CUDA_CHECK(cuda, cuda.event_record(*end, stream_), what + ": recording its end");
-  state_->watch(stream_, end, what, recorded);
+  state_->watch(
+      stream_, end, what,
+      recorded != 0 ? std::vector<std::uint64_t>{recorded} : std::vector<std::uint64_t>{});
   return std::make_shared<NcclWork>(state_, std::move(end), what, recorded);
 }
 
@@ -293,14 +300,19 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
     group_work_.reset();
     throw nccl_error(api, state_->comm(), rc, what + ": ncclGroupStart");
   }
+  group_calls_.clear();
   try {
     body();
   } catch (...) {
     api.group_end();
     group_work_.reset();
+    for (std::uint64_t call : group_calls_) recorder_->completed(call);  // never launched
+    group_calls_.clear();
     throw;
   }
   group_work_.reset();
+  std::vector<std::uint64_t> calls;
+  calls.swap(group_calls_);
   {
     CallWatchdog::Scope scope(*watchdog_, "ncclGroupEnd");
     rc = api.group_end();
@@ -313,7 +325,7 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
   }
   RTD_CUDA_CHECK(state_->cuda(), state_->cuda().event_record(*group_end_, stream_),
                  what + ": recording its end");
-  state_->watch(stream_, std::move(group_end_), what);
+  state_->watch(stream_, std::move(group_end_), what, std::move(calls));
   return work;
 }
 

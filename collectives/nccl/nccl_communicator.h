@@ -20,6 +20,7 @@ struct NcclOptions {
   int size = 1;
   int device = 0;
   std::chrono::milliseconds timeout{300'000};
+  std::chrono::milliseconds hang_warn{60'000};  // flight recorder's live warning (0: off)
   NcclSettings settings;
   std::shared_ptr<NcclApi> nccl;  // real ones when null
   std::shared_ptr<CudaApi> cuda;
@@ -96,6 +97,7 @@ class NcclCommunicator : public Communicator {
   // Inside group(): the group's end event and Work, returned by every operation.
   std::shared_ptr<cudaEvent_t> group_end_;
   std::shared_ptr<Work> group_work_;
+  std::vector<std::uint64_t> group_calls_;  // the group's recorded collectives
 };
 
 }  // namespace rtd::nccl

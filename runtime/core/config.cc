@@ -34,6 +34,8 @@ constexpr ConfigVar kVars[] = {
     {"DTRUN_ADDR", "", "address this node's workers listen on for CPU collectives"},
     {"RTD_LOG", "info", "log levels: 'debug' or per component 'store:debug,gloo:info'"},
     {"RTD_TIMEOUT_S", "300", "seconds a collective or store wait may take before it fails"},
+    {"RTD_HANG_WARN_S", "60",
+     "seconds a collective may wait before its rank logs what every rank was doing; 0: off"},
     {"PATH", "/usr/local/bin:/usr/bin:/bin", "where dtrun looks for a program named without '/'"},
     {"RTD_BACKEND", "auto",
      "default communicator: auto (NCCL when a GPU is visible), gloo or nccl"},
@@ -116,6 +118,7 @@ Config Config::from_env(const EnvMap& env) {
   c.log_spec = parse_string(env, "RTD_LOG", "info");
   int timeout_s = parse_int(env, "RTD_TIMEOUT_S", 1).value_or(300);
   c.timeout = std::chrono::seconds(timeout_s);
+  c.hang_warn = std::chrono::seconds(parse_int(env, "RTD_HANG_WARN_S", 0).value_or(60));
   c.backend = parse_string(env, "RTD_BACKEND", "auto");
   if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_BACKEND='" + c.backend +

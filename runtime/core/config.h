@@ -37,9 +37,10 @@ struct Config {
   int round = 0;           // DTRUN_ROUND
   std::string node_addr;   // DTRUN_ADDR: where this node's workers listen
   // Library settings.
-  std::string log_spec = "info";               // RTD_LOG
-  std::chrono::milliseconds timeout{300'000};  // RTD_TIMEOUT_S
-  std::string backend = "auto";                // RTD_BACKEND
+  std::string log_spec = "info";                // RTD_LOG
+  std::chrono::milliseconds timeout{300'000};   // RTD_TIMEOUT_S
+  std::chrono::milliseconds hang_warn{60'000};  // RTD_HANG_WARN_S (0: off)
+  std::string backend = "auto";                 // RTD_BACKEND
   // NCCL communicator settings (-1 / empty: NCCL's default).
   int nccl_cga_cluster_size = -1;  // RTD_NCCL_CGA_CLUSTER_SIZE
   int nccl_min_ctas = -1;          // RTD_NCCL_MIN_CTAS

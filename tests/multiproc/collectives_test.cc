@@ -353,6 +353,7 @@ TEST_F(Timeout, NamesTheRankThatDidNotCallTheCollective) {
       .device = test_context()->local_rank(),
       // Longer than the recorder's publish interval (1 s), with margin for a loaded machine.
       .timeout = std::chrono::milliseconds(3000),
+      .hang_warn = std::chrono::milliseconds(1500),  // the live warning shows in the log
   });
   Placed buf(DType::kFloat32, 16);
   buf.push();

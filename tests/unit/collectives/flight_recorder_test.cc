@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <mutex>
 #include <thread>
 
 namespace rtd {
@@ -125,6 +127,53 @@ TEST(FlightRecorder, PublishesOnItsOwnAfterACall) {
   ASSERT_TRUE(report.has_value());
   ASSERT_EQ(report->calls.size(), 1u) << "not published within 5 s";
   EXPECT_EQ(report->calls[0].op, "barrier");
+}
+
+// The live warning: once per call that waits past warn_after, with the
+// diagnosis; never for calls that completed.
+TEST(FlightRecorder, WarnsOnceAboutACallStillWaitingAfterWarnAfter) {
+  auto store = make_memory_store();
+  std::mutex mu;
+  std::vector<std::string> warnings;
+  FlightRecorder peer(store, 1, 2, std::chrono::hours(1));
+  FlightRecorder recorder(store, 0, 2, std::chrono::milliseconds(10),
+                          std::chrono::milliseconds(100), [&](const std::string& text) {
+                            std::lock_guard<std::mutex> lock(mu);
+                            warnings.push_back(text);
+                          });
+  recorder.completed(recorder.record("all_reduce", "float32 x 4, sum"));  // #1 completes
+  const std::uint64_t stuck = recorder.record("barrier", "");             // #2 never does
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return warnings.size();
+  };
+  for (int i = 0; i < 500 && count() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // no second warning meanwhile
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(stuck, 2u);
+  EXPECT_NE(warnings[0].find("rank 0: collective #2 barrier has waited"), std::string::npos)
+      << warnings[0];
+  EXPECT_NE(warnings[0].find("rank 1 has called no collective on this communicator"),
+            std::string::npos)
+      << warnings[0];
+}
+
+TEST(FlightRecorder, NoWarningWhenEveryCallCompletesOrWarningsAreOff) {
+  auto store = make_memory_store();
+  std::atomic<int> warnings{0};
+  auto count = [&](const std::string&) { ++warnings; };
+  FlightRecorder done(store, 0, 1, std::chrono::milliseconds(10), std::chrono::milliseconds(20),
+                      count);
+  done.completed(done.record("barrier", ""));
+  auto other = make_memory_store();
+  FlightRecorder off(other, 0, 1, std::chrono::milliseconds(10), std::chrono::milliseconds(0),
+                     count);
+  off.record("barrier", "");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(warnings.load(), 0);
 }
 
 }  // namespace
