@@ -265,8 +265,8 @@ std::string FlightRecorder::compare(int rank, const Call& mine,
   if (!past.empty()) parts.push_back("rank(s) " + rank_list(past) + " already went past it");
   if (behind.empty() && other.empty() && silent.empty()) {
     parts.push_back("every rank called it alike (" + rank_list(alike) +
-                    "): the operation itself is stuck (a lost connection, a failed GPU or "
-                    "network)");
+                    "): it waits on the GPU (work queued before it on a rank's stream) or on the "
+                    "transport (a lost connection, a failed GPU or link)");
   } else {
     parts.push_back("called alike by rank(s) " + rank_list(alike));
   }

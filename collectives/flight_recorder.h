@@ -105,6 +105,23 @@ class FlightRecorder {
   std::thread publisher_;
 };
 
+// Marks a recorded call completed if it leaves scope before release(): a call
+// that fails before it is launched must not count as waiting.
+class UnlaunchedCall {
+ public:
+  UnlaunchedCall(FlightRecorder* recorder, std::uint64_t call) : recorder_(recorder), call_(call) {}
+  ~UnlaunchedCall() {
+    if (recorder_ != nullptr && call_ != 0) recorder_->completed(call_);
+  }
+  UnlaunchedCall(const UnlaunchedCall&) = delete;
+  UnlaunchedCall& operator=(const UnlaunchedCall&) = delete;
+  void launched() { recorder_ = nullptr; }
+
+ private:
+  FlightRecorder* recorder_;
+  std::uint64_t call_;
+};
+
 // What ranks must agree on in a call: "float32 x 1024" and, if given, ", " + extra.
 std::string call_args(const BufferView& buf, const std::string& extra = "");
 

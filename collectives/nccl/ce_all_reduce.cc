@@ -214,6 +214,7 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   const std::uint64_t call = setup_.state->record(
       "persistent_all_reduce", call_args(setup_.buffers[i], "buffer " + std::to_string(i) + ", " +
                                                                 std::string(to_string(setup_.op))));
+  UnlaunchedCall unlaunched(setup_.state->recorder(), call);
   const std::string what = "copy-engine all_reduce #" + std::to_string(call) + " (buffer " +
                            std::to_string(i) + ") on rank " + std::to_string(setup_.rank);
   if (auto failure = setup_.state->failure()) {
@@ -292,6 +293,7 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   std::shared_ptr<cudaEvent_t> end = setup_.state->take_end_event();
   RTD_CUDA_CHECK(cuda, cudaEventRecord(*end, s), what + ": recording the end event");
   setup_.state->watch(s, end, what, {call});
+  unlaunched.launched();
   return std::make_shared<NcclWork>(setup_.state, std::move(end), what, call);
 }
 

@@ -62,6 +62,7 @@ class CommState : public std::enable_shared_from_this<CommState> {
   std::string diagnose(std::uint64_t call);
   // Records a collective made outside the communicator's own calls (the
   // copy-engine all-reduce); its number, or 0 without a recorder.
+  FlightRecorder* recorder() { return recorder_.get(); }
   std::uint64_t record(std::string op, std::string args) {
     return recorder_ ? recorder_->record(std::move(op), std::move(args)) : 0;
   }

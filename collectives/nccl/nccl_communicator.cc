@@ -166,6 +166,7 @@ template <typename Call>
 std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t recorded,
                                                StreamRef caller, Call&& call) {
   ++seq_;
+  UnlaunchedCall unlaunched(recorder_.get(), recorded);
   // Collectives by their flight-recorder number (1-based, collectives only).
   std::string what = std::string("nccl ") + op +
                      (recorded != 0 ? " #" + std::to_string(recorded) : std::string()) +
@@ -193,8 +194,9 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
   } else if (rc != ncclSuccess) {
     throw_call_failed(rc, what);
   }
-  if (group_work_) {
+  if (group_work_) {  // the group's end event completes it
     if (recorded != 0) group_calls_.push_back(recorded);
+    unlaunched.launched();
     return group_work_;
   }
   std::shared_ptr<cudaEvent_t> end = state_->take_end_event();
@@ -202,6 +204,7 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
   state_->watch(
       stream_, end, what,
       recorded != 0 ? std::vector<std::uint64_t>{recorded} : std::vector<std::uint64_t>{});
+  unlaunched.launched();
   return std::make_shared<NcclWork>(state_, std::move(end), what, recorded);
 }
 

@@ -176,5 +176,20 @@ TEST(FlightRecorder, NoWarningWhenEveryCallCompletesOrWarningsAreOff) {
   EXPECT_EQ(warnings.load(), 0);
 }
 
+TEST(FlightRecorder, ACallThatFailsBeforeItsLaunchIsNotLeftWaiting) {
+  FlightRecorder recorder(nullptr, 0, 1);
+  const std::uint64_t failed = recorder.record("all_reduce", "");
+  { UnlaunchedCall guard(&recorder, failed); }  // thrown out of before launch
+  const std::uint64_t running = recorder.record("all_reduce", "");
+  {
+    UnlaunchedCall guard(&recorder, running);
+    guard.launched();
+  }
+  auto calls = recorder.recent(2);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_TRUE(calls[0].done);
+  EXPECT_FALSE(calls[1].done) << "a launched call completes when its operation does";
+}
+
 }  // namespace
 }  // namespace rtd
