@@ -295,21 +295,30 @@ TEST_F(BadArguments, WrongSizesAreRejectedBeforeAnythingIsSent) {
   comm().barrier()->wait();  // the communicator still works
 }
 
-class Timeout : public WorldTest {};
+class Timeout : public WorldTest {
+ protected:
+  // A communicator of its own beside the test world's, with a short timeout.
+  std::unique_ptr<Communicator> short_lived_comm(
+      const std::string& prefix, std::chrono::milliseconds timeout,
+      std::chrono::milliseconds hang_warn = std::chrono::seconds(60)) {
+    Config config = Config::from_env(read_process_env());
+    return make_communicator(CommunicatorOptions{
+        .backend = comm().backend(),
+        .store = make_prefix_store(prefix,
+                                   std::shared_ptr<Store>(&test_context()->store(), [](Store*) {})),
+        .rank = comm().rank(),
+        .size = comm().size(),
+        .host = config.node_addr,
+        .device = test_context()->local_rank(),
+        .timeout = timeout,
+        .hang_warn = hang_warn,
+    });
+  }
+};
 
 TEST_F(Timeout, AllReduceThatOneRankNeverCallsFailsWithinItsDeadline) {
   if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
-  Config config = Config::from_env(read_process_env());
-  auto short_comm = make_communicator(CommunicatorOptions{
-      .backend = comm().backend(),
-      .store = make_prefix_store("comm/timeout-test",
-                                 std::shared_ptr<Store>(&test_context()->store(), [](Store*) {})),
-      .rank = comm().rank(),
-      .size = comm().size(),
-      .host = config.node_addr,
-      .device = test_context()->local_rank(),
-      .timeout = std::chrono::milliseconds(1500),
-  });
+  auto short_comm = short_lived_comm("comm/timeout-test", std::chrono::milliseconds(1500));
   Placed buf(DType::kFloat32, 16);
   buf.push();
   Store& store = test_context()->store();
@@ -342,19 +351,10 @@ TEST_F(Timeout, AllReduceThatOneRankNeverCallsFailsWithinItsDeadline) {
 // called last (the flight recorder's diagnosis from every rank's report).
 TEST_F(Timeout, NamesTheRankThatDidNotCallTheCollective) {
   if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
-  Config config = Config::from_env(read_process_env());
-  auto short_comm = make_communicator(CommunicatorOptions{
-      .backend = comm().backend(),
-      .store = make_prefix_store("comm/flight-test",
-                                 std::shared_ptr<Store>(&test_context()->store(), [](Store*) {})),
-      .rank = comm().rank(),
-      .size = comm().size(),
-      .host = config.node_addr,
-      .device = test_context()->local_rank(),
-      // Longer than the recorder's publish interval (1 s), with margin for a loaded machine.
-      .timeout = std::chrono::milliseconds(3000),
-      .hang_warn = std::chrono::milliseconds(1500),  // the live warning shows in the log
-  });
+  // Longer than the recorder's publish interval (1 s), with margin for a loaded
+  // machine; the live warning (after 1.5 s) shows in the log.
+  auto short_comm = short_lived_comm("comm/flight-test", std::chrono::milliseconds(3000),
+                                     std::chrono::milliseconds(1500));
   Placed buf(DType::kFloat32, 16);
   buf.push();
   short_comm->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #1, on every rank
