@@ -13,6 +13,7 @@
 // keeps waiting for its timeout.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -79,6 +80,14 @@ class FlightRecorder {
   static std::string compare(int rank, const Call& mine,
                              const std::vector<std::optional<Report>>& reports,
                              std::int64_t now_ms);
+
+  // How often a rank of a world of `size` publishes: every second, and in
+  // worlds of over 1,000 ranks every size milliseconds, so that the store
+  // takes about 1,000 reports a second however large the job.
+  static std::chrono::milliseconds publish_interval(int size) {
+    return std::max<std::chrono::milliseconds>(std::chrono::seconds(1),
+                                               std::chrono::milliseconds(size));
+  }
 
   static constexpr std::size_t kCapacity = 2000;  // calls kept in the ring
   static constexpr std::size_t kPublished = 16;   // newest calls each report carries

@@ -44,8 +44,8 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& options)
     GlooStoreAdapter store(options.store, timeout_);
     context->connectFullMesh(store, device);
     context_ = context;
-    recorder_ = std::make_unique<FlightRecorder>(options.store, rank_, size_,
-                                                 std::chrono::seconds(1), options.hang_warn);
+    recorder_ = std::make_unique<FlightRecorder>(
+        options.store, rank_, size_, FlightRecorder::publish_interval(size_), options.hang_warn);
   } catch (const ::gloo::Exception& e) {
     throw from_gloo(
         "rank " + std::to_string(rank_) + " connecting the Gloo mesh on " + options.host, e);

@@ -116,8 +116,8 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   state_->settle(data_comm, who + " creating the data-path communicator", deadline);
   state_->set_comm(data_comm);
   state_->destroy_other(init_comm);
-  recorder_ = std::make_shared<FlightRecorder>(options_.store, rank_, size_,
-                                               std::chrono::seconds(1), options_.hang_warn);
+  recorder_ = std::make_shared<FlightRecorder>(
+      options_.store, rank_, size_, FlightRecorder::publish_interval(size_), options_.hang_warn);
   state_->set_recorder(recorder_);
   log::get("nccl")->info("NCCL communicator of {} ranks ready on GPU {}", size_, options_.device);
 }
@@ -129,8 +129,8 @@ NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclCo
   state_->set_comm(comm);
   create_stream_and_scratch();
   start_watchdog();
-  recorder_ = std::make_shared<FlightRecorder>(options_.store, rank_, size_,
-                                               std::chrono::seconds(1), options_.hang_warn);
+  recorder_ = std::make_shared<FlightRecorder>(
+      options_.store, rank_, size_, FlightRecorder::publish_interval(size_), options_.hang_warn);
   state_->set_recorder(recorder_);
 }
 

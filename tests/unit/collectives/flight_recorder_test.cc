@@ -191,5 +191,11 @@ TEST(FlightRecorder, ACallThatFailsBeforeItsLaunchIsNotLeftWaiting) {
   EXPECT_FALSE(calls[1].done) << "a launched call completes when its operation does";
 }
 
+TEST(FlightRecorder, LargeWorldsPublishLessOften) {
+  EXPECT_EQ(FlightRecorder::publish_interval(8), std::chrono::seconds(1));
+  EXPECT_EQ(FlightRecorder::publish_interval(1000), std::chrono::seconds(1));
+  EXPECT_EQ(FlightRecorder::publish_interval(8192), std::chrono::milliseconds(8192));
+}
+
 }  // namespace
 }  // namespace rtd
