@@ -1,6 +1,7 @@
 // Backend choice in one place (STYLE.md: no #if ladders inside logic).
 #include "collectives/factory.h"
 
+#include "collectives/checked_communicator.h"
 #include "collectives/gloo/gloo_communicator.h"
 #include "rt_dist/error.h"
 #ifdef RTD_HAVE_NCCL
@@ -9,7 +10,9 @@
 
 namespace rtd {
 
-std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& options) {
+namespace {
+
+std::unique_ptr<Communicator> make_backend(const CommunicatorOptions& options) {
   if (options.backend == "gloo") {
     return std::make_unique<gloo_backend::GlooCommunicator>(gloo_backend::GlooOptions{
         .store = options.store,
@@ -39,6 +42,14 @@ std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& optio
   throw Error(ErrorCategory::kConfig, "communicator backend '" + options.backend +
                                           "' is not built into this librt_dist (built: " + built +
                                           ")");
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& options) {
+  auto comm = make_backend(options);
+  if (!options.check_collectives) return comm;
+  return std::make_unique<CheckedCommunicator>(std::move(comm), options.store, options.timeout);
 }
 
 int usable_gpu_count(std::string* why) {

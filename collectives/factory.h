@@ -20,6 +20,7 @@ struct CommunicatorOptions {
   int device = 0;                  // NCCL: the GPU
   std::chrono::milliseconds timeout{300'000};
   std::chrono::milliseconds hang_warn{60'000};  // live warning of a waiting collective (0: off)
+  bool check_collectives = false;  // compare every collective across ranks first (debugging)
   NcclSettings nccl;
 };
 

@@ -112,6 +112,7 @@ std::shared_ptr<Context> init(const InitOptions& options) {
       .device = backend == "nccl" ? choose_device(world) : 0,
       .timeout = config.timeout,
       .hang_warn = config.hang_warn,
+      .check_collectives = config.check_collectives,
       .nccl = nccl_settings(config, options.nccl),
   });
   return std::make_shared<ContextImpl>(std::move(world), std::move(store), std::move(comm),

@@ -36,6 +36,8 @@ constexpr ConfigVar kVars[] = {
     {"RTD_TIMEOUT_S", "300", "seconds a collective or store wait may take before it fails"},
     {"RTD_HANG_WARN_S", "60",
      "seconds a collective may wait before its rank logs what every rank was doing; 0: off"},
+    {"RTD_CHECK_COLLECTIVES", "0",
+     "1: every rank checks through the store that all call the same collective before it runs"},
     {"PATH", "/usr/local/bin:/usr/bin:/bin", "where dtrun looks for a program named without '/'"},
     {"RTD_BACKEND", "auto",
      "default communicator: auto (NCCL when a GPU is visible), gloo or nccl"},
@@ -119,6 +121,12 @@ Config Config::from_env(const EnvMap& env) {
   int timeout_s = parse_int(env, "RTD_TIMEOUT_S", 1).value_or(300);
   c.timeout = std::chrono::seconds(timeout_s);
   c.hang_warn = std::chrono::seconds(parse_int(env, "RTD_HANG_WARN_S", 0).value_or(60));
+  const int check = parse_int(env, "RTD_CHECK_COLLECTIVES", 0).value_or(0);
+  if (check > 1) {
+    throw Error(ErrorCategory::kConfig, "environment variable RTD_CHECK_COLLECTIVES=" +
+                                            std::to_string(check) + " must be 0 or 1");
+  }
+  c.check_collectives = check == 1;
   c.backend = parse_string(env, "RTD_BACKEND", "auto");
   if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_BACKEND='" + c.backend +

@@ -300,7 +300,8 @@ class Timeout : public WorldTest {
   // A communicator of its own beside the test world's, with a short timeout.
   std::unique_ptr<Communicator> short_lived_comm(
       const std::string& prefix, std::chrono::milliseconds timeout,
-      std::chrono::milliseconds hang_warn = std::chrono::seconds(60)) {
+      std::chrono::milliseconds hang_warn = std::chrono::seconds(60),
+      bool check_collectives = false) {
     Config config = Config::from_env(read_process_env());
     return make_communicator(CommunicatorOptions{
         .backend = comm().backend(),
@@ -312,6 +313,7 @@ class Timeout : public WorldTest {
         .device = test_context()->local_rank(),
         .timeout = timeout,
         .hang_warn = hang_warn,
+        .check_collectives = check_collectives,
     });
   }
 };
@@ -378,6 +380,67 @@ TEST_F(Timeout, NamesTheRankThatDidNotCallTheCollective) {
     short_comm->abort();
   }
   short_comm.reset();
+  comm().barrier()->wait();
+}
+
+// RTD_CHECK_COLLECTIVES: ranks that call different collectives (or the same
+// with different sizes) fail at the call, on every rank, naming each rank's
+// call; nothing was launched, so the communicator stays usable.
+class CheckedCollectives : public Timeout {};
+
+TEST_F(CheckedCollectives, DisagreementFailsAtTheCallOnEveryRank) {
+  if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
+  auto checked = short_lived_comm("comm/checked-test", std::chrono::seconds(30),
+                                  std::chrono::seconds(60), /*check_collectives=*/true);
+  Placed buf(DType::kFloat32, 16);
+  buf.push();
+  checked->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #1: every rank alike
+  auto expect_refused = [&](const std::function<void()>& call, const std::string& names) {
+    try {
+      call();
+      ADD_FAILURE() << "expected the check to refuse the call";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ranks disagree"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+    }
+  };
+  // #2: rank 1 broadcasts where the others all-reduce.
+  expect_refused(
+      [&] {
+        if (comm().rank() == 1)
+          checked->broadcast(buf.view(), 0);
+        else
+          checked->all_reduce(buf.view(), ReduceOp::kSum);
+      },
+      "rank 0 all_reduce (float32 x 16, sum); rank 1 broadcast (float32 x 16, root 0)");
+  // #3: the same operation over different counts.
+  expect_refused(
+      [&] { checked->all_reduce(buf.view(0, comm().rank() == 1 ? 8 : 16), ReduceOp::kSum); },
+      "rank 1 all_reduce (float32 x 8, sum)");
+  checked->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #4: still usable
+  checked.reset();
+  comm().barrier()->wait();
+}
+
+TEST_F(CheckedCollectives, ARankThatNeverCallsIsNamedAtTheDeadline) {
+  if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
+  auto checked = short_lived_comm("comm/checked-missing", std::chrono::milliseconds(1500),
+                                  std::chrono::seconds(60), /*check_collectives=*/true);
+  Placed buf(DType::kFloat32, 16);
+  buf.push();
+  if (comm().rank() != 0) {  // rank 0 never calls
+    try {
+      checked->all_reduce(buf.view(), ReduceOp::kSum);
+      ADD_FAILURE() << "expected a timeout";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kTimeout) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank 0 did not make a collective call #1"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  checked.reset();
   comm().barrier()->wait();
 }
 
