@@ -353,14 +353,20 @@ TEST_F(Timeout, AllReduceThatOneRankNeverCallsFailsWithinItsDeadline) {
 // called last (the flight recorder's diagnosis from every rank's report).
 TEST_F(Timeout, NamesTheRankThatDidNotCallTheCollective) {
   if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
-  // Longer than the recorder's publish interval (1 s), with margin for a loaded
-  // machine; the live warning (after 1.5 s) shows in the log.
-  auto short_comm = short_lived_comm("comm/flight-test", std::chrono::milliseconds(3000),
+  // Well past the recorder's publish interval (1 s), for a loaded machine; the
+  // live warning (after 1.5 s) shows in the log.
+  auto short_comm = short_lived_comm("comm/flight-test", std::chrono::milliseconds(5000),
                                      std::chrono::milliseconds(1500));
   Placed buf(DType::kFloat32, 16);
   buf.push();
-  short_comm->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #1, on every rank
   Store& store = test_context()->store();
+  // Every rank reaches the end barrier whatever fails here, so that a failure
+  // cannot leave the test world's collectives out of step for the tests after.
+  try {
+    short_comm->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #1, on every rank
+  } catch (const Error& e) {
+    ADD_FAILURE() << "the first all-reduce failed: " << e.what();
+  }
   if (comm().rank() != 0) {
     try {
       short_comm->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #2: rank 0 never calls it
@@ -374,7 +380,9 @@ TEST_F(Timeout, NamesTheRankThatDidNotCallTheCollective) {
     }
     store.add("flight_test/failed", 1);
   } else {
-    while (store.add("flight_test/failed", 0) < comm().size() - 1) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (store.add("flight_test/failed", 0) < comm().size() - 1 &&
+           std::chrono::steady_clock::now() < give_up) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     short_comm->abort();
@@ -394,7 +402,11 @@ TEST_F(CheckedCollectives, DisagreementFailsAtTheCallOnEveryRank) {
                                   std::chrono::seconds(60), /*check_collectives=*/true);
   Placed buf(DType::kFloat32, 16);
   buf.push();
-  checked->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #1: every rank alike
+  try {
+    checked->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #1: every rank alike
+  } catch (const Error& e) {
+    ADD_FAILURE() << "the first all-reduce failed: " << e.what();
+  }
   auto expect_refused = [&](const std::function<void()>& call, const std::string& names) {
     try {
       call();
@@ -418,14 +430,18 @@ TEST_F(CheckedCollectives, DisagreementFailsAtTheCallOnEveryRank) {
   expect_refused(
       [&] { checked->all_reduce(buf.view(0, comm().rank() == 1 ? 8 : 16), ReduceOp::kSum); },
       "rank 1 all_reduce (float32 x 8, sum)");
-  checked->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #4: still usable
+  try {
+    checked->all_reduce(buf.view(), ReduceOp::kSum)->wait();  // #4: still usable
+  } catch (const Error& e) {
+    ADD_FAILURE() << "the communicator did not stay usable: " << e.what();
+  }
   checked.reset();
   comm().barrier()->wait();
 }
 
 TEST_F(CheckedCollectives, ARankThatNeverCallsIsNamedAtTheDeadline) {
   if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
-  auto checked = short_lived_comm("comm/checked-missing", std::chrono::milliseconds(1500),
+  auto checked = short_lived_comm("comm/checked-missing", std::chrono::milliseconds(3000),
                                   std::chrono::seconds(60), /*check_collectives=*/true);
   Placed buf(DType::kFloat32, 16);
   buf.push();
