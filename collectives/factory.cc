@@ -20,7 +20,7 @@ std::unique_ptr<Communicator> make_backend(const CommunicatorOptions& options) {
         .size = options.size,
         .host = options.host,
         .timeout = options.timeout,
-        .hang_warn = options.hang_warn,
+        .flight = options.flight,
     });
   }
 #ifdef RTD_HAVE_NCCL
@@ -31,7 +31,7 @@ std::unique_ptr<Communicator> make_backend(const CommunicatorOptions& options) {
         .size = options.size,
         .device = options.device,
         .timeout = options.timeout,
-        .hang_warn = options.hang_warn,
+        .flight = options.flight,
         .settings = options.nccl,
     });
   }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "collectives/flight_recorder.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/context.h"
 #include "rt_dist/store.h"
@@ -19,7 +20,7 @@ struct CommunicatorOptions {
   std::string host = "127.0.0.1";  // Gloo: the address this rank listens on
   int device = 0;                  // NCCL: the GPU
   std::chrono::milliseconds timeout{300'000};
-  std::chrono::milliseconds hang_warn{60'000};  // live warning of a waiting collective (0: off)
+  FlightOptions flight;            // the flight recorder's live warning and dump
   bool check_collectives = false;  // compare every collective across ranks first (debugging)
   NcclSettings nccl;
 };

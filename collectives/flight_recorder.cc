@@ -3,7 +3,9 @@
 #include "collectives/flight_recorder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 #include "runtime/core/log.h"
@@ -58,15 +60,20 @@ std::string call_args(const BufferView& buf, const std::string& extra) {
 }
 
 FlightRecorder::FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
-                               std::chrono::milliseconds publish_every,
-                               std::chrono::milliseconds warn_after,
+                               std::chrono::milliseconds publish_every, FlightOptions options,
                                std::function<void(const std::string&)> on_hang)
     : store_(std::move(store)),
       rank_(rank),
       size_(size),
       publish_every_(publish_every),
-      warn_after_(warn_after),
+      warn_after_(options.hang_warn),
       on_hang_(std::move(on_hang)) {
+  if (!options.dump_dir.empty()) {
+    static std::atomic<int> recorders{0};  // one file per communicator of this process
+    const bool slash = options.dump_dir.back() == '/';
+    dump_path_ = options.dump_dir + (slash ? "" : "/") + "flight-rank" + std::to_string(rank) +
+                 "-comm" + std::to_string(recorders++) + ".txt";
+  }
   if (!on_hang_) {
     on_hang_ = [](const std::string& text) { log::get("flight")->warn("{}", text); };
   }
@@ -179,7 +186,31 @@ std::string FlightRecorder::diagnose(std::uint64_t seq) {
       return "flight recorder: peers' reports unreadable: " + std::string(e.what());
     }
   }
-  return compare(rank_, *mine, reports, now_ms());
+  std::string diagnosis = compare(rank_, *mine, reports, now_ms());
+  dump(seq, diagnosis);
+  return diagnosis;
+}
+
+void FlightRecorder::dump(std::uint64_t seq, const std::string& diagnosis) {
+  if (dump_path_.empty()) return;
+  std::lock_guard<std::mutex> one_at_a_time(dump_mu_);
+  if (seq <= dumped_seq_) return;
+  dumped_seq_ = seq;
+  std::vector<Call> calls = recent(kCapacity);
+  std::ofstream out(dump_path_, std::ios::trunc);
+  out << "# flight recorder of rank " << rank_ << " of " << size_ << ", oldest first\n# "
+      << diagnosis << "\n# seq\tcalled_at_ms\tstate\top\targs\n";
+  for (const Call& c : calls) {
+    out << c.seq << "\t" << c.at_ms << "\t" << (c.done ? "done" : "waiting") << "\t" << c.op << "\t"
+        << c.args << "\n";
+  }
+  out.flush();
+  if (!out) {
+    log::get("flight")->warn("rank {}: could not write the flight recorder to {}", rank_,
+                             dump_path_);
+  } else {
+    log::get("flight")->warn("rank {}: flight recorder written to {}", rank_, dump_path_);
+  }
 }
 
 std::string FlightRecorder::encode(const Report& report) {

@@ -31,6 +31,15 @@
 
 namespace rtd {
 
+// What a communicator's recorder does beyond recording (RTD_HANG_WARN_S,
+// RTD_FLIGHT_DIR).
+struct FlightOptions {
+  // How long the oldest incomplete call may wait before a warning (0: never).
+  std::chrono::milliseconds hang_warn{60'000};
+  // Where each diagnosis also writes this rank's whole ring (empty: nowhere).
+  std::string dump_dir;
+};
+
 class FlightRecorder {
  public:
   struct Call {
@@ -47,11 +56,11 @@ class FlightRecorder {
   };
 
   // store: scoped to the communicator (null: nothing is published or read).
-  // warn_after: how long the oldest incomplete call may wait before on_hang
-  // hears of it (0: never); on_hang defaults to a warning in the log.
+  // options.hang_warn: how long the oldest incomplete call may wait before
+  // on_hang hears of it; on_hang defaults to a warning in the log.
   FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
                  std::chrono::milliseconds publish_every = std::chrono::seconds(1),
-                 std::chrono::milliseconds warn_after = std::chrono::milliseconds(0),
+                 FlightOptions options = {.hang_warn = std::chrono::milliseconds(0)},
                  std::function<void(const std::string&)> on_hang = nullptr);
   ~FlightRecorder();
   FlightRecorder(const FlightRecorder&) = delete;
@@ -70,7 +79,10 @@ class FlightRecorder {
   // the ranks that have not called it, those that called something else as
   // that seq, and those that called it alike. Reads without waiting; never
   // throws; empty when there is nothing to say (no store, or seq unknown).
+  // With a dump directory, also writes the ring there (once per seq).
   std::string diagnose(std::uint64_t seq);
+  // The file diagnose() writes the ring to (empty without a dump directory).
+  const std::string& dump_path() const { return dump_path_; }
 
   // The report's text form in the store (exposed for tests).
   static std::string encode(const Report& report);
@@ -96,12 +108,16 @@ class FlightRecorder {
   std::string key(int rank) const;
   void publisher_loop();
   void check_hang();  // the live warning
+  void dump(std::uint64_t seq, const std::string& diagnosis);
 
   std::shared_ptr<Store> store_;
   const int rank_;
   const int size_;
   const std::chrono::milliseconds publish_every_;
   const std::chrono::milliseconds warn_after_;
+  std::string dump_path_;
+  std::mutex dump_mu_;
+  std::uint64_t dumped_seq_ = 0;
   std::function<void(const std::string&)> on_hang_;
   std::uint64_t warned_seq_ = 0;  // the newest call warned about (publisher thread only)
   mutable std::mutex mu_;

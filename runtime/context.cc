@@ -111,7 +111,7 @@ std::shared_ptr<Context> init(const InitOptions& options) {
       .host = data_host(config, world),
       .device = backend == "nccl" ? choose_device(world) : 0,
       .timeout = config.timeout,
-      .hang_warn = config.hang_warn,
+      .flight = {.hang_warn = config.hang_warn, .dump_dir = config.flight_dir},
       .check_collectives = config.check_collectives,
       .nccl = nccl_settings(config, options.nccl),
   });

@@ -45,7 +45,7 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& options)
     context->connectFullMesh(store, device);
     context_ = context;
     recorder_ = std::make_unique<FlightRecorder>(
-        options.store, rank_, size_, FlightRecorder::publish_interval(size_), options.hang_warn);
+        options.store, rank_, size_, FlightRecorder::publish_interval(size_), options.flight);
   } catch (const ::gloo::Exception& e) {
     throw from_gloo(
         "rank " + std::to_string(rank_) + " connecting the Gloo mesh on " + options.host, e);

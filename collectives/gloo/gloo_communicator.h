@@ -21,7 +21,7 @@ struct GlooOptions {
   int size = 1;
   std::string host = "127.0.0.1";  // address this rank listens on
   std::chrono::milliseconds timeout{300'000};
-  std::chrono::milliseconds hang_warn{60'000};  // flight recorder's live warning (0: off)
+  FlightOptions flight;  // the flight recorder's live warning and dump
 };
 
 class GlooCommunicator : public Communicator {

@@ -117,7 +117,7 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   state_->set_comm(data_comm);
   state_->destroy_other(init_comm);
   recorder_ = std::make_shared<FlightRecorder>(
-      options_.store, rank_, size_, FlightRecorder::publish_interval(size_), options_.hang_warn);
+      options_.store, rank_, size_, FlightRecorder::publish_interval(size_), options_.flight);
   state_->set_recorder(recorder_);
   log::get("nccl")->info("NCCL communicator of {} ranks ready on GPU {}", size_, options_.device);
 }
@@ -130,7 +130,7 @@ NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclCo
   create_stream_and_scratch();
   start_watchdog();
   recorder_ = std::make_shared<FlightRecorder>(
-      options_.store, rank_, size_, FlightRecorder::publish_interval(size_), options_.hang_warn);
+      options_.store, rank_, size_, FlightRecorder::publish_interval(size_), options_.flight);
   state_->set_recorder(recorder_);
 }
 

@@ -20,7 +20,7 @@ struct NcclOptions {
   int size = 1;
   int device = 0;
   std::chrono::milliseconds timeout{300'000};
-  std::chrono::milliseconds hang_warn{60'000};  // flight recorder's live warning (0: off)
+  FlightOptions flight;  // the flight recorder's live warning and dump
   NcclSettings settings;
   std::shared_ptr<NcclApi> nccl;  // real ones when null
   std::shared_ptr<CudaApi> cuda;

@@ -36,6 +36,8 @@ constexpr ConfigVar kVars[] = {
     {"RTD_TIMEOUT_S", "300", "seconds a collective or store wait may take before it fails"},
     {"RTD_HANG_WARN_S", "60",
      "seconds a collective may wait before its rank logs what every rank was doing; 0: off"},
+    {"RTD_FLIGHT_DIR", "",
+     "directory where a rank writes its flight recorder when a collective times out or waits"},
     {"RTD_CHECK_COLLECTIVES", "0",
      "1: every rank checks through the store that all call the same collective before it runs"},
     {"PATH", "/usr/local/bin:/usr/bin:/bin", "where dtrun looks for a program named without '/'"},
@@ -127,6 +129,7 @@ Config Config::from_env(const EnvMap& env) {
                                             std::to_string(check) + " must be 0 or 1");
   }
   c.check_collectives = check == 1;
+  c.flight_dir = parse_string(env, "RTD_FLIGHT_DIR", "");
   c.backend = parse_string(env, "RTD_BACKEND", "auto");
   if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_BACKEND='" + c.backend +

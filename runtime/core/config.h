@@ -41,6 +41,7 @@ struct Config {
   std::chrono::milliseconds timeout{300'000};   // RTD_TIMEOUT_S
   std::chrono::milliseconds hang_warn{60'000};  // RTD_HANG_WARN_S (0: off)
   bool check_collectives = false;               // RTD_CHECK_COLLECTIVES
+  std::string flight_dir;                       // RTD_FLIGHT_DIR
   std::string backend = "auto";                 // RTD_BACKEND
   // NCCL communicator settings (-1 / empty: NCCL's default).
   int nccl_cga_cluster_size = -1;  // RTD_NCCL_CGA_CLUSTER_SIZE

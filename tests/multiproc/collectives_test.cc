@@ -312,7 +312,7 @@ class Timeout : public WorldTest {
         .host = config.node_addr,
         .device = test_context()->local_rank(),
         .timeout = timeout,
-        .hang_warn = hang_warn,
+        .flight = {.hang_warn = hang_warn},
         .check_collectives = check_collectives,
     });
   }

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -137,7 +140,8 @@ TEST(FlightRecorder, WarnsOnceAboutACallStillWaitingAfterWarnAfter) {
   std::vector<std::string> warnings;
   FlightRecorder peer(store, 1, 2, std::chrono::hours(1));
   FlightRecorder recorder(store, 0, 2, std::chrono::milliseconds(10),
-                          std::chrono::milliseconds(100), [&](const std::string& text) {
+                          {.hang_warn = std::chrono::milliseconds(100)},
+                          [&](const std::string& text) {
                             std::lock_guard<std::mutex> lock(mu);
                             warnings.push_back(text);
                           });
@@ -165,12 +169,12 @@ TEST(FlightRecorder, NoWarningWhenEveryCallCompletesOrWarningsAreOff) {
   auto store = make_memory_store();
   std::atomic<int> warnings{0};
   auto count = [&](const std::string&) { ++warnings; };
-  FlightRecorder done(store, 0, 1, std::chrono::milliseconds(10), std::chrono::milliseconds(20),
-                      count);
+  FlightRecorder done(store, 0, 1, std::chrono::milliseconds(10),
+                      {.hang_warn = std::chrono::milliseconds(20)}, count);
   done.completed(done.record("barrier", ""));
   auto other = make_memory_store();
-  FlightRecorder off(other, 0, 1, std::chrono::milliseconds(10), std::chrono::milliseconds(0),
-                     count);
+  FlightRecorder off(other, 0, 1, std::chrono::milliseconds(10),
+                     {.hang_warn = std::chrono::milliseconds(0)}, count);
   off.record("barrier", "");
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(warnings.load(), 0);
@@ -195,6 +199,27 @@ TEST(FlightRecorder, LargeWorldsPublishLessOften) {
   EXPECT_EQ(FlightRecorder::publish_interval(8), std::chrono::seconds(1));
   EXPECT_EQ(FlightRecorder::publish_interval(1000), std::chrono::seconds(1));
   EXPECT_EQ(FlightRecorder::publish_interval(8192), std::chrono::milliseconds(8192));
+}
+
+TEST(FlightRecorder, ADiagnosisWritesTheWholeRingWhereAsked) {
+  const std::string dir = ::testing::TempDir();
+  auto store = make_memory_store();
+  FlightRecorder peer(store, 1, 2, std::chrono::hours(1));
+  FlightRecorder recorder(store, 0, 2, std::chrono::hours(1),
+                          {.hang_warn = std::chrono::milliseconds(0), .dump_dir = dir});
+  ASSERT_NE(recorder.dump_path().find("/flight-rank0-comm"), std::string::npos)
+      << recorder.dump_path();
+  EXPECT_EQ(recorder.dump_path().find("//"), std::string::npos) << recorder.dump_path();
+  recorder.completed(recorder.record("all_reduce", "float32 x 4, sum"));
+  const std::uint64_t stuck = recorder.record("barrier", "");
+  recorder.diagnose(stuck);
+  std::ifstream in(recorder.dump_path());
+  ASSERT_TRUE(in.good()) << "not written: " << recorder.dump_path();
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("rank 1 has called no collective"), std::string::npos) << text;
+  EXPECT_NE(text.find("\tdone\tall_reduce\tfloat32 x 4, sum\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\twaiting\tbarrier\t\n"), std::string::npos) << text;
+  std::remove(recorder.dump_path().c_str());
 }
 
 }  // namespace
