@@ -108,10 +108,14 @@ std::uint64_t FlightRecorder::record(std::string op, std::string args) {
   return next_seq_++;
 }
 
+FlightRecorder::Call* FlightRecorder::find(std::uint64_t seq) {
+  if (ring_.empty() || seq < ring_.front().seq || seq > ring_.back().seq) return nullptr;
+  return &ring_[seq - ring_.front().seq];  // numbers are consecutive in the ring
+}
+
 void FlightRecorder::completed(std::uint64_t seq) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (ring_.empty() || seq < ring_.front().seq || seq > ring_.back().seq) return;
-  ring_[seq - ring_.front().seq].done = true;
+  if (Call* c = find(seq)) c->done = true;
 }
 
 void FlightRecorder::check_hang() {
@@ -171,9 +175,7 @@ std::string FlightRecorder::diagnose(std::uint64_t seq) {
   std::optional<Call> mine;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const Call& c : ring_) {
-      if (c.seq == seq) mine = c;
-    }
+    if (const Call* c = find(seq)) mine = *c;
   }
   if (!mine) return "";
   publish();  // so that peers diagnosing the same hang see this rank's newest call

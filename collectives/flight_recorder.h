@@ -105,6 +105,7 @@ class FlightRecorder {
   static constexpr std::size_t kPublished = 16;   // newest calls each report carries
 
  private:
+  Call* find(std::uint64_t seq);  // in the ring, or null (caller holds mu_)
   std::string key(int rank) const;
   void publisher_loop();
   void check_hang();  // the live warning

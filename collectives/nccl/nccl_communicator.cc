@@ -116,9 +116,7 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   state_->settle(data_comm, who + " creating the data-path communicator", deadline);
   state_->set_comm(data_comm);
   state_->destroy_other(init_comm);
-  recorder_ = std::make_shared<FlightRecorder>(
-      options_.store, rank_, size_, FlightRecorder::publish_interval(size_), options_.flight);
-  state_->set_recorder(recorder_);
+  start_recorder();
   log::get("nccl")->info("NCCL communicator of {} ranks ready on GPU {}", size_, options_.device);
 }
 
@@ -129,9 +127,12 @@ NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclCo
   state_->set_comm(comm);
   create_stream_and_scratch();
   start_watchdog();
-  recorder_ = std::make_shared<FlightRecorder>(
-      options_.store, rank_, size_, FlightRecorder::publish_interval(size_), options_.flight);
-  state_->set_recorder(recorder_);
+  start_recorder();
+}
+
+void NcclCommunicator::start_recorder() {
+  state_->set_recorder(std::make_shared<FlightRecorder>(
+      options_.store, rank_, size_, FlightRecorder::publish_interval(size_), options_.flight));
 }
 
 void NcclCommunicator::throw_call_failed(ncclResult_t rc, const std::string& what) {
@@ -166,7 +167,7 @@ template <typename Call>
 std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t recorded,
                                                StreamRef caller, Call&& call) {
   ++seq_;
-  UnlaunchedCall unlaunched(recorder_.get(), recorded);
+  UnlaunchedCall unlaunched(state_->recorder(), recorded);
   // Collectives by their flight-recorder number (1-based, collectives only).
   std::string what = std::string("nccl ") + op +
                      (recorded != 0 ? " #" + std::to_string(recorded) : std::string()) +
@@ -309,7 +310,7 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
   } catch (...) {
     api.group_end();
     group_work_.reset();
-    for (std::uint64_t call : group_calls_) recorder_->completed(call);  // never launched
+    for (std::uint64_t call : group_calls_) state_->recorder()->completed(call);  // never launched
     group_calls_.clear();
     throw;
   }

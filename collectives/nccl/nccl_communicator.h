@@ -73,11 +73,12 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> launch(const char* op, std::uint64_t recorded, StreamRef caller,
                                Call&& call);
   std::uint64_t record(const char* op, std::string args) {
-    return recorder_->record(op, std::move(args));
+    return state_->record(op, std::move(args));
   }
   // blocking=false for init (polled against the deadline); true for the data path.
   ncclConfig_t make_config(bool blocking) const;
   void start_watchdog();
+  void start_recorder();  // the flight recorder, kept in state_ (its Works diagnose through it)
   [[noreturn]] void throw_call_failed(ncclResult_t rc, const std::string& what);
 
   NcclOptions options_;
@@ -88,7 +89,6 @@ class NcclCommunicator : public Communicator {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr;  // recorded on the caller's stream before each call
   void* scratch_ = nullptr;      // 4 bytes for barrier()
-  std::shared_ptr<FlightRecorder> recorder_;
   std::uint64_t seq_ = 0;
   int split_seq_ = 0;                     // splits so far (store scopes)
   int persistent_seq_ = 0;                // persistent all-reduces set up so far (store scopes)
