@@ -11,9 +11,9 @@ CheckedCommunicator::CheckedCommunicator(std::unique_ptr<Communicator> inner,
                                          std::chrono::milliseconds timeout)
     : inner_(std::move(inner)), store_(std::move(store)), timeout_(timeout) {}
 
-void CheckedCommunicator::check(const char* op, const std::string& args) {
+void CheckedCommunicator::check(const CallDescription& what) {
   const std::uint64_t seq = ++seq_;
-  const std::string call = std::string(op) + " (" + args + ")";
+  const std::string call = std::string(what.op) + " (" + what.args + ")";
   const std::string prefix = "check/" + std::to_string(seq) + "/";
   store_->set(prefix + std::to_string(rank()), call);
   std::vector<std::string> calls(size());
@@ -41,40 +41,40 @@ void CheckedCommunicator::check(const char* op, const std::string& args) {
 
 std::shared_ptr<Work> CheckedCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                       StreamRef stream) {
-  check("all_reduce", call_args(in, std::string(to_string(op))));
+  check(describe::all_reduce(in, op));
   return inner_->all_reduce(in, out, op, stream);
 }
 
 std::shared_ptr<Work> CheckedCommunicator::broadcast(BufferView buf, int root, StreamRef stream) {
-  check("broadcast", call_args(buf, "root " + std::to_string(root)));
+  check(describe::broadcast(buf, root));
   return inner_->broadcast(buf, root, stream);
 }
 
 std::shared_ptr<Work> CheckedCommunicator::all_gather(BufferView in, BufferView out,
                                                       StreamRef stream) {
-  check("all_gather", call_args(in));
+  check(describe::all_gather(in));
   return inner_->all_gather(in, out, stream);
 }
 
 std::shared_ptr<Work> CheckedCommunicator::reduce_scatter(BufferView in, BufferView out,
                                                           ReduceOp op, StreamRef stream) {
-  check("reduce_scatter", call_args(out, std::string(to_string(op))));
+  check(describe::reduce_scatter(out, op));
   return inner_->reduce_scatter(in, out, op, stream);
 }
 
 std::shared_ptr<Work> CheckedCommunicator::all_to_all(BufferView in, BufferView out,
                                                       StreamRef stream) {
-  check("all_to_all", call_args(in));
+  check(describe::all_to_all(in));
   return inner_->all_to_all(in, out, stream);
 }
 
 std::shared_ptr<Work> CheckedCommunicator::barrier(StreamRef stream) {
-  check("barrier", "");
+  check(describe::barrier());
   return inner_->barrier(stream);
 }
 
 std::unique_ptr<Communicator> CheckedCommunicator::split(int color, int key) {
-  check("split", "");
+  check({"split", ""});
   const int n = splits_++;
   auto child = inner_->split(color, key);
   if (!child) return nullptr;
@@ -88,7 +88,7 @@ std::unique_ptr<PersistentAllReduce> CheckedCommunicator::persistent_all_reduce(
     std::vector<BufferView> buffers, ReduceOp op, PersistentAllReduceOptions options) {
   std::string args = std::to_string(buffers.size()) + " buffers";
   for (const BufferView& b : buffers) args += ", " + call_args(b);
-  check("persistent_all_reduce", args + ", " + std::string(to_string(op)));
+  check({"persistent_all_reduce", args + ", " + std::string(to_string(op))});
   return inner_->persistent_all_reduce(std::move(buffers), op, options);
 }
 

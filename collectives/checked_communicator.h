@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "collectives/flight_recorder.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/store.h"
 
@@ -57,7 +58,7 @@ class CheckedCommunicator : public Communicator {
 
  private:
   // Throws unless every rank calls the same (op, args) as this rank's next collective.
-  void check(const char* op, const std::string& args);
+  void check(const CallDescription& what);
 
   std::unique_ptr<Communicator> inner_;
   std::shared_ptr<Store> store_;

@@ -33,7 +33,7 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
-std::string describe(const FlightRecorder::Call& c) {
+std::string call_text(const FlightRecorder::Call& c) {
   return "#" + std::to_string(c.seq) + " " + c.op + (c.args.empty() ? "" : " (" + c.args + ")");
 }
 
@@ -58,6 +58,21 @@ std::string call_args(const BufferView& buf, const std::string& extra) {
   return std::string(to_string(buf.dtype)) + " x " + std::to_string(buf.count) +
          (extra.empty() ? "" : ", " + extra);
 }
+
+namespace describe {
+CallDescription all_reduce(const BufferView& in, ReduceOp op) {
+  return {"all_reduce", call_args(in, std::string(to_string(op)))};
+}
+CallDescription broadcast(const BufferView& buf, int root) {
+  return {"broadcast", call_args(buf, "root " + std::to_string(root))};
+}
+CallDescription all_gather(const BufferView& in) { return {"all_gather", call_args(in)}; }
+CallDescription reduce_scatter(const BufferView& out, ReduceOp op) {
+  return {"reduce_scatter", call_args(out, std::string(to_string(op)))};
+}
+CallDescription all_to_all(const BufferView& in) { return {"all_to_all", call_args(in)}; }
+CallDescription barrier() { return {"barrier", ""}; }
+}  // namespace describe
 
 FlightRecorder::FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
                                std::chrono::milliseconds publish_every, FlightOptions options,
@@ -133,7 +148,7 @@ void FlightRecorder::check_hang() {
   if (!oldest || oldest->seq <= warned_seq_ || now_ms() - oldest->at_ms < warn_after_.count())
     return;
   warned_seq_ = oldest->seq;
-  std::string text = "rank " + std::to_string(rank_) + ": collective " + describe(*oldest) +
+  std::string text = "rank " + std::to_string(rank_) + ": collective " + call_text(*oldest) +
                      " has waited " + seconds(now_ms() - oldest->at_ms) + " and is still waiting";
   if (std::string why = diagnose(oldest->seq); !why.empty()) text += "; " + why;
   on_hang_(text);
@@ -265,7 +280,7 @@ std::string FlightRecorder::compare(int rank, const Call& mine,
       behind.push_back(who +
                        (rep.calls.empty()
                             ? " has called no collective on this communicator"
-                            : " has not called it; its last was " + describe(rep.calls.back()) +
+                            : " has not called it; its last was " + call_text(rep.calls.back()) +
                                   ", called " + age(rep.calls.back().at_ms, now)) +
                        " (reported " + age(rep.published_ms, now) + ")");
       continue;
@@ -277,11 +292,11 @@ std::string FlightRecorder::compare(int rank, const Call& mine,
     } else if (it->op == mine.op && it->args == mine.args) {
       alike.push_back(r);
     } else {
-      other.push_back(who + " called " + describe(*it) + " in its place");
+      other.push_back(who + " called " + call_text(*it) + " in its place");
     }
   }
   std::sort(alike.begin(), alike.end());
-  std::string out = "flight recorder for " + describe(mine) + ": ";
+  std::string out = "flight recorder for " + call_text(mine) + ": ";
   std::vector<std::string> parts;
   constexpr std::size_t kNamed = 8;  // ranks described one by one; the rest counted
   auto add_all = [&](const std::vector<std::string>& lines, const char* rest) {

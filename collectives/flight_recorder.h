@@ -151,4 +151,19 @@ class UnlaunchedCall {
 // What ranks must agree on in a call: "float32 x 1024" and, if given, ", " + extra.
 std::string call_args(const BufferView& buf, const std::string& extra = "");
 
+// One collective as every backend records it and the collective check
+// compares it: its name and what ranks must agree on.
+struct CallDescription {
+  const char* op;
+  std::string args;
+};
+namespace describe {
+CallDescription all_reduce(const BufferView& in, ReduceOp op);
+CallDescription broadcast(const BufferView& buf, int root);
+CallDescription all_gather(const BufferView& in);
+CallDescription reduce_scatter(const BufferView& out, ReduceOp op);
+CallDescription all_to_all(const BufferView& in);
+CallDescription barrier();
+}  // namespace describe
+
 }  // namespace rtd

@@ -107,8 +107,7 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t ta
 std::shared_ptr<Work> GlooCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                    StreamRef) {
   validate::all_reduce(in, out, op, DeviceType::kCpu);
-  return enqueue("all_reduce", next_tag(),
-                 record("all_reduce", call_args(in, std::string(to_string(op)))),
+  return enqueue("all_reduce", next_tag(), record(describe::all_reduce(in, op)),
                  [in, out, op](const OpArgs& args) {
                    if (in.count > 0) run_all_reduce(args, in, out, op);
                  });
@@ -116,8 +115,7 @@ std::shared_ptr<Work> GlooCommunicator::all_reduce(BufferView in, BufferView out
 
 std::shared_ptr<Work> GlooCommunicator::broadcast(BufferView buf, int root, StreamRef) {
   validate::broadcast(buf, root, size_, DeviceType::kCpu);
-  return enqueue("broadcast", next_tag(),
-                 record("broadcast", call_args(buf, "root " + std::to_string(root))),
+  return enqueue("broadcast", next_tag(), record(describe::broadcast(buf, root)),
                  [buf, root](const OpArgs& args) {
                    if (buf.count > 0) run_broadcast(args, buf, root);
                  });
@@ -126,7 +124,7 @@ std::shared_ptr<Work> GlooCommunicator::broadcast(BufferView buf, int root, Stre
 std::shared_ptr<Work> GlooCommunicator::all_gather(BufferView in, BufferView out, StreamRef) {
   validate::all_gather(in, out, size_, DeviceType::kCpu);
   const int rank = rank_;
-  return enqueue("all_gather", next_tag(), record("all_gather", call_args(in)),
+  return enqueue("all_gather", next_tag(), record(describe::all_gather(in)),
                  [in, out, rank](const OpArgs& args) {
                    if (in.count == 0) return;
                    auto* slot = static_cast<char*>(out.data) + rank * in.bytes();
@@ -141,8 +139,7 @@ std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView
   const int rank = rank_;
   // Gloo's function API has no reduce-scatter: reduce the whole input into a
   // scratch copy (the input is left intact) and keep this rank's slice.
-  return enqueue("reduce_scatter", next_tag(),
-                 record("reduce_scatter", call_args(out, std::string(to_string(op)))),
+  return enqueue("reduce_scatter", next_tag(), record(describe::reduce_scatter(out, op)),
                  [in, out, op, rank](const OpArgs& args) {
                    if (out.count == 0) return;
                    std::vector<char> scratch(in.bytes());
@@ -155,14 +152,14 @@ std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView
 
 std::shared_ptr<Work> GlooCommunicator::all_to_all(BufferView in, BufferView out, StreamRef) {
   validate::all_to_all(in, out, size_, DeviceType::kCpu);
-  return enqueue("all_to_all", next_tag(), record("all_to_all", call_args(in)),
+  return enqueue("all_to_all", next_tag(), record(describe::all_to_all(in)),
                  [in, out](const OpArgs& args) {
                    if (in.count > 0) run_all_to_all(args, in, out);
                  });
 }
 
 std::shared_ptr<Work> GlooCommunicator::barrier(StreamRef) {
-  return enqueue("barrier", next_tag(), record("barrier", ""),
+  return enqueue("barrier", next_tag(), record(describe::barrier()),
                  [](const OpArgs& args) { run_barrier(args); });
 }
 

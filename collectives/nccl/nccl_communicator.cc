@@ -212,26 +212,24 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
 std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                    StreamRef stream) {
   validate::all_reduce(in, out, op, DeviceType::kCuda);
-  return launch("all_reduce", record("all_reduce", call_args(in, std::string(to_string(op)))),
-                stream, [&](cudaStream_t s) {
-                  return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype),
-                                                   to_nccl(op), state_->comm(), s);
-                });
+  return launch("all_reduce", record(describe::all_reduce(in, op)), stream, [&](cudaStream_t s) {
+    return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype), to_nccl(op),
+                                     state_->comm(), s);
+  });
 }
 
 std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root, StreamRef stream) {
   validate::broadcast(buf, root, size_, DeviceType::kCuda);
-  return launch("broadcast", record("broadcast", call_args(buf, "root " + std::to_string(root))),
-                stream, [&](cudaStream_t s) {
-                  return state_->nccl().broadcast(buf.data, buf.data, buf.count, to_nccl(buf.dtype),
-                                                  root, state_->comm(), s);
-                });
+  return launch("broadcast", record(describe::broadcast(buf, root)), stream, [&](cudaStream_t s) {
+    return state_->nccl().broadcast(buf.data, buf.data, buf.count, to_nccl(buf.dtype), root,
+                                    state_->comm(), s);
+  });
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
                                                    StreamRef stream) {
   validate::all_gather(in, out, size_, DeviceType::kCuda);
-  return launch("all_gather", record("all_gather", call_args(in)), stream, [&](cudaStream_t s) {
+  return launch("all_gather", record(describe::all_gather(in)), stream, [&](cudaStream_t s) {
     return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype), state_->comm(),
                                      s);
   });
@@ -241,8 +239,7 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView
                                                        StreamRef stream) {
   validate::reduce_scatter(in, out, op, size_, DeviceType::kCuda);
   return launch(
-      "reduce_scatter", record("reduce_scatter", call_args(out, std::string(to_string(op)))),
-      stream, [&](cudaStream_t s) {
+      "reduce_scatter", record(describe::reduce_scatter(out, op)), stream, [&](cudaStream_t s) {
         return state_->nccl().reduce_scatter(in.data, out.data, out.count, to_nccl(in.dtype),
                                              to_nccl(op), state_->comm(), s);
       });
@@ -254,7 +251,7 @@ std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out
   // One grouped send and receive per peer (the NCCL idiom for all-to-all).
   const std::size_t block = in.count / size_;
   const std::size_t block_bytes = block * dtype_size(in.dtype);
-  return launch("all_to_all", record("all_to_all", call_args(in)), stream, [&](cudaStream_t s) {
+  return launch("all_to_all", record(describe::all_to_all(in)), stream, [&](cudaStream_t s) {
     NcclApi& api = state_->nccl();
     ncclResult_t rc = api.group_start();
     for (int peer = 0; peer < size_ && rc == ncclSuccess; ++peer) {
@@ -271,7 +268,7 @@ std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out
 }
 
 std::shared_ptr<Work> NcclCommunicator::barrier(StreamRef stream) {
-  return launch("barrier", record("barrier", ""), stream, [&](cudaStream_t s) {
+  return launch("barrier", record(describe::barrier()), stream, [&](cudaStream_t s) {
     return state_->nccl().all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, state_->comm(),
                                      s);
   });

@@ -72,8 +72,8 @@ class NcclCommunicator : public Communicator {
   template <typename Call>
   std::shared_ptr<Work> launch(const char* op, std::uint64_t recorded, StreamRef caller,
                                Call&& call);
-  std::uint64_t record(const char* op, std::string args) {
-    return state_->record(op, std::move(args));
+  std::uint64_t record(CallDescription call) {
+    return state_->record(call.op, std::move(call.args));
   }
   // blocking=false for init (polled against the deadline); true for the data path.
   ncclConfig_t make_config(bool blocking) const;
