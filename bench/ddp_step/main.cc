@@ -1,6 +1,6 @@
 // ddp_step: the step time of the reference MLP on one GPU with no
-// communication, then with rtd::DDP for each bucket size x reduction dtype x
-// optimizer placement (after all buckets as PyTorch, or per layer as each
+// communication, then with rtd::DDP for each gradient dtype x bucket size x
+// reduction dtype x optimizer placement (after all buckets as PyTorch, or per layer as each
 // bucket lands: "DDP+opt");
 // scaling efficiency (one-GPU step / DDP step), exposed communication (the
 // difference), memory, and each rank's energy per step, mean power and SM
@@ -26,6 +26,8 @@ namespace {
 
 struct Result {
   std::string mode;
+  std::string grads =
+      "fp32";  // weight-gradient dtype (bf16: written by the product, read by AdamW)
   double bucket_mb = 0;
   std::string reduce;
   bool registered = false;
@@ -117,11 +119,12 @@ void time_steps(Step&& step, int warmup, int steps, cudaStream_t s, rtd::bench::
 Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s,
                   rtd::bench::GpuPower& power) {
   mlp::Model model(c, s);
-  float* grads = nullptr;
-  cudaMalloc(reinterpret_cast<void**>(&grads), model.layer_elems() * c.layers * sizeof(float));
-  auto grad = [&](int l) { return grads + l * model.layer_elems(); };
+  const std::size_t grad_bytes = model.layer_elems() * c.layers * model.grad_elem_bytes();
+  char* grads = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&grads), grad_bytes);
+  auto grad = [&](int l) { return grads + l * model.layer_elems() * model.grad_elem_bytes(); };
   PhaseEvents phases(warmup + steps, s);
-  Result r{.mode = "one GPU", .reduce = "-"};
+  Result r{.mode = "one GPU", .grads = c.bf16_grads ? "bf16" : "fp32", .reduce = "-"};
   time_steps(
       [&](int i) {
         phases.mark(i, PhaseEvents::kStart);
@@ -135,9 +138,7 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
       },
       warmup, steps, s, power, r);
   phases.fill(r, warmup, steps);
-  r.model_gib =
-      static_cast<double>(model.bytes() + model.layer_elems() * c.layers * sizeof(float)) /
-      (1 << 30);
+  r.model_gib = static_cast<double>(model.bytes() + grad_bytes) / (1 << 30);
   r.device_gib = device_used_gib();
   cudaFree(grads);
   return r;
@@ -163,16 +164,18 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
   cudaStreamSynchronize(s);
   rtd::DDP ddp(ctx, params,
                {.bucket_mb = bucket_mb,
+                .grad_dtype = c.bf16_grads ? rtd::DType::kBFloat16 : rtd::DType::kFloat32,
                 .reduce_dtype = reduce == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32,
                 .register_buckets = register_buckets,
                 .copy_engines = copy_engines});
   cudaDeviceSynchronize();  // DDP broadcast rank 0's weights on the default stream
   model.refresh_weights(s);
   rtd::StreamRef ref{s};
-  auto grad = [&](int l) { return static_cast<float*>(ddp.grad(l).data); };
+  auto grad = [&](int l) { return ddp.grad(l).data; };
   PhaseEvents phases(warmup + steps, s);
   Result r{
       .mode = overlap_optimizer ? "DDP+opt" : (serial ? "serial" : (comm_only ? "comm" : "DDP")),
+      .grads = c.bf16_grads ? "bf16" : "fp32",
       .bucket_mb = bucket_mb,
       .reduce = reduce,
       .registered = ddp.buckets_registered(),
@@ -215,8 +218,10 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
       },
       warmup, steps, s, power, r);
   std::size_t bucket_bytes = 0;
+  const bool cast_wire = (reduce == "bf16") != c.bf16_grads;  // a wire copy beside the buckets
   for (int b = 0; b < ddp.bucket_count(); ++b) {
-    bucket_bytes += ddp.bucket_bytes(b) * (reduce == "bf16" ? 3 : 2) / 2;  // + the bf16 wire copy
+    const std::size_t elems = ddp.bucket_bytes(b) / model.grad_elem_bytes();
+    bucket_bytes += ddp.bucket_bytes(b) + (cast_wire ? elems * (reduce == "bf16" ? 2 : 4) : 0);
   }
   phases.fill(r, warmup, steps);
   r.model_gib = static_cast<double>(model.bytes() + bucket_bytes) / (1 << 30);
@@ -242,8 +247,8 @@ std::vector<Result> median_rounds(const std::vector<std::vector<Result>>& by_rou
 int main(int argc, char** argv) {
   mlp::MlpConfig c;
   int warmup = 5, steps = 15, rounds = 1;
-  std::vector<std::string> buckets{"25"}, reduces{"fp32"}, overlaps{"0", "1"}, registers{"0"},
-      backward_sms{"0"}, copy_engines{"1"};
+  std::vector<std::string> grad_dtypes{"fp32"}, buckets{"25"}, reduces{"fp32"}, overlaps{"0", "1"},
+      registers{"0"}, backward_sms{"0"}, copy_engines{"1"};
   std::string json;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
@@ -261,6 +266,8 @@ int main(int argc, char** argv) {
       buckets = split(v);
     else if (f == "--reduce")
       reduces = split(v);
+    else if (f == "--grads")
+      grad_dtypes = split(v);
     else if (f == "--json")
       json = v;
     else if (f == "--overlap-optimizer")
@@ -276,11 +283,20 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
-                   "--bucket-mb 25,100 --reduce fp32,bf16 --overlap-optimizer 0,1,serial,comm "
-                   "--register 0,1 "
+                   "--grads fp32,bf16 --bucket-mb 25,100 --reduce fp32,bf16 "
+                   "--overlap-optimizer 0,1,serial,comm --register 0,1 "
                    "--backward-sms 0,108 --copy-engines 0,1 --rounds R --json FILE]\n"
+                   "  --grads bf16: the products write bf16 weight gradients and AdamW reads\n"
+                   "  them (DDP's grad_dtype); its efficiency is against a one-GPU step with\n"
+                   "  bf16 gradients too. --reduce: the wire dtype (a cast where it differs)\n"
                    "  --rounds R: the one-GPU step and every configuration R times over, each\n"
                    "  reported as its median round (drift such as clocks then hits all alike)\n");
+      return 2;
+    }
+  }
+  for (const auto& g : grad_dtypes) {
+    if (g != "fp32" && g != "bf16") {
+      std::fprintf(stderr, "ddp_step: --grads takes fp32 and/or bf16, not '%s'\n", g.c_str());
       return 2;
     }
   }
@@ -302,17 +318,23 @@ int main(int argc, char** argv) {
     std::vector<std::vector<Result>> by_round;
     for (int round = 0; round < rounds; ++round) {
       std::vector<Result> results;
-      results.push_back(run_single(c, warmup, steps, s, power));
-      ctx->comm().barrier()->wait();
-      for (const auto& ce : copy_engines) {
-        for (const auto& sms : backward_sms) {
-          for (const auto& reg : registers) {
-            for (const auto& o : overlaps) {
-              for (const auto& r : reduces) {
-                for (const auto& b : buckets) {
-                  results.push_back(run_ddp(*ctx, c, std::stod(b), r, o, reg == "1", ce == "1",
-                                            std::stoi(sms), warmup, steps, s, power));
-                  ctx->comm().barrier()->wait();
+      for (const auto& g : grad_dtypes) {
+        c.bf16_grads = g == "bf16";
+        results.push_back(run_single(c, warmup, steps, s, power));
+        ctx->comm().barrier()->wait();
+      }
+      for (const auto& g : grad_dtypes) {
+        c.bf16_grads = g == "bf16";
+        for (const auto& ce : copy_engines) {
+          for (const auto& sms : backward_sms) {
+            for (const auto& reg : registers) {
+              for (const auto& o : overlaps) {
+                for (const auto& r : reduces) {
+                  for (const auto& b : buckets) {
+                    results.push_back(run_ddp(*ctx, c, std::stod(b), r, o, reg == "1", ce == "1",
+                                              std::stoi(sms), warmup, steps, s, power));
+                    ctx->comm().barrier()->wait();
+                  }
                 }
               }
             }
@@ -323,17 +345,22 @@ int main(int argc, char** argv) {
     }
     const std::vector<Result> results = median_rounds(by_round);
     if (ctx->rank() != 0) return 0;
-    const double single = results[0].step_ms;
+    // Efficiency against the one-GPU step with the same gradient dtype.
+    auto single_ms = [&](const Result& r) {
+      for (const Result& one : results)
+        if (one.mode == "one GPU" && one.grads == r.grads) return one.step_ms;
+      return results[0].step_ms;
+    };
     std::printf(
         "# MLP H=%d L=%d B=%d, %d ranks, %d timed steps after %d warm-up, median of %d "
         "round(s)\n",
         c.hidden, c.layers, c.batch, ctx->world_size(), steps, warmup, rounds);
     std::printf("# rank 0's GPU: power limit %.0f W, idle %.0f W\n", power.limit_watts(),
                 idle_watts);
-    std::printf("%-8s %9s %6s %4s %4s %7s %10s %11s %11s %7s %7s %8s %7s %6s %6s %10s %11s\n",
-                "mode", "bucket_mb", "reduce", "via", "reg", "bwd_sms", "step_ms", "efficiency",
-                "exposed_ms", "fwd_ms", "bwd_ms", "after_ms", "J/step", "W", "SM_MHz", "model_GiB",
-                "device_GiB");
+    std::printf("%-8s %5s %9s %6s %4s %4s %7s %10s %11s %11s %7s %7s %8s %7s %6s %6s %10s %11s\n",
+                "mode", "grads", "bucket_mb", "reduce", "via", "reg", "bwd_sms", "step_ms",
+                "efficiency", "exposed_ms", "fwd_ms", "bwd_ms", "after_ms", "J/step", "W", "SM_MHz",
+                "model_GiB", "device_GiB");
     std::ofstream out;
     if (!json.empty()) out.open(json);
     if (out) {
@@ -344,17 +371,19 @@ int main(int argc, char** argv) {
     }
     for (std::size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
+      const double single = single_ms(r);
       const char* via = r.method == "copy engines" ? "ce" : (r.method == "-" ? "-" : "nccl");
       std::printf(
-          "%-8s %9.0f %6s %4s %4s %7s %10.2f %11.3f %11.2f %7.2f %7.2f %8.2f %7.2f %6.0f %6.0f "
-          "%10.2f %11.2f\n",
-          r.mode.c_str(), r.bucket_mb, r.reduce.c_str(), via, r.registered ? "yes" : "no",
+          "%-8s %5s %9.0f %6s %4s %4s %7s %10.2f %11.3f %11.2f %7.2f %7.2f %8.2f %7.2f %6.0f "
+          "%6.0f %10.2f %11.2f\n",
+          r.mode.c_str(), r.grads.c_str(), r.bucket_mb, r.reduce.c_str(), via,
+          r.registered ? "yes" : "no",
           r.backward_sms ? std::to_string(r.backward_sms).c_str() : "all", r.step_ms,
           single / r.step_ms, r.step_ms - single, r.forward_ms, r.backward_ms, r.after_ms, r.joules,
           r.watts, r.sm_mhz, r.model_gib, r.device_gib);
       if (out) {
-        out << "  {\"mode\": \"" << r.mode << "\", \"bucket_mb\": " << r.bucket_mb
-            << ", \"reduce\": \"" << r.reduce
+        out << "  {\"mode\": \"" << r.mode << "\", \"grads\": \"" << r.grads
+            << "\", \"bucket_mb\": " << r.bucket_mb << ", \"reduce\": \"" << r.reduce
             << "\", \"registered\": " << (r.registered ? "true" : "false") << ", \"method\": \""
             << r.method << "\", \"backward_sms\": " << r.backward_sms
             << ", \"step_ms\": " << r.step_ms << ", \"forward_ms\": " << r.forward_ms

@@ -23,7 +23,8 @@ std::string shape_fingerprint(const std::vector<BufferView>& params, const DDPOp
   std::ostringstream out;
   out << params.size() << " parameters [";
   for (std::size_t i = 0; i < params.size(); ++i) out << (i ? "," : "") << params[i].count;
-  out << "] reduced in " << to_string(options.reduce_dtype)
+  out << "] of " << to_string(params[0].dtype) << ", " << to_string(options.grad_dtype)
+      << " gradients reduced in " << to_string(options.reduce_dtype)
       << (options.copy_engines ? " (copy engines allowed)" : " (copy engines off)")
       << " in buckets of " << options.first_bucket_mb << "/" << options.bucket_mb << " MB";
   if (wire_registered.find('r') != std::string::npos) {
@@ -69,8 +70,8 @@ struct DDP::Impl {
   DeviceType device;
   int device_index;
   BucketPlan plan;
-  std::vector<std::shared_ptr<void>> grads;      // per bucket, float32
-  std::vector<std::shared_ptr<void>> wire;       // per bucket, the reduce dtype when not float32
+  std::vector<std::shared_ptr<void>> grads;      // per bucket, grad_dtype
+  std::vector<std::shared_ptr<void>> wire;       // per bucket, reduce_dtype where it differs
   std::string wire_registered;                   // per bucket: 'r' registered wire memory, '-' not
   std::vector<bool> ready;                       // per parameter, this step
   std::vector<int> pending;                      // per bucket, parameters not ready yet
@@ -84,13 +85,14 @@ struct DDP::Impl {
       : comm(c), options(o), params(std::move(p)) {}
 
   BufferView bucket_view(int b) const {
-    return BufferView{grads[b].get(), plan.bucket_counts[b], DType::kFloat32, device, device_index};
+    return BufferView{grads[b].get(), plan.bucket_counts[b], options.grad_dtype, device,
+                      device_index};
   }
   BufferView wire_view(int b) const {
     return BufferView{wire[b].get(), plan.bucket_counts[b], options.reduce_dtype, device,
                       device_index};
   }
-  bool cast_on_wire() const { return options.reduce_dtype != DType::kFloat32; }
+  bool cast_on_wire() const { return options.reduce_dtype != options.grad_dtype; }
 
   void reset_step() {
     std::fill(ready.begin(), ready.end(), false);
@@ -141,27 +143,29 @@ DDP::DDP(Communicator& comm, Store& store, std::vector<BufferView> params, DDPOp
   s.device = s.params[0].device;
   s.device_index = s.params[0].device_index;
   std::vector<std::size_t> counts;
+  auto float32_or_bf16 = [](DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; };
   for (std::size_t i = 0; i < s.params.size(); ++i) {
     const BufferView& p = s.params[i];
-    if (p.dtype != DType::kFloat32 || p.device != s.device) {
+    if (!float32_or_bf16(p.dtype) || p.dtype != s.params[0].dtype || p.device != s.device) {
       throw Error(ErrorCategory::kInvalidArgument,
                   "DDP: parameter " + std::to_string(i) +
-                      " must be float32 and on the same device as parameter 0");
+                      " must be float32 or bfloat16, of parameter 0's dtype and on its device");
     }
     counts.push_back(p.count);
   }
-  if (options.reduce_dtype != DType::kFloat32 && options.reduce_dtype != DType::kBFloat16) {
-    throw Error(ErrorCategory::kInvalidArgument, "DDP: reduce_dtype must be float32 or bfloat16");
+  if (!float32_or_bf16(options.grad_dtype) || !float32_or_bf16(options.reduce_dtype)) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "DDP: grad_dtype and reduce_dtype must be float32 or bfloat16");
   }
-  s.plan = plan_buckets(counts, sizeof(float),
-                        static_cast<std::size_t>(options.first_bucket_mb * (1 << 20)),
-                        static_cast<std::size_t>(options.bucket_mb * (1 << 20)));
-  // What goes on the wire is registered: the float32 buckets, or their casts.
+  const std::size_t grad_size = dtype_size(options.grad_dtype);
+  s.plan =
+      plan_buckets(counts, grad_size, static_cast<std::size_t>(options.first_bucket_mb * (1 << 20)),
+                   static_cast<std::size_t>(options.bucket_mb * (1 << 20)));
+  // What goes on the wire is registered: the gradient buckets, or their casts.
   for (std::size_t b = 0; b < s.plan.bucket_counts.size(); ++b) {
     bool ok = false;
     s.grads.push_back(allocate_bucket(comm, options.register_buckets && !s.cast_on_wire(), s.device,
-                                      s.device_index, s.plan.bucket_counts[b] * sizeof(float),
-                                      &ok));
+                                      s.device_index, s.plan.bucket_counts[b] * grad_size, &ok));
     zero_async(s.bucket_view(static_cast<int>(b)), {});
     if (s.cast_on_wire()) {
       s.wire.push_back(allocate_bucket(comm, options.register_buckets, s.device, s.device_index,
@@ -184,9 +188,10 @@ DDP::DDP(Communicator& comm, Store& store, std::vector<BufferView> params, DDPOp
     for (const BufferView& p : s.params) complete(*comm.broadcast(p, 0, {}), s.device, {});
   }
   log::get("ddp")->info(
-      "DDP: {} parameters in {} buckets ({} MB first, {} MB cap), reducing in {} by {}{}",
+      "DDP: {} parameters in {} buckets ({} MB first, {} MB cap), {} gradients reduced in {} by "
+      "{}{}",
       s.params.size(), s.plan.bucket_counts.size(), options.first_bucket_mb, options.bucket_mb,
-      to_string(options.reduce_dtype), s.reducer->method(),
+      to_string(options.grad_dtype), to_string(options.reduce_dtype), s.reducer->method(),
       s.wire_registered.find('-') == std::string::npos ? ", registered buckets" : "");
 }
 
@@ -198,9 +203,9 @@ BufferView DDP::grad(int i) const {
     throw Error(ErrorCategory::kInvalidArgument, "DDP::grad: no parameter " + std::to_string(i));
   }
   const BucketSlot& slot = s.plan.slots[i];
-  auto* base = static_cast<float*>(s.grads[slot.bucket].get());
-  return BufferView{base + slot.offset, s.params[i].count, DType::kFloat32, s.device,
-                    s.device_index};
+  auto* base = static_cast<char*>(s.grads[slot.bucket].get());
+  return BufferView{base + slot.offset * dtype_size(s.options.grad_dtype), s.params[i].count,
+                    s.options.grad_dtype, s.device, s.device_index};
 }
 
 void DDP::zero_grad(StreamRef stream) {
@@ -278,7 +283,7 @@ std::string DDP::reduce_method() const { return impl_->reducer->method(); }
 int DDP::bucket_count() const { return static_cast<int>(impl_->plan.bucket_counts.size()); }
 
 std::size_t DDP::bucket_bytes(int bucket) const {
-  return impl_->plan.bucket_counts.at(bucket) * sizeof(float);
+  return impl_->plan.bucket_counts.at(bucket) * dtype_size(impl_->options.grad_dtype);
 }
 
 }  // namespace rtd

@@ -90,4 +90,9 @@ void Gemm::grad_weight(const __nv_bfloat16* dy, const __nv_bfloat16* x, float* d
   run(false, true, in, out, b, x, in, dy, out, dw, in, CUDA_R_32F, s);
 }
 
+void Gemm::grad_weight(const __nv_bfloat16* dy, const __nv_bfloat16* x, __nv_bfloat16* dw, int b,
+                       int in, int out, cudaStream_t s) {
+  run(false, true, in, out, b, x, in, dy, out, dw, in, CUDA_R_16BF, s);
+}
+
 }  // namespace mlp

@@ -26,9 +26,12 @@ class Gemm {
   // dx[b, in] = dy[b, out] * w[out, in]            (input gradient)
   void grad_input(const __nv_bfloat16* dy, const __nv_bfloat16* w, __nv_bfloat16* dx, int b, int in,
                   int out, cudaStream_t s);
-  // dw[out, in] = dy[b, out]^T * x[b, in], fp32    (weight gradient, into DDP's bucket)
+  // dw[out, in] = dy[b, out]^T * x[b, in]          (weight gradient, into DDP's bucket)
+  // accumulated in fp32 and written as fp32, or rounded once to bf16.
   void grad_weight(const __nv_bfloat16* dy, const __nv_bfloat16* x, float* dw, int b, int in,
                    int out, cudaStream_t s);
+  void grad_weight(const __nv_bfloat16* dy, const __nv_bfloat16* x, __nv_bfloat16* dw, int b,
+                   int in, int out, cudaStream_t s);
 
  private:
   // C (m x n, column-major) = op(A) op(B), A and B bf16, C of c_type.

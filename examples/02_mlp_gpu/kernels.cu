@@ -81,11 +81,20 @@ __device__ float adamw_one(float p, float g, float& m, float& v, const AdamW& o,
   p *= 1.0f - o.lr * o.weight_decay;
   return p - o.lr * (m / bc1) / (sqrtf(v / bc2) + o.eps);
 }
+// Four gradient elements as floats: one 16-byte load of fp32, one 8-byte load of bf16.
+__device__ float4 load4(const float4* g, std::size_t i) { return g[i]; }
+__device__ float4 load4(const uint2* g, std::size_t i) {
+  uint2 bits = g[i];
+  float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.x));
+  float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
 // Four elements per thread with 16-byte loads (n % 4 == 0, buffers 16-byte aligned).
-__global__ void k_adamw(float4* p, const float4* g, float4* m, float4* v, __nv_bfloat162* w,
+template <typename Grad4>
+__global__ void k_adamw(float4* p, const Grad4* g, float4* m, float4* v, __nv_bfloat162* w,
                         std::size_t n4, AdamW o, float bc1, float bc2) {
   GRID_STRIDE(i, n4) {
-    float4 pi = p[i], gi = g[i], mi = m[i], vi = v[i];
+    float4 pi = p[i], gi = load4(g, i), mi = m[i], vi = v[i];
     pi.x = adamw_one(pi.x, gi.x, mi.x, vi.x, o, bc1, bc2);
     pi.y = adamw_one(pi.y, gi.y, mi.y, vi.y, o, bc1, bc2);
     pi.z = adamw_one(pi.z, gi.z, mi.z, vi.z, o, bc1, bc2);
@@ -127,14 +136,25 @@ void loss_and_grad(const __nv_bfloat16* y, __nv_bfloat16* dy, float* loss_sum, s
                                    reinterpret_cast<__nv_bfloat162*>(dy), loss_sum, n / 2,
                                    2.0f / static_cast<float>(n));
 }
-void adamw_step(float* p, const float* g, float* m, float* v, __nv_bfloat16* w, std::size_t n,
-                const AdamW& opt, int step, cudaStream_t s) {
+namespace {
+template <typename Grad4>
+void launch_adamw(float* p, const Grad4* g, float* m, float* v, __nv_bfloat16* w, std::size_t n,
+                  const AdamW& opt, int step, cudaStream_t s) {
   float bc1 = 1.0f - powf(opt.beta1, static_cast<float>(step));
   float bc2 = 1.0f - powf(opt.beta2, static_cast<float>(step));
   k_adamw<<<blocks(n / 4), kThreads, 0, s>>>(
-      reinterpret_cast<float4*>(p), reinterpret_cast<const float4*>(g),
-      reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v),
+      reinterpret_cast<float4*>(p), g, reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v),
       reinterpret_cast<__nv_bfloat162*>(w), n / 4, opt, bc1, bc2);
+}
+}  // namespace
+
+void adamw_step(float* p, const float* g, float* m, float* v, __nv_bfloat16* w, std::size_t n,
+                const AdamW& opt, int step, cudaStream_t s) {
+  launch_adamw(p, reinterpret_cast<const float4*>(g), m, v, w, n, opt, step, s);
+}
+void adamw_step(float* p, const __nv_bfloat16* g, float* m, float* v, __nv_bfloat16* w,
+                std::size_t n, const AdamW& opt, int step, cudaStream_t s) {
+  launch_adamw(p, reinterpret_cast<const uint2*>(g), m, v, w, n, opt, step, s);
 }
 
 }  // namespace mlp

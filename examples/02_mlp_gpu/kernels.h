@@ -28,8 +28,11 @@ void loss_and_grad(const __nv_bfloat16* y, __nv_bfloat16* dy, float* loss_sum, s
 struct AdamW {
   float lr = 1e-4f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
 };
-// One fused step over n parameters: p, m, v in fp32; g the gradient; w the bf16 copy.
+// One fused step over n parameters: p, m, v in fp32; g the gradient (fp32 or
+// bf16, read as it is); w the bf16 copy.
 void adamw_step(float* p, const float* g, float* m, float* v, __nv_bfloat16* w, std::size_t n,
                 const AdamW& opt, int step, cudaStream_t s);
+void adamw_step(float* p, const __nv_bfloat16* g, float* m, float* v, __nv_bfloat16* w,
+                std::size_t n, const AdamW& opt, int step, cudaStream_t s);
 
 }  // namespace mlp

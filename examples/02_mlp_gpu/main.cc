@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   mlp::MlpConfig config;
   int steps = 30, log_every = 10;
   rtd::DDPOptions ddp_options;
+  bool reduce_given = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--hidden")
@@ -28,15 +29,21 @@ int main(int argc, char** argv) {
       log_every = std::stoi(value);
     else if (flag == "--bucket-mb")
       ddp_options.bucket_mb = std::stod(value);
-    else if (flag == "--reduce")
+    else if (flag == "--reduce" && (value == "fp32" || value == "bf16")) {
       ddp_options.reduce_dtype = value == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32;
-    else {
+      reduce_given = true;
+    } else if (flag == "--grads" && (value == "fp32" || value == "bf16")) {
+      config.bf16_grads = value == "bf16";
+    } else {
       std::fprintf(stderr,
                    "usage: mlp_gpu [--hidden H] [--layers L] [--batch B] [--steps N] "
-                   "[--log-every K] [--bucket-mb MB] [--reduce fp32|bf16]\n");
+                   "[--log-every K] [--bucket-mb MB] [--grads fp32|bf16] [--reduce fp32|bf16]\n"
+                   "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n");
       return 2;
     }
   }
+  ddp_options.grad_dtype = config.bf16_grads ? rtd::DType::kBFloat16 : rtd::DType::kFloat32;
+  if (!reduce_given) ddp_options.reduce_dtype = ddp_options.grad_dtype;
   try {
     auto ctx = rtd::init({.backend = rtd::Backend::kNccl});
     cudaStream_t stream;
@@ -52,7 +59,7 @@ int main(int argc, char** argv) {
     cudaDeviceSynchronize();  // DDP broadcast rank 0's weights on the default stream
     model.refresh_weights(stream);
     rtd::StreamRef s{stream};
-    auto grad = [&](int l) { return static_cast<float*>(ddp.grad(l).data); };
+    auto grad = [&](int l) { return ddp.grad(l).data; };
     auto start = std::chrono::steady_clock::now();
     for (int step = 1; step <= steps; ++step) {
       model.forward(stream);

@@ -61,7 +61,7 @@ void Model::forward(cudaStream_t s) {
   loss_and_grad(acts_[c_.layers], grad_a_, loss_, act, s);
 }
 
-void Model::backward(const std::function<float*(int)>& grad, const std::function<void(int)>& ready,
+void Model::backward(const std::function<void*(int)>& grad, const std::function<void(int)>& ready,
                      cudaStream_t s) {
   const std::size_t act = std::size_t(c_.batch) * c_.hidden;
   __nv_bfloat16* upstream = grad_a_;  // d loss / d acts_[l + 1]
@@ -69,7 +69,13 @@ void Model::backward(const std::function<float*(int)>& grad, const std::function
   gemm_.set_sm_count_target(backward_sms_);
   for (int l = c_.layers - 1; l >= 0; --l) {
     gelu_backward(pre_[l], upstream, scratch, act, s);  // d loss / d pre_[l]
-    gemm_.grad_weight(scratch, acts_[l], grad(l), c_.batch, c_.hidden, c_.hidden, s);
+    if (c_.bf16_grads) {
+      gemm_.grad_weight(scratch, acts_[l], static_cast<__nv_bfloat16*>(grad(l)), c_.batch,
+                        c_.hidden, c_.hidden, s);
+    } else {
+      gemm_.grad_weight(scratch, acts_[l], static_cast<float*>(grad(l)), c_.batch, c_.hidden,
+                        c_.hidden, s);
+    }
     ready(l);
     if (l > 0)
       gemm_.grad_input(scratch, weights_ + l * layer_elems(), upstream, c_.batch, c_.hidden,
@@ -78,14 +84,19 @@ void Model::backward(const std::function<float*(int)>& grad, const std::function
   gemm_.set_sm_count_target(0);
 }
 
-void Model::optimizer_step(const std::function<const float*(int)>& grad, int step, cudaStream_t s) {
+void Model::optimizer_step(const std::function<const void*(int)>& grad, int step, cudaStream_t s) {
   for (int l = 0; l < c_.layers; ++l) optimizer_step_layer(l, grad(l), step, s);
 }
 
-void Model::optimizer_step_layer(int l, const float* grad, int step, cudaStream_t s) {
+void Model::optimizer_step_layer(int l, const void* grad, int step, cudaStream_t s) {
   std::size_t off = l * layer_elems();
-  adamw_step(master_ + off, grad, m_ + off, v_ + off, weights_ + off, layer_elems(), adamw_, step,
-             s);
+  if (c_.bf16_grads) {
+    adamw_step(master_ + off, static_cast<const __nv_bfloat16*>(grad), m_ + off, v_ + off,
+               weights_ + off, layer_elems(), adamw_, step, s);
+  } else {
+    adamw_step(master_ + off, static_cast<const float*>(grad), m_ + off, v_ + off, weights_ + off,
+               layer_elems(), adamw_, step, s);
+  }
 }
 
 float Model::take_loss(int steps, cudaStream_t s) {

@@ -1,7 +1,9 @@
 // The reference MLP of shared/anchors/torch_anchor.py on one GPU: L layers of
 // Linear(H, H, bias=False) + GELU, loss mean(y^2), bf16 products with fp32
-// accumulation, fp32 master weights and a fused AdamW. Gradients go wherever
-// the caller says (DDP's buckets), and the caller hears as each becomes final.
+// accumulation, fp32 master weights and a fused AdamW. Weight gradients are
+// fp32, or bf16 (bf16_grads: the product rounds them once and AdamW reads them
+// as they are); they go wherever the caller says (DDP's buckets), and the
+// caller hears as each becomes final.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,6 +22,7 @@ struct MlpConfig {
   int hidden = 8192;
   int layers = 8;
   int batch = 8192;  // tokens per rank per step
+  bool bf16_grads = false;
 };
 
 class Model {
@@ -35,17 +38,18 @@ class Model {
   void refresh_weights(cudaStream_t s);
   // Forward on a fixed input; the loss accumulates on the device.
   void forward(cudaStream_t s);
-  // grad(l): where layer l's fp32 weight gradient goes; ready(l) is called
-  // right after it is enqueued (last layer first).
-  void backward(const std::function<float*(int)>& grad, const std::function<void(int)>& ready,
+  // grad(l): where layer l's weight gradient goes (fp32, or bf16 with
+  // bf16_grads); ready(l) is called right after it is enqueued (last layer first).
+  void backward(const std::function<void*(int)>& grad, const std::function<void(int)>& ready,
                 cudaStream_t s);
   // Backward's products use this many SMs (0: all), leaving the others to a
   // gradient reduction running beside them.
   void set_backward_sm_count(int sms) { backward_sms_ = sms; }
-  void optimizer_step(const std::function<const float*(int)>& grad, int step, cudaStream_t s);
+  void optimizer_step(const std::function<const void*(int)>& grad, int step, cudaStream_t s);
   // AdamW on one layer, so that a trainer can update each layer as soon as its
   // gradient is reduced.
-  void optimizer_step_layer(int layer, const float* grad, int step, cudaStream_t s);
+  void optimizer_step_layer(int layer, const void* grad, int step, cudaStream_t s);
+  std::size_t grad_elem_bytes() const { return c_.bf16_grads ? 2 : 4; }
   // Mean loss of the steps since the last call (synchronizes s).
   float take_loss(int steps, cudaStream_t s);
   // Bytes this model allocated (weights, optimizer state, activations, workspace).

@@ -56,18 +56,29 @@ class DDPTest : public WorldTest {
     options.bucket_mb = 0.5;
     return DDP(comm(), test_context()->store(), views(), options);
   }
-  // Writes values into parameter k's gradient (through the host).
+  // Writes values into parameter k's gradient (through the host, in the gradient's dtype).
   void write_grad(DDP& ddp, std::size_t k, const std::vector<float>& values, bool accumulate) {
     BufferView g = ddp.grad(static_cast<int>(k));
-    std::vector<float> current(values.size(), 0.0f);
-    if (accumulate) test_memory().to_host(current.data(), g.data, g.bytes());
+    std::vector<float> current = accumulate ? read_grad(ddp, k) : std::vector<float>(g.count, 0.0f);
     for (std::size_t j = 0; j < values.size(); ++j) current[j] += values[j];
-    test_memory().to_device(g.data, current.data(), g.bytes());
+    if (g.dtype == DType::kFloat32) {
+      test_memory().to_device(g.data, current.data(), g.bytes());
+      return;
+    }
+    std::vector<std::uint16_t> bits(current.size());
+    for (std::size_t j = 0; j < bits.size(); ++j) bits[j] = float_to_bf16(current[j]);
+    test_memory().to_device(g.data, bits.data(), g.bytes());
   }
   std::vector<float> read_grad(DDP& ddp, std::size_t k) {
     BufferView g = ddp.grad(static_cast<int>(k));
     std::vector<float> out(g.count);
-    test_memory().to_host(out.data(), g.data, g.bytes());
+    if (g.dtype == DType::kFloat32) {
+      test_memory().to_host(out.data(), g.data, g.bytes());
+      return out;
+    }
+    std::vector<std::uint16_t> bits(g.count);
+    test_memory().to_host(bits.data(), g.data, g.bytes());
+    for (std::size_t j = 0; j < bits.size(); ++j) out[j] = bf16_to_float(bits[j]);
     return out;
   }
   void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
@@ -100,19 +111,38 @@ TEST_F(DDPTest, ParametersAreBroadcastFromRankZero) {
 }
 
 TEST_F(DDPTest, NRanksEqualOneRankWithNTimesTheBatch) {
-  // wire dtype x {plain buckets, registered buckets, no copy engines}
-  for (int variant = 0; variant < 6; ++variant) {
-    const DType wire = variant % 2 ? DType::kBFloat16 : DType::kFloat32;
-    const bool registered = variant / 2 == 1, copy_engines = variant / 2 != 2;
-    DDP ddp = make(DDPOptions{
-        .reduce_dtype = wire, .register_buckets = registered, .copy_engines = copy_engines});
+  struct Variant {
+    DType grads, wire;
+    bool registered, copy_engines;
+  };
+  const std::vector<Variant> variants = {
+      {DType::kFloat32, DType::kFloat32, false, true},
+      {DType::kFloat32, DType::kBFloat16, false, true},
+      {DType::kFloat32, DType::kFloat32, true, true},
+      {DType::kFloat32, DType::kBFloat16, true, true},
+      {DType::kFloat32, DType::kFloat32, false, false},
+      {DType::kFloat32, DType::kBFloat16, false, false},
+      // bf16 gradients, reduced as they are or through a float32 wire.
+      {DType::kBFloat16, DType::kBFloat16, false, true},
+      {DType::kBFloat16, DType::kBFloat16, true, true},
+      {DType::kBFloat16, DType::kBFloat16, false, false},
+      {DType::kBFloat16, DType::kFloat32, false, true},
+  };
+  for (const Variant& v : variants) {
+    DDP ddp = make(DDPOptions{.grad_dtype = v.grads,
+                              .reduce_dtype = v.wire,
+                              .register_buckets = v.registered,
+                              .copy_engines = v.copy_engines});
     // Only NCCL has registered memory; Gloo falls back to plain buckets.
     const bool nccl = comm().backend() == "nccl";
-    EXPECT_EQ(ddp.buckets_registered(), registered && nccl);
+    EXPECT_EQ(ddp.buckets_registered(), v.registered && nccl);
+    EXPECT_EQ(ddp.grad(2).dtype, v.grads);
+    EXPECT_EQ(ddp.bucket_bytes(0) % dtype_size(v.grads), 0u);
     // Copy engines need memory other processes can map, which registered memory is not.
-    EXPECT_EQ(ddp.reduce_method(), nccl && comm().size() > 1 && copy_engines && !registered
+    EXPECT_EQ(ddp.reduce_method(), nccl && comm().size() > 1 && v.copy_engines && !v.registered
                                        ? "copy engines"
                                        : "all_reduce");
+    const bool coarse = v.grads == DType::kBFloat16 || v.wire == DType::kBFloat16;
     const int n = comm().size(), r = comm().rank();
     for (int step = 0; step < 3; ++step) {
       ddp.zero_grad();
@@ -122,11 +152,11 @@ TEST_F(DDPTest, NRanksEqualOneRankWithNTimesTheBatch) {
       }
       ddp.finish();
       for (std::size_t k = 0; k < kSizes.size(); ++k) {
-        expect_close(read_grad(ddp, k), mean_grad(k, 100 * step, n * kSamplesPerRank),
-                     wire == DType::kBFloat16 ? 2e-2 : 1e-5,
-                     std::string(to_string(wire)) + (registered ? " registered" : "") + " by " +
-                         ddp.reduce_method() + " step " + std::to_string(step) + " param " +
-                         std::to_string(k));
+        expect_close(
+            read_grad(ddp, k), mean_grad(k, 100 * step, n * kSamplesPerRank), coarse ? 2e-2 : 1e-5,
+            std::string(to_string(v.grads)) + " gradients on a " + std::string(to_string(v.wire)) +
+                " wire" + (v.registered ? " registered" : "") + " by " + ddp.reduce_method() +
+                " step " + std::to_string(step) + " param " + std::to_string(k));
       }
     }
   }
@@ -216,6 +246,29 @@ TEST_F(DDPTest, RanksWithDifferentOptionsFailCleanlyOnEveryRank) {
     EXPECT_NE(std::string(e.what()).find("same DDP options"), std::string::npos) << e.what();
   }
   comm().barrier()->wait();
+}
+
+TEST_F(DDPTest, RanksWithDifferentGradientDtypesFailCleanlyOnEveryRank) {
+  if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
+  try {
+    DDP ddp = make(DDPOptions{.grad_dtype = comm().rank() == 1 ? DType::kBFloat16 : DType::kFloat32,
+                              .reduce_dtype = DType::kBFloat16});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("bfloat16 gradients"), std::string::npos) << e.what();
+  }
+  comm().barrier()->wait();
+}
+
+TEST_F(DDPTest, GradientDtypeOtherThanFloat32OrBf16IsRejected) {
+  try {
+    DDP ddp = make(DDPOptions{.grad_dtype = DType::kFloat64});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("grad_dtype"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(DDPTest, RanksWithDifferentModelsFailCleanlyOnEveryRank) {

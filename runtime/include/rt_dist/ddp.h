@@ -26,8 +26,14 @@ namespace rtd {
 struct DDPOptions {
   double bucket_mb = 25.0;       // bucket cap after the first
   double first_bucket_mb = 1.0;  // the first bucket reduced (the last parameters) is small
-  // Wire dtype of the reduction: kFloat32, or kBFloat16 (gradients are cast,
-  // reduced, and cast back; the sum of two ranks is formed in fp32 by NCCL/Gloo).
+  // Dtype of the gradient buckets (grad(i)): kFloat32, or kBFloat16 for a
+  // trainer whose products write bf16 gradients and whose optimizer reads
+  // them (half the memory and, with reduce_dtype kBFloat16, half the bytes
+  // on the wire and no cast passes).
+  DType grad_dtype = DType::kFloat32;
+  // Wire dtype of the reduction: kFloat32 or kBFloat16. Where it differs from
+  // grad_dtype, gradients are cast, reduced, and cast back; sums are formed
+  // in fp32 by NCCL, Gloo and the copy-engine addition.
   DType reduce_dtype = DType::kFloat32;
   // finish() treats gradients that never became ready as zero (PyTorch's
   // find_unused_parameters); otherwise it is an error naming them.
@@ -46,7 +52,7 @@ struct DDPOptions {
 class DDP {
  public:
   // params: the model's parameters in registration order (all on one device,
-  // one dtype: float32). Checks across ranks that every rank registered the
+  // one dtype: float32 or bfloat16). Checks across ranks that every rank registered the
   // same count and shapes (a mismatch is rtd::Error(kInvalidArgument) on
   // every rank, within the store timeout), then broadcasts from rank 0.
   DDP(Communicator& comm, Store& store, std::vector<BufferView> params, DDPOptions options = {});
@@ -56,7 +62,7 @@ class DDP {
   DDP(const DDP&) = delete;
   DDP& operator=(const DDP&) = delete;
 
-  // Where parameter i's gradient lives (same count and dtype as the parameter).
+  // Where parameter i's gradient lives (the parameter's count, grad_dtype).
   BufferView grad(int i) const;
   // Sets every gradient to zero, ordered on stream.
   void zero_grad(StreamRef stream = {});
