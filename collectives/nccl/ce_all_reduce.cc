@@ -29,6 +29,10 @@ std::vector<std::string> all_gather_strings(Store& store, const std::string& key
   return all;
 }
 
+int pull_stream_count(const CeSetup& setup) {
+  return setup.pull_streams > 0 ? setup.pull_streams : std::max(1, setup.size - 1);
+}
+
 // Waits for work queued on stream without cuda*Synchronize (polls an event).
 void drain(cudaStream_t stream) {
   cudaEvent_t e = nullptr;
@@ -47,6 +51,9 @@ struct CopyEngineAllReduce::Resources {
   cudaStream_t stream = nullptr;          // the reducer's stream (highest priority)
   cudaStream_t release_stream = nullptr;  // for the abort hook's flag raise
   cudaEvent_t start = nullptr;            // recorded on the caller's stream
+  cudaEvent_t fork = nullptr;             // recorded on `stream`, awaited by the pull streams
+  std::vector<cudaStream_t> pulls;        // the pulls' streams
+  std::vector<cudaEvent_t> joins;         // per pull stream, awaited by `stream`
   unsigned* flags = nullptr;              // [kind][buffer][from rank]
   std::size_t flag_count = 0;
   char* scratch = nullptr;                       // (size - 1) slots of the largest chunk
@@ -60,6 +67,9 @@ struct CopyEngineAllReduce::Resources {
     if (flags) cudaFree(flags);
     if (scratch) cudaFree(scratch);
     if (start) cudaEventDestroy(start);
+    if (fork) cudaEventDestroy(fork);
+    for (cudaEvent_t e : joins) cudaEventDestroy(e);
+    for (cudaStream_t p : pulls) cudaStreamDestroy(p);
     if (stream) cudaStreamDestroy(stream);
     if (release_stream) cudaStreamDestroy(release_stream);
   }
@@ -70,6 +80,20 @@ struct CopyEngineAllReduce::Resources {
     cudaMemsetAsync(flags, 0x7f, flag_count * sizeof(unsigned), release_stream);
   }
 };
+
+namespace {
+bool create_pull_streams(CommState& state, int count, CopyEngineAllReduce::Resources* res) {
+  for (int k = 0; k < count; ++k) {
+    cudaStream_t s = nullptr;
+    cudaEvent_t e = nullptr;
+    if (state.cuda().stream_create(&s) != cudaSuccess) return false;
+    res->pulls.push_back(s);
+    if (state.cuda().event_create(&e) != cudaSuccess) return false;
+    res->joins.push_back(e);
+  }
+  return true;
+}
+}  // namespace
 
 std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& setup,
                                                                  std::string* why) {
@@ -129,9 +153,11 @@ std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& 
         cudaIpcGetMemHandle(&flags_handle, res->flags) != cudaSuccess ||
         setup.state->cuda().stream_create(&res->stream) != cudaSuccess ||
         setup.state->cuda().stream_create(&res->release_stream) != cudaSuccess ||
-        setup.state->cuda().event_create(&res->start) != cudaSuccess) {
+        setup.state->cuda().event_create(&res->start) != cudaSuccess ||
+        setup.state->cuda().event_create(&res->fork) != cudaSuccess ||
+        !create_pull_streams(*setup.state, pull_stream_count(setup), res.get())) {
       cudaGetLastError();
-      refuse("allocating its flags, scratch or stream failed");
+      refuse("allocating its flags, scratch or streams failed");
     } else {
       cudaMemsetAsync(res->flags, 0, res->flag_count * sizeof(unsigned), res->stream);
       drain(res->stream);  // zero before any peer can write them
@@ -251,11 +277,48 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
                "signalling a peer");
     }
   };
-  auto wait_for = [&](FlagKind kind, int p) {
+  auto wait_for = [&](FlagKind kind, int p, cudaStream_t on) {
     auto addr = reinterpret_cast<CUdeviceptr>(res_->flags + flag_index(kind, p));
-    check_cu(driver.stream_wait_value32(s, addr, e, CU_STREAM_WAIT_VALUE_GEQ),
+    check_cu(driver.stream_wait_value32(on, addr, e, CU_STREAM_WAIT_VALUE_GEQ),
              "waiting for a peer");
   };
+  // Every peer's pull at once: `s` forks to the pull streams; each waits for
+  // its peers' flags and copies from them (in `parts` pieces per peer, spread
+  // over the streams); `s` joins them all. dst(p)/src(p): where peer p's bytes
+  // go and come from; bytes(p): how many.
+  const int streams = static_cast<int>(res_->pulls.size());
+  const int parts = std::max(1, streams / std::max(1, n - 1));
+  auto pull_all = [&](FlagKind kind, auto dst, auto src, auto bytes, const char* step) {
+    RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->fork, s), what + ": forking to the pulls");
+    std::vector<bool> used(streams, false);
+    for (int p = 0, k = 0; p < n; ++p) {
+      if (p == me) continue;
+      const std::size_t total = bytes(p), piece = (total / parts + 15) / 16 * 16;
+      for (int j = 0; j < parts; ++j, ++k) {
+        const std::size_t from = std::min(total, j * piece),
+                          len = std::min(total, from + piece) - from;
+        cudaStream_t on = res_->pulls[k % streams];
+        if (!used[k % streams]) {
+          RTD_CUDA_CHECK(cuda, cudaStreamWaitEvent(on, res_->fork, 0),
+                         what + ": ordering a pull after the reducer's stream");
+          used[k % streams] = true;
+        }
+        wait_for(kind, p, on);
+        if (len == 0) continue;
+        RTD_CUDA_CHECK(
+            cuda, cudaMemcpyAsync(dst(p) + from, src(p) + from, len, cudaMemcpyDeviceToDevice, on),
+            what + ": " + step);
+      }
+    }
+    for (int k = 0; k < streams; ++k) {
+      if (!used[k]) continue;
+      RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->joins[k], res_->pulls[k]),
+                     what + ": recording a pull's end");
+      RTD_CUDA_CHECK(cuda, cudaStreamWaitEvent(s, res_->joins[k], 0), what + ": joining the pulls");
+    }
+  };
+  // A peer's scratch slot: peers in rank order, skipping this rank.
+  auto slot_of = [&](int p) { return p < me ? p : p - 1; };
 
   RTD_CUDA_CHECK(cuda, cudaSetDevice(setup_.device), what + ": selecting the GPU");
   RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->start, static_cast<cudaStream_t>(caller.cuda_stream)),
@@ -263,32 +326,22 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   RTD_CUDA_CHECK(cuda, cudaStreamWaitEvent(s, res_->start, 0),
                  what + ": ordering after the caller's stream");
   tell_peers(kFinal);
-  for (int p = 0, slot = 0; p < n; ++p) {  // pull every peer's copy of my chunk
-    if (p == me) continue;
-    wait_for(kFinal, p);
-    RTD_CUDA_CHECK(cuda,
-                   cudaMemcpyAsync(res_->scratch + slot * slot_elems * esize,
-                                   res_->peer_buffers[p][i] + lo(me) * esize, chunk_bytes(me),
-                                   cudaMemcpyDeviceToDevice, s),
-                   what + ": pulling a peer's chunk");
-    ++slot;
-  }
+  pull_all(  // every peer's copy of my chunk, into scratch
+      kFinal, [&](int p) { return res_->scratch + slot_of(p) * slot_elems * esize; },
+      [&](int p) { return res_->peer_buffers[p][i] + lo(me) * esize; },
+      [&](int) { return chunk_bytes(me); }, "pulling a peer's chunk");
   reduce_slots_async(own + lo(me) * esize, res_->scratch, slot_elems, n - 1, chunks.size(me),
                      buf.dtype, setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f, setup_.reduce_blocks,
                      s);
   RTD_CUDA_CHECK(cuda, cudaGetLastError(), what + ": launching the addition");
   tell_peers(kReduced);
-  for (int p = 0; p < n; ++p) {  // pull every peer's reduced chunk
-    if (p == me) continue;
-    wait_for(kReduced, p);
-    RTD_CUDA_CHECK(cuda,
-                   cudaMemcpyAsync(own + lo(p) * esize, res_->peer_buffers[p][i] + lo(p) * esize,
-                                   chunk_bytes(p), cudaMemcpyDeviceToDevice, s),
-                   what + ": pulling a reduced chunk");
-  }
+  pull_all(  // every peer's reduced chunk, into my buffer
+      kReduced, [&](int p) { return own + lo(p) * esize; },
+      [&](int p) { return res_->peer_buffers[p][i] + lo(p) * esize; },
+      [&](int p) { return chunk_bytes(p); }, "pulling a reduced chunk");
   tell_peers(kDoneReading);
   for (int p = 0; p < n; ++p) {
-    if (p != me) wait_for(kDoneReading, p);
+    if (p != me) wait_for(kDoneReading, p, s);
   }
   std::shared_ptr<cudaEvent_t> end = setup_.state->take_end_event();
   RTD_CUDA_CHECK(cuda, cudaEventRecord(*end, s), what + ": recording the end event");

@@ -11,6 +11,9 @@
 //   4. waits for each peer's chunk to be reduced and pulls it into its buffer;
 //   5. tells the peers "done reading you", and waits until they are done
 //      reading it, so that the caller may write the buffer once the Work is done.
+// The pulls of steps 2 and 4 run on several streams at once (by default one
+// per peer, so each waits only for its own peer's flag and the copies use
+// several copy engines); the main stream forks to them and joins them.
 // Flags are 32-bit epochs in each rank's memory, written by peers with stream
 // memory operations and waited on by the owner's stream: no host waits, no
 // SMs. An abort of the communicator releases every wait.
@@ -37,6 +40,9 @@ struct CeSetup {
   ReduceOp op = ReduceOp::kSum;
   std::chrono::milliseconds timeout{300'000};
   int reduce_blocks = -1;  // the addition's grid; -1: enough for the chunk
+  // Streams the pulls are spread over; 0: one per peer. With more streams
+  // than peers each peer's pull is split in equal parts.
+  int pull_streams = 0;
 };
 
 class CopyEngineAllReduce : public PersistentAllReduce {

@@ -409,7 +409,8 @@ std::unique_ptr<PersistentAllReduce> NcclCommunicator::persistent_all_reduce(
                   .buffers = buffers,
                   .op = op,
                   .timeout = options_.timeout,
-                  .reduce_blocks = options_.settings.ce_reduce_blocks};
+                  .reduce_blocks = options_.settings.ce_reduce_blocks,
+                  .pull_streams = options_.settings.ce_pull_streams};
     std::string why;
     if (auto ce = CopyEngineAllReduce::create(setup, &why)) {
       log::get("nccl")->info("rank {}: {} buffers reduced by copy engines", rank_, buffers.size());
