@@ -17,7 +17,8 @@
 namespace rtd::nccl {
 namespace {
 
-enum FlagKind { kFinal = 0, kReduced = 1, kDoneReading = 2, kFlagKinds = 3 };
+enum FlagKind { kFinal = 0, kReduced = 1, kFlagKinds = 2 };
+constexpr int kNoWait = -1;
 
 // Every rank publishes `mine` under key/<rank> and reads everyone's.
 std::vector<std::string> all_gather_strings(Store& store, const std::string& key, int rank,
@@ -277,18 +278,18 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
                "signalling a peer");
     }
   };
-  auto wait_for = [&](FlagKind kind, int p, cudaStream_t on) {
-    auto addr = reinterpret_cast<CUdeviceptr>(res_->flags + flag_index(kind, p));
+  auto wait_for = [&](int kind, int p, cudaStream_t on) {
+    auto addr = reinterpret_cast<CUdeviceptr>(res_->flags + flag_index(FlagKind(kind), p));
     check_cu(driver.stream_wait_value32(on, addr, e, CU_STREAM_WAIT_VALUE_GEQ),
              "waiting for a peer");
   };
-  // Every peer's pull at once: `s` forks to the pull streams; each waits for
-  // its peers' flags and copies from them (in `parts` pieces per peer, spread
-  // over the streams); `s` joins them all. dst(p)/src(p): where peer p's bytes
-  // go and come from; bytes(p): how many.
+  // A copy with every peer at once: `s` forks to the copy streams; each waits
+  // for its peers' `kind` flags (unless kNoWait) and copies (in `parts` pieces
+  // per peer, spread over the streams); `s` joins them all. dst(p)/src(p):
+  // where peer p's bytes go and come from; bytes(p): how many.
   const int streams = static_cast<int>(res_->pulls.size());
   const int parts = std::max(1, streams / std::max(1, n - 1));
-  auto pull_all = [&](FlagKind kind, auto dst, auto src, auto bytes, const char* step) {
+  auto copy_all = [&](int kind, auto dst, auto src, auto bytes, const char* step) {
     RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->fork, s), what + ": forking to the pulls");
     std::vector<bool> used(streams, false);
     for (int p = 0, k = 0; p < n; ++p) {
@@ -303,7 +304,7 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
                          what + ": ordering a pull after the reducer's stream");
           used[k % streams] = true;
         }
-        wait_for(kind, p, on);
+        if (kind != kNoWait) wait_for(kind, p, on);
         if (len == 0) continue;
         RTD_CUDA_CHECK(
             cuda, cudaMemcpyAsync(dst(p) + from, src(p) + from, len, cudaMemcpyDeviceToDevice, on),
@@ -326,7 +327,7 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   RTD_CUDA_CHECK(cuda, cudaStreamWaitEvent(s, res_->start, 0),
                  what + ": ordering after the caller's stream");
   tell_peers(kFinal);
-  pull_all(  // every peer's copy of my chunk, into scratch
+  copy_all(  // pull every peer's copy of my chunk into scratch
       kFinal, [&](int p) { return res_->scratch + slot_of(p) * slot_elems * esize; },
       [&](int p) { return res_->peer_buffers[p][i] + lo(me) * esize; },
       [&](int) { return chunk_bytes(me); }, "pulling a peer's chunk");
@@ -334,14 +335,16 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
                      buf.dtype, setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f, setup_.reduce_blocks,
                      s);
   RTD_CUDA_CHECK(cuda, cudaGetLastError(), what + ": launching the addition");
+  // Push my reduced chunk into every peer's buffer (my chunk of theirs was
+  // read by me alone, in the pulls above), then say so. A peer's "reduced"
+  // flag thus also means it has finished reading my buffer.
+  copy_all(
+      kNoWait, [&](int p) { return res_->peer_buffers[p][i] + lo(me) * esize; },
+      [&](int) { return own + lo(me) * esize; }, [&](int) { return chunk_bytes(me); },
+      "pushing my reduced chunk");
   tell_peers(kReduced);
-  pull_all(  // every peer's reduced chunk, into my buffer
-      kReduced, [&](int p) { return own + lo(p) * esize; },
-      [&](int p) { return res_->peer_buffers[p][i] + lo(p) * esize; },
-      [&](int p) { return chunk_bytes(p); }, "pulling a reduced chunk");
-  tell_peers(kDoneReading);
   for (int p = 0; p < n; ++p) {
-    if (p != me) wait_for(kDoneReading, p, s);
+    if (p != me) wait_for(kReduced, p, s);
   }
   std::shared_ptr<cudaEvent_t> end = setup_.state->take_end_event();
   RTD_CUDA_CHECK(cuda, cudaEventRecord(*end, s), what + ": recording the end event");

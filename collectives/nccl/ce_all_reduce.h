@@ -7,11 +7,12 @@
 // On the reducer's own stream, ordered after the caller's, run(i):
 //   1. tells every peer "my buffer i is final for epoch e" (a flag in its memory);
 //   2. waits for every peer's flag; pulls each peer's chunk r into scratch;
-//   3. adds them into its own chunk r; tells the peers "chunk r is reduced";
-//   4. waits for each peer's chunk to be reduced and pulls it into its buffer;
-//   5. tells the peers "done reading you", and waits until they are done
-//      reading it, so that the caller may write the buffer once the Work is done.
-// The pulls of steps 2 and 4 run on several streams at once (by default one
+//   3. adds them into its own chunk r;
+//   4. pushes the reduced chunk r into every peer's buffer (only r read that
+//      part of a peer's buffer, in step 2), then tells the peers "reduced";
+//   5. waits for every peer's "reduced": its buffer is then whole, and no
+//      peer reads it any more, so the caller may write it once the Work is done.
+// The copies of steps 2 and 4 run on several streams at once (by default one
 // per peer, so each waits only for its own peer's flag and the copies use
 // several copy engines); the main stream forks to them and joins them.
 // Flags are 32-bit epochs in each rank's memory, written by peers with stream
