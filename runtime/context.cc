@@ -84,7 +84,7 @@ NcclSettings nccl_settings(const Config& config, NcclSettings settings) {
   if (settings.net_name.empty()) settings.net_name = config.nccl_net_name;
   if (settings.cta_policy.empty()) settings.cta_policy = config.nccl_cta_policy;
   if (settings.ce_reduce_blocks < 0) settings.ce_reduce_blocks = config.ce_reduce_blocks;
-  if (settings.ce_pull_streams <= 0) settings.ce_pull_streams = config.ce_pull_streams;
+  if (settings.ce_copy_streams <= 0) settings.ce_copy_streams = config.ce_copy_streams;
   return settings;
 }
 

@@ -30,8 +30,8 @@ std::vector<std::string> all_gather_strings(Store& store, const std::string& key
   return all;
 }
 
-int pull_stream_count(const CeSetup& setup) {
-  return setup.pull_streams > 0 ? setup.pull_streams : std::max(1, setup.size - 1);
+int copy_stream_count(const CeSetup& setup) {
+  return setup.copy_streams > 0 ? setup.copy_streams : std::max(1, setup.size - 1);
 }
 
 // Waits for work queued on stream without cuda*Synchronize (polls an event).
@@ -52,9 +52,9 @@ struct CopyEngineAllReduce::Resources {
   cudaStream_t stream = nullptr;          // the reducer's stream (highest priority)
   cudaStream_t release_stream = nullptr;  // for the abort hook's flag raise
   cudaEvent_t start = nullptr;            // recorded on the caller's stream
-  cudaEvent_t fork = nullptr;             // recorded on `stream`, awaited by the pull streams
-  std::vector<cudaStream_t> pulls;        // the pulls' streams
-  std::vector<cudaEvent_t> joins;         // per pull stream, awaited by `stream`
+  cudaEvent_t fork = nullptr;             // recorded on `stream`, awaited by the copy streams
+  std::vector<cudaStream_t> copies;       // the copy streams
+  std::vector<cudaEvent_t> joins;         // per copy stream, awaited by `stream`
   unsigned* flags = nullptr;              // [kind][buffer][from rank]
   std::size_t flag_count = 0;
   char* scratch = nullptr;                       // (size - 1) slots of the largest chunk
@@ -70,7 +70,7 @@ struct CopyEngineAllReduce::Resources {
     if (start) cudaEventDestroy(start);
     if (fork) cudaEventDestroy(fork);
     for (cudaEvent_t e : joins) cudaEventDestroy(e);
-    for (cudaStream_t p : pulls) cudaStreamDestroy(p);
+    for (cudaStream_t p : copies) cudaStreamDestroy(p);
     if (stream) cudaStreamDestroy(stream);
     if (release_stream) cudaStreamDestroy(release_stream);
   }
@@ -83,12 +83,12 @@ struct CopyEngineAllReduce::Resources {
 };
 
 namespace {
-bool create_pull_streams(CommState& state, int count, CopyEngineAllReduce::Resources* res) {
+bool create_copy_streams(CommState& state, int count, CopyEngineAllReduce::Resources* res) {
   for (int k = 0; k < count; ++k) {
     cudaStream_t s = nullptr;
     cudaEvent_t e = nullptr;
     if (state.cuda().stream_create(&s) != cudaSuccess) return false;
-    res->pulls.push_back(s);
+    res->copies.push_back(s);
     if (state.cuda().event_create(&e) != cudaSuccess) return false;
     res->joins.push_back(e);
   }
@@ -156,7 +156,7 @@ std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& 
         setup.state->cuda().stream_create(&res->release_stream) != cudaSuccess ||
         setup.state->cuda().event_create(&res->start) != cudaSuccess ||
         setup.state->cuda().event_create(&res->fork) != cudaSuccess ||
-        !create_pull_streams(*setup.state, pull_stream_count(setup), res.get())) {
+        !create_copy_streams(*setup.state, copy_stream_count(setup), res.get())) {
       cudaGetLastError();
       refuse("allocating its flags, scratch or streams failed");
     } else {
@@ -287,10 +287,10 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   // for its peers' `kind` flags (unless kNoWait) and copies (in `parts` pieces
   // per peer, spread over the streams); `s` joins them all. dst(p)/src(p):
   // where peer p's bytes go and come from; bytes(p): how many.
-  const int streams = static_cast<int>(res_->pulls.size());
+  const int streams = static_cast<int>(res_->copies.size());
   const int parts = std::max(1, streams / std::max(1, n - 1));
   auto copy_all = [&](int kind, auto dst, auto src, auto bytes, const char* step) {
-    RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->fork, s), what + ": forking to the pulls");
+    RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->fork, s), what + ": forking to the copies");
     std::vector<bool> used(streams, false);
     for (int p = 0, k = 0; p < n; ++p) {
       if (p == me) continue;
@@ -298,10 +298,10 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
       for (int j = 0; j < parts; ++j, ++k) {
         const std::size_t from = std::min(total, j * piece),
                           len = std::min(total, from + piece) - from;
-        cudaStream_t on = res_->pulls[k % streams];
+        cudaStream_t on = res_->copies[k % streams];
         if (!used[k % streams]) {
           RTD_CUDA_CHECK(cuda, cudaStreamWaitEvent(on, res_->fork, 0),
-                         what + ": ordering a pull after the reducer's stream");
+                         what + ": ordering a copy after the reducer's stream");
           used[k % streams] = true;
         }
         if (kind != kNoWait) wait_for(kind, p, on);
@@ -313,9 +313,10 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
     }
     for (int k = 0; k < streams; ++k) {
       if (!used[k]) continue;
-      RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->joins[k], res_->pulls[k]),
-                     what + ": recording a pull's end");
-      RTD_CUDA_CHECK(cuda, cudaStreamWaitEvent(s, res_->joins[k], 0), what + ": joining the pulls");
+      RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->joins[k], res_->copies[k]),
+                     what + ": recording a copy's end");
+      RTD_CUDA_CHECK(cuda, cudaStreamWaitEvent(s, res_->joins[k], 0),
+                     what + ": joining the copies");
     }
   };
   // A peer's scratch slot: peers in rank order, skipping this rank.

@@ -41,9 +41,9 @@ struct CeSetup {
   ReduceOp op = ReduceOp::kSum;
   std::chrono::milliseconds timeout{300'000};
   int reduce_blocks = -1;  // the addition's grid; -1: enough for the chunk
-  // Streams the pulls are spread over; 0: one per peer. With more streams
-  // than peers each peer's pull is split in equal parts.
-  int pull_streams = 0;
+  // Streams the copies (pulls, then pushes) are spread over; 0: one per peer.
+  // With more streams than peers each peer's copy is split in equal parts.
+  int copy_streams = 0;
 };
 
 class CopyEngineAllReduce : public PersistentAllReduce {

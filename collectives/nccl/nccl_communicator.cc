@@ -410,7 +410,7 @@ std::unique_ptr<PersistentAllReduce> NcclCommunicator::persistent_all_reduce(
                   .op = op,
                   .timeout = options_.timeout,
                   .reduce_blocks = options_.settings.ce_reduce_blocks,
-                  .pull_streams = options_.settings.ce_pull_streams};
+                  .copy_streams = options_.settings.ce_copy_streams};
     std::string why;
     if (auto ce = CopyEngineAllReduce::create(setup, &why)) {
       log::get("nccl")->info("rank {}: {} buffers reduced by copy engines", rank_, buffers.size());

@@ -51,9 +51,9 @@ constexpr ConfigVar kVars[] = {
     {"RTD_CE_REDUCE_BLOCKS", "",
      "thread blocks of the copy-engine all-reduce's addition (fewer leave more SMs to compute; "
      "empty: enough for the whole chunk)"},
-    {"RTD_CE_PULL_STREAMS", "",
-     "streams the copy-engine all-reduce spreads its pulls over (empty: one per peer; more than "
-     "the peers splits each pull)"},
+    {"RTD_CE_COPY_STREAMS", "",
+     "streams the copy-engine all-reduce spreads its copies over (empty: one per peer; more "
+     "than the peers splits each copy)"},
     {"RTD_NCCL_CTA_POLICY", "",
      "ncclConfig_t.CTAPolicy: default, efficiency (fewest thread blocks) or zero (copy engines "
      "where NCCL can)"},
@@ -144,7 +144,7 @@ Config Config::from_env(const EnvMap& env) {
   c.nccl_net_name = parse_string(env, "RTD_NCCL_NET_NAME", "");
   c.nccl_cta_policy = parse_string(env, "RTD_NCCL_CTA_POLICY", "");
   c.ce_reduce_blocks = parse_int(env, "RTD_CE_REDUCE_BLOCKS", 1).value_or(-1);
-  c.ce_pull_streams = parse_int(env, "RTD_CE_PULL_STREAMS", 1).value_or(0);
+  c.ce_copy_streams = parse_int(env, "RTD_CE_COPY_STREAMS", 1).value_or(0);
   if (!c.nccl_cta_policy.empty() && c.nccl_cta_policy != "default" &&
       c.nccl_cta_policy != "efficiency" && c.nccl_cta_policy != "zero") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_NCCL_CTA_POLICY='" +

@@ -28,8 +28,8 @@ struct NcclSettings {
   std::string cta_policy;
   // Thread blocks of the copy-engine all-reduce's addition; -1: enough for the chunk.
   int ce_reduce_blocks = -1;
-  // Streams the copy-engine all-reduce spreads its pulls over; 0: one per peer.
-  int ce_pull_streams = 0;
+  // Streams the copy-engine all-reduce spreads its copies over; 0: one per peer.
+  int ce_copy_streams = 0;
 };
 
 struct InitOptions {

@@ -58,8 +58,8 @@ TEST(Config, TrailingGarbageAndNegativesAreRejected) {
   EXPECT_THROW(Config::from_env({{"RTD_NCCL_CTA_POLICY", "frugal"}}), Error);
   EXPECT_THROW(Config::from_env({{"RTD_CE_REDUCE_BLOCKS", "0"}}), Error);
   EXPECT_EQ(Config::from_env({{"RTD_CE_REDUCE_BLOCKS", "16"}}).ce_reduce_blocks, 16);
-  EXPECT_THROW(Config::from_env({{"RTD_CE_PULL_STREAMS", "0"}}), Error);
-  EXPECT_EQ(Config::from_env({{"RTD_CE_PULL_STREAMS", "4"}}).ce_pull_streams, 4);
+  EXPECT_THROW(Config::from_env({{"RTD_CE_COPY_STREAMS", "0"}}), Error);
+  EXPECT_EQ(Config::from_env({{"RTD_CE_COPY_STREAMS", "4"}}).ce_copy_streams, 4);
   EXPECT_THROW(Config::from_env({{"RTD_HANG_WARN_S", "-1"}}), Error);
   EXPECT_THROW(Config::from_env({{"RTD_CHECK_COLLECTIVES", "2"}}), Error);
   EXPECT_TRUE(Config::from_env({{"RTD_CHECK_COLLECTIVES", "1"}}).check_collectives);
@@ -67,7 +67,7 @@ TEST(Config, TrailingGarbageAndNegativesAreRejected) {
   EXPECT_EQ(Config::from_env({}).hang_warn, std::chrono::seconds(60));
   EXPECT_EQ(Config::from_env({{"RTD_HANG_WARN_S", "0"}}).hang_warn, std::chrono::seconds(0));
   EXPECT_EQ(Config::from_env({}).ce_reduce_blocks, -1);
-  EXPECT_EQ(Config::from_env({}).ce_pull_streams, 0);
+  EXPECT_EQ(Config::from_env({}).ce_copy_streams, 0);
 }
 
 TEST(Config, NcclCtaPolicy) {
