@@ -8,6 +8,8 @@
 //   pull all      GPU 0 copies from every peer at once (a stream per peer)
 //   push all      GPU 0 copies to every peer at once
 //   all pull all  every GPU copies from every peer at once (the all-reduce's traffic)
+//   ring pull     every GPU copies from the next (rank + 1) at once
+//   rotation pull every GPU copies from rank + 1, then rank + 2, ... on one stream
 //   sm pull all   every GPU reads every peer with a kernel (NCCL's way), same bytes
 //   ce_bandwidth [--mb 256] [--reps 10] [--json FILE]
 #include <cuda_runtime_api.h>
@@ -136,6 +138,19 @@ int main(int argc, char** argv) {
     for (int g = 0; g < n; ++g)
       for (int p = 0; p < n; ++p)
         if (p != g) ce(g, p, g);
+  });
+  add("ring pull", 1, [&] {
+    for (int g = 0; g < n; ++g) ce(g, (g + 1) % n, g);
+  });
+  add("rotation pull", n - 1, [&] {
+    for (int g = 0; g < n; ++g) {
+      cudaSetDevice(g);
+      for (int k = 1; k < n; ++k) {
+        check(cudaMemcpyAsync(gpus[g].dst[(g + k) % n], gpus[(g + k) % n].src, bytes,
+                              cudaMemcpyDeviceToDevice, gpus[g].streams[(g + 1) % n]),
+              "cudaMemcpyAsync");
+      }
+    }
   });
   add("sm pull 1", 1, [&] { sm(0, 1); });
   add("sm pull all", n - 1, [&] {

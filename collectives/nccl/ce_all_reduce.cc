@@ -283,17 +283,19 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
     check_cu(driver.stream_wait_value32(on, addr, e, CU_STREAM_WAIT_VALUE_GEQ),
              "waiting for a peer");
   };
-  // A copy with every peer at once: `s` forks to the copy streams; each waits
-  // for its peers' `kind` flags (unless kNoWait) and copies (in `parts` pieces
-  // per peer, spread over the streams); `s` joins them all. dst(p)/src(p):
-  // where peer p's bytes go and come from; bytes(p): how many.
+  // A copy with every peer: `s` forks to the copy streams; each waits for its
+  // peers' `kind` flags (unless kNoWait) and copies (in `parts` pieces per
+  // peer, spread over the streams); `s` joins them all. dst(p)/src(p): where
+  // peer p's bytes go and come from; bytes(p): how many. Peers are taken in
+  // rotation (rank + 1, rank + 2, ...), so that where copies on one stream
+  // follow each other every GPU is read, or written, by one peer at a time.
   const int streams = static_cast<int>(res_->copies.size());
   const int parts = std::max(1, streams / std::max(1, n - 1));
   auto copy_all = [&](int kind, auto dst, auto src, auto bytes, const char* step) {
     RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->fork, s), what + ": forking to the copies");
     std::vector<bool> used(streams, false);
-    for (int p = 0, k = 0; p < n; ++p) {
-      if (p == me) continue;
+    for (int turn = 1, k = 0; turn < n; ++turn) {
+      const int p = (me + turn) % n;
       const std::size_t total = bytes(p), piece = (total / parts + 15) / 16 * 16;
       for (int j = 0; j < parts; ++j, ++k) {
         const std::size_t from = std::min(total, j * piece),
