@@ -30,9 +30,7 @@ std::vector<std::string> all_gather_strings(Store& store, const std::string& key
   return all;
 }
 
-int copy_stream_count(const CeSetup& setup) {
-  return setup.copy_streams > 0 ? setup.copy_streams : std::max(1, setup.size - 1);
-}
+int copy_stream_count(const CeSetup& setup) { return std::max(1, setup.copy_streams); }
 
 // Waits for work queued on stream without cuda*Synchronize (polls an event).
 void drain(cudaStream_t stream) {

@@ -52,8 +52,8 @@ constexpr ConfigVar kVars[] = {
      "thread blocks of the copy-engine all-reduce's addition (fewer leave more SMs to compute; "
      "empty: enough for the whole chunk)"},
     {"RTD_CE_COPY_STREAMS", "",
-     "streams the copy-engine all-reduce spreads its copies over (empty: one per peer; more "
-     "than the peers splits each copy)"},
+     "streams the copy-engine all-reduce spreads its copies over (empty: one, peers in "
+     "rotation; more than the peers splits each copy)"},
     {"RTD_NCCL_CTA_POLICY", "",
      "ncclConfig_t.CTAPolicy: default, efficiency (fewest thread blocks) or zero (copy engines "
      "where NCCL can)"},

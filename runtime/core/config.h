@@ -50,7 +50,7 @@ struct Config {
   std::string nccl_net_name;       // RTD_NCCL_NET_NAME
   std::string nccl_cta_policy;     // RTD_NCCL_CTA_POLICY: "", default, efficiency, zero
   int ce_reduce_blocks = -1;       // RTD_CE_REDUCE_BLOCKS
-  int ce_copy_streams = 0;         // RTD_CE_COPY_STREAMS (0: one per peer)
+  int ce_copy_streams = 0;         // RTD_CE_COPY_STREAMS (0: unset, one stream)
 
   // Throws rtd::Error(kConfig) naming the variable when a value is malformed.
   static Config from_env(const EnvMap& env);

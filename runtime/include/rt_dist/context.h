@@ -28,7 +28,8 @@ struct NcclSettings {
   std::string cta_policy;
   // Thread blocks of the copy-engine all-reduce's addition; -1: enough for the chunk.
   int ce_reduce_blocks = -1;
-  // Streams the copy-engine all-reduce spreads its copies over; 0: one per peer.
+  // Streams the copy-engine all-reduce spreads its copies over; 0: the default
+  // (one stream, peers in rotation).
   int ce_copy_streams = 0;
 };
 
