@@ -294,10 +294,10 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
     std::vector<bool> used(streams, false);
     for (int turn = 1, k = 0; turn < n; ++turn) {
       const int p = (me + turn) % n;
-      const std::size_t total = bytes(p), piece = (total / parts + 15) / 16 * 16;
+      const std::size_t total = bytes(p);
       for (int j = 0; j < parts; ++j, ++k) {
-        const std::size_t from = std::min(total, j * piece),
-                          len = std::min(total, from + piece) - from;
+        const BytePiece piece = piece_of(total, parts, j);
+        const std::size_t from = piece.first, len = piece.last - piece.first;
         cudaStream_t on = res_->copies[k % streams];
         if (!used[k % streams]) {
           RTD_CUDA_CHECK(cuda, cudaStreamWaitEvent(on, res_->fork, 0),

@@ -31,4 +31,16 @@ class ChunkLayout {
   std::size_t align_;  // elements per 16 bytes
 };
 
+// Piece j of `parts` of a copy of `total` bytes: [first, last). Pieces start
+// on 16 bytes, follow each other, and the last ends at total (some may be empty).
+struct BytePiece {
+  std::size_t first = 0, last = 0;
+};
+inline BytePiece piece_of(std::size_t total, int parts, int j) {
+  const std::size_t per = ((total + parts - 1) / parts + 15) / 16 * 16;
+  const std::size_t first = j * per < total ? j * per : total;
+  const std::size_t last = j + 1 == parts || first + per > total ? total : first + per;
+  return {first, last};
+}
+
 }  // namespace rtd::nccl

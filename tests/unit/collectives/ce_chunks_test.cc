@@ -37,5 +37,27 @@ TEST(ChunkLayout, SplitsEvenlyUpToTheAlignment) {
   EXPECT_EQ(odd.size(1), 502u);
 }
 
+// Copies split over several streams: every byte in exactly one piece, pieces
+// in order and starting on 16 bytes (a remainder left out once lost the last
+// bytes of a bf16 chunk of 1010 bytes in 3 pieces).
+TEST(BytePieces, CoverTheCopyInOrderFromAlignedStarts) {
+  for (std::size_t total : {0u, 1u, 2u, 15u, 16u, 17u, 1010u, 4097u * 4, (1u << 20) + 6}) {
+    for (int parts = 1; parts <= 9; ++parts) {
+      const std::string what = "total " + std::to_string(total) + " parts " + std::to_string(parts);
+      std::size_t next = 0;
+      for (int j = 0; j < parts; ++j) {
+        BytePiece p = piece_of(total, parts, j);
+        EXPECT_EQ(p.first, next) << what << " piece " << j;
+        EXPECT_LE(p.first, p.last) << what << " piece " << j;
+        if (p.first < total) {
+          EXPECT_EQ(p.first % 16, 0u) << what << " piece " << j;
+        }
+        next = p.last;
+      }
+      EXPECT_EQ(next, total) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rtd::nccl
