@@ -93,6 +93,7 @@ FlightRecorder::FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
     on_hang_ = [](const std::string& text) { log::get("flight")->warn("{}", text); };
   }
   if (!store_) return;
+  if (auto bounded = store_->bounded(options.store_limit)) store_ = std::move(bounded);
   // An empty report at once: a peer that never calls anything still says so.
   try {
     store_->set(key(rank_), encode(Report{.published_ms = now_ms()}));

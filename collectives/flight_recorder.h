@@ -38,6 +38,10 @@ struct FlightOptions {
   std::chrono::milliseconds hang_warn{60'000};
   // Where each diagnosis also writes this rank's whole ring (empty: nowhere).
   std::string dump_dir;
+  // Each store call of the recorder (reports, the diagnosis's reads) gives up
+  // after this, so that a store that hangs delays neither a timeout's error
+  // nor the communicator's destruction by the store's own 60 s.
+  std::chrono::milliseconds store_limit{5'000};
 };
 
 class FlightRecorder {

@@ -20,13 +20,20 @@ class GrpcStore : public Store {
         token_(token),
         stub_(proto::Store::NewStub(
             grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+  // A view sharing `other`'s channel whose calls give up after `limit`.
+  GrpcStore(const GrpcStore& other, std::chrono::milliseconds limit)
+      : address_(other.address_),
+        token_(other.token_),
+        stub_(other.stub_),
+        call_timeout_(limit),
+        wait_slack_(limit) {}
 
   void set(const std::string& key, const std::string& value) override {
     proto::SetRequest req;
     req.set_key(key);
     req.set_value(value);
     proto::SetResponse resp;
-    call("store set '" + key + "'", kCallTimeout,
+    call("store set '" + key + "'", call_timeout_,
          [&](grpc::ClientContext* ctx) { return stub_->Set(ctx, req, &resp); });
   }
 
@@ -35,7 +42,7 @@ class GrpcStore : public Store {
     req.set_key(key);
     req.set_timeout_ms(timeout.count());
     proto::GetResponse resp;
-    call("store get '" + key + "'", timeout + kWaitSlack,
+    call("store get '" + key + "'", timeout + wait_slack_,
          [&](grpc::ClientContext* ctx) { return stub_->Get(ctx, req, &resp); });
     return resp.value();
   }
@@ -50,7 +57,7 @@ class GrpcStore : public Store {
     req.set_key(key);
     req.set_delta(delta);
     proto::AddResponse resp;
-    call("store add '" + key + "'", kCallTimeout,
+    call("store add '" + key + "'", call_timeout_,
          [&](grpc::ClientContext* ctx) { return stub_->Add(ctx, req, &resp); });
     return resp.value();
   }
@@ -62,7 +69,7 @@ class GrpcStore : public Store {
     req.set_expected(expected);
     req.set_desired(desired);
     proto::CompareSetResponse resp;
-    call("store compare_set '" + key + "'", kCallTimeout,
+    call("store compare_set '" + key + "'", call_timeout_,
          [&](grpc::ClientContext* ctx) { return stub_->CompareSet(ctx, req, &resp); });
     return resp.value();
   }
@@ -71,7 +78,7 @@ class GrpcStore : public Store {
     proto::DeleteRequest req;
     req.set_key(key);
     proto::DeleteResponse resp;
-    call("store delete '" + key + "'", kCallTimeout,
+    call("store delete '" + key + "'", call_timeout_,
          [&](grpc::ClientContext* ctx) { return stub_->Delete(ctx, req, &resp); });
     return resp.deleted();
   }
@@ -80,9 +87,13 @@ class GrpcStore : public Store {
     proto::CheckRequest req;
     for (const auto& key : keys) req.add_keys(key);
     proto::CheckResponse resp;
-    call("store check", kCallTimeout,
+    call("store check", call_timeout_,
          [&](grpc::ClientContext* ctx) { return stub_->Check(ctx, req, &resp); });
     return resp.all_present();
+  }
+
+  std::shared_ptr<Store> bounded(std::chrono::milliseconds limit) override {
+    return std::make_shared<GrpcStore>(*this, limit);
   }
 
  private:
@@ -97,7 +108,9 @@ class GrpcStore : public Store {
 
   std::string address_;
   std::string token_;
-  std::unique_ptr<proto::Store::Stub> stub_;
+  std::shared_ptr<proto::Store::Stub> stub_;
+  std::chrono::milliseconds call_timeout_ = kCallTimeout;
+  std::chrono::milliseconds wait_slack_ = kWaitSlack;
 };
 
 }  // namespace

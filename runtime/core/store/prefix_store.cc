@@ -35,6 +35,11 @@ class PrefixStore : public Store {
     for (const auto& key : keys) full.push_back(prefix_ + key);
     return inner_->check(full);
   }
+  std::shared_ptr<Store> bounded(std::chrono::milliseconds limit) override {
+    auto inner = inner_->bounded(limit);
+    if (!inner) return nullptr;
+    return std::make_shared<PrefixStore>(prefix_.substr(0, prefix_.size() - 1), std::move(inner));
+  }
 
  private:
   std::string prefix_;

@@ -30,6 +30,14 @@ class Store {
   virtual bool remove(const std::string& key) = 0;
   // True when every key exists; does not wait.
   virtual bool check(const std::vector<std::string>& keys) = 0;
+  // The same store with every call given up after `limit` (a blocking get:
+  // after its own timeout plus `limit`), for traffic that must not hold its
+  // caller long when the store hangs, such as the flight recorder's reports.
+  // nullptr where calls cannot hang (no network): use this store as it is.
+  virtual std::shared_ptr<Store> bounded(std::chrono::milliseconds limit) {
+    (void)limit;
+    return nullptr;
+  }
 };
 
 std::shared_ptr<Store> make_memory_store();

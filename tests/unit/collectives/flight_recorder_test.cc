@@ -115,6 +115,54 @@ TEST(FlightRecorder, DiagnosesFromPeersReportsInTheStore) {
   EXPECT_EQ(r0.diagnose(99), "") << "a call this rank never made has nothing to diagnose";
 }
 
+// A memory store that hands out a bounded view and counts what goes through it.
+class BoundedCountingStore : public Store {
+ public:
+  explicit BoundedCountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  void set(const std::string& k, const std::string& v) override {
+    ++sets;
+    inner_->set(k, v);
+  }
+  std::string get(const std::string& k, std::chrono::milliseconds t) override {
+    return inner_->get(k, t);
+  }
+  std::optional<std::string> try_get(const std::string& k) override { return inner_->try_get(k); }
+  std::int64_t add(const std::string& k, std::int64_t d) override { return inner_->add(k, d); }
+  std::string compare_set(const std::string& k, const std::string& e,
+                          const std::string& d) override {
+    return inner_->compare_set(k, e, d);
+  }
+  bool remove(const std::string& k) override { return inner_->remove(k); }
+  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
+  std::shared_ptr<Store> bounded(std::chrono::milliseconds limit) override {
+    asked_limit = limit;
+    view = std::make_shared<BoundedCountingStore>(inner_);
+    return view;
+  }
+  std::chrono::milliseconds asked_limit{0};
+  std::shared_ptr<BoundedCountingStore> view;
+  std::atomic<int> sets{0};
+
+ private:
+  std::shared_ptr<Store> inner_;
+};
+
+TEST(FlightRecorder, TalksToTheStoreThroughABoundedView) {
+  auto memory = make_memory_store();
+  auto store = std::make_shared<BoundedCountingStore>(memory);
+  FlightRecorder recorder(store, 0, 1, std::chrono::hours(1),
+                          FlightOptions{.store_limit = std::chrono::milliseconds(1234)});
+  EXPECT_EQ(store->asked_limit, std::chrono::milliseconds(1234));
+  ASSERT_NE(store->view, nullptr);
+  EXPECT_EQ(store->view->sets, 1) << "the first report goes through the view";
+  EXPECT_EQ(store->sets, 0) << "and not around it";
+  recorder.record("barrier", "");
+  recorder.publish();
+  EXPECT_EQ(store->view->sets, 2);
+  EXPECT_EQ(store->sets, 0);
+  EXPECT_EQ(FlightOptions{}.store_limit, std::chrono::seconds(5));
+}
+
 TEST(FlightRecorder, PublishesOnItsOwnAfterACall) {
   auto store = make_memory_store();
   FlightRecorder recorder(store, 0, 1, std::chrono::milliseconds(10));

@@ -1,5 +1,10 @@
 // The gRPC store client against dtrun's real server on loopback.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <functional>
 
 #include "launcher/net.h"
 #include "launcher/rendezvous_server.h"
@@ -50,6 +55,45 @@ TEST_F(GrpcStoreTest, UnreachableServerIsUnavailable) {
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kUnavailable) << e.what();
   }
+}
+
+// A store whose TCP connections are accepted but never answered (a hung
+// server): the bounded view gives up after its limit, with a timeout error.
+TEST_F(GrpcStoreTest, BoundedViewGivesUpOnAServerThatNeverAnswers) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);  // the kernel completes connections; nobody answers
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto store = make_grpc_store("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "secret");
+  auto bounded = make_prefix_store("p", store)->bounded(std::chrono::milliseconds(300));
+  ASSERT_NE(bounded, nullptr) << "a network store has a bounded view";
+  for (auto& attempt : std::vector<std::function<void()>>{
+           [&] { bounded->set("k", "v"); }, [&] { bounded->check({"k"}); },
+           [&] { bounded->get("k", std::chrono::milliseconds(100)); }}) {
+    try {
+      attempt();
+      ADD_FAILURE() << "expected a timeout";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kTimeout) << e.what();
+    }
+  }
+  close(fd);
+}
+
+TEST_F(GrpcStoreTest, BoundedViewIsTheSameStore) {
+  auto store = make_grpc_store(address_, "secret");
+  auto bounded = make_prefix_store("p", store)->bounded(std::chrono::seconds(5));
+  ASSERT_NE(bounded, nullptr);
+  bounded->set("k", "v");
+  EXPECT_EQ(store->get("p/k", std::chrono::seconds(1)), "v") << "the prefix is kept";
+  EXPECT_EQ(bounded->get("k", std::chrono::seconds(1)), "v");
+  EXPECT_EQ(make_memory_store()->bounded(std::chrono::seconds(1)), nullptr)
+      << "a store without network calls needs no bound";
 }
 
 TEST_F(GrpcStoreTest, ServerListensOnlyOnTheGivenAddress) {
