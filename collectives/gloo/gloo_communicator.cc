@@ -20,13 +20,25 @@
 namespace rtd::gloo_backend {
 namespace {
 
+bool contains(const std::string& text, const char* part) {
+  return text.find(part) != std::string::npos;
+}
+bool timed_out(const std::string& message) {
+  return contains(message, "Timed out") || contains(message, "timed out");
+}
+// A peer's end of the connection went away: it failed, timed out or exited first.
+bool peer_gone(const std::string& message) {
+  return contains(message, "closed by peer") || contains(message, "Connection reset");
+}
+
 Error from_gloo(const std::string& what, const ::gloo::Exception& e) {
-  std::string message = e.what();
-  bool timed_out = message.find("Timed out") != std::string::npos ||
-                   message.find("timed out") != std::string::npos;
-  return Error(timed_out ? ErrorCategory::kTimeout : ErrorCategory::kBackend,
-               what + " failed in Gloo: " + message +
-                   (timed_out ? " (a peer may have failed or not called it)" : ""));
+  const std::string message = e.what();
+  const char* hint = timed_out(message)   ? " (a peer may have failed or not called it)"
+                     : peer_gone(message) ? " (a peer rank closed its connection: it failed, timed "
+                                            "out or exited first, and its log says why)"
+                                          : "";
+  return Error(timed_out(message) ? ErrorCategory::kTimeout : ErrorCategory::kBackend,
+               what + " failed in Gloo: " + message + hint);
 }
 
 }  // namespace
@@ -89,10 +101,9 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t ta
       work->complete();
     } catch (const ::gloo::Exception& e) {
       Error error = from_gloo(what, e);
-      if (error.category() == ErrorCategory::kTimeout && call != 0) {
+      if ((timed_out(e.what()) || peer_gone(e.what())) && call != 0) {
         std::string why = recorder_->diagnose(call);
-        if (!why.empty())
-          error = Error(ErrorCategory::kTimeout, std::string(error.what()) + "; " + why);
+        if (!why.empty()) error = Error(error.category(), std::string(error.what()) + "; " + why);
       }
       work->fail(error);
     } catch (const Error& e) {
