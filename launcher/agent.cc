@@ -1,5 +1,9 @@
 // The agent: rendezvous, then the restart loop around the Supervisor, then the
-// end-of-job agreement through the store ("dtrun/failed", "dtrun/done").
+// end-of-job agreement through the store. With several nodes, every attempt
+// ends alike everywhere: each node says under "dtrun/attempt<N>/" that its
+// workers are done, or that one failed; a failure with restarts left stops
+// every node's workers, all nodes meet, and all start attempt N + 1 together;
+// without restarts left it becomes the job's ("dtrun/failed").
 #include "launcher/agent.h"
 
 #include <thread>
@@ -19,31 +23,45 @@ namespace rtd::launcher {
 namespace {
 
 constexpr const char* kFailedKey = "dtrun/failed";
-constexpr const char* kDoneKey = "dtrun/done";
 constexpr std::chrono::milliseconds kPeerPoll{500};
+constexpr std::chrono::milliseconds kMeetPoll{100};
+constexpr std::chrono::seconds kLeaveWait{10};  // node 0 keeps the store up for the others
+
+// Keys of one attempt: "failed" (code|reason of the first failure), "done",
+// "stopped" and "leaving" (counters of nodes).
+std::string attempt_key(int attempt, const char* what) {
+  return "dtrun/attempt" + std::to_string(attempt) + "/" + what;
+}
 
 std::string fingerprint(const LaunchOptions& o) {
   return "max_restarts=" + std::to_string(o.max_restarts);
 }
 
-// "code|reason", as written under kFailedKey.
-std::optional<Outcome> parse_failure(const std::string& value) {
+// "code|reason", as written under kFailedKey and attempt_key(N, "failed").
+Outcome parse_failure(const std::string& value, bool restart) {
   auto bar = value.find('|');
   int code = 1;
   try {
     code = std::stoi(value.substr(0, bar));
   } catch (const std::exception&) {
   }
-  return Outcome{
-      Ending::kStopRequested, code, -1,
-      "another node failed: " + (bar == std::string::npos ? value : value.substr(bar + 1))};
+  Outcome out{Ending::kStopRequested, code, -1,
+              "another node failed: " + (bar == std::string::npos ? value : value.substr(bar + 1))};
+  out.restart = restart;
+  return out;
 }
 
-// Polled while workers run: another node's failure, a silent node (node 0
+// Polled while workers run and while nodes meet: the job's failure, a failure
+// in this attempt (attempt < 0: not looked for), a silent node (node 0
 // watches the heartbeats), or a lost rendezvous host (the others beat).
-std::optional<Outcome> check_peers(Store& store, Heartbeats& heartbeats, int node_rank) {
+std::optional<Outcome> check_peers(Store& store, Heartbeats& heartbeats, int node_rank,
+                                   int attempt) {
   try {
-    if (auto failed = store.try_get(kFailedKey)) return parse_failure(*failed);
+    if (auto failed = store.try_get(kFailedKey)) return parse_failure(*failed, false);
+    if (attempt >= 0) {
+      if (auto failed = store.try_get(attempt_key(attempt, "failed")))
+        return parse_failure(*failed, true);
+    }
     if (node_rank != 0) {
       heartbeats.beat(store, node_rank);
     } else if (auto silent = heartbeats.find_silent(store)) {
@@ -117,18 +135,44 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
   return specs;
 }
 
-// Node rank 0 keeps the store up until every node's workers are done (or one
-// failed, or went silent).
-int wait_for_other_nodes(Store& store, int nnodes, Heartbeats& heartbeats) {
-  auto logger = log::get("launcher");
-  for (;;) {
-    if (auto out = check_peers(store, heartbeats, 0)) {
-      logger->error("{}", out->reason);
-      return out->exit_code;
+// Counts this node under attempt_key(attempt, what), then waits until every
+// node has. Returns what ended the wait otherwise: the job's failure, this
+// attempt's failure (when watch_attempt), a silent node, a lost store, a signal.
+std::optional<Outcome> meet(Store& store, Heartbeats& heartbeats, int node_rank, int nnodes,
+                            int attempt, const char* what, bool watch_attempt) {
+  try {
+    store.add(attempt_key(attempt, what), 1);
+    for (;;) {
+      if (auto out = check_peers(store, heartbeats, node_rank, watch_attempt ? attempt : -1))
+        return out;
+      if (store.add(attempt_key(attempt, what), 0) >= nnodes) return std::nullopt;
+      if (int sig = take_pending_signal()) {
+        return Outcome{Ending::kSignal, 128 + sig, -1, "signal " + std::to_string(sig)};
+      }
+      std::this_thread::sleep_for(kMeetPoll);
     }
-    if (store.add(kDoneKey, 0) >= nnodes) return 0;
-    if (int sig = take_pending_signal()) return 128 + sig;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  } catch (const Error& e) {
+    return Outcome{Ending::kStopRequested, 1, -1,
+                   std::string("lost contact with the rendezvous host: ") + e.what()};
+  }
+}
+
+// The job succeeded everywhere: node 0 keeps the store up until every node
+// has read so (at most kLeaveWait), the others say they are leaving.
+void leave(Store& store, Heartbeats& heartbeats, int node_rank, int nnodes, int attempt,
+           bool host) {
+  try {
+    if (node_rank != 0) heartbeats.finished(store, node_rank);
+    store.add(attempt_key(attempt, "leaving"), 1);
+    if (!host) return;
+    const auto give_up = std::chrono::steady_clock::now() + kLeaveWait;
+    while (store.add(attempt_key(attempt, "leaving"), 0) < nnodes &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(kMeetPoll);
+    }
+  } catch (const Error& e) {
+    log::get("launcher")
+        ->warn("could not tell the other nodes that this one is done: {}", e.what());
   }
 }
 
@@ -148,8 +192,7 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
   install_signal_handlers();
   auto store = make_grpc_store(p.store_addr, o.token);
   Heartbeats heartbeats(o.nnodes, o.heartbeat_timeout);
-  StopCheck stop_check;
-  if (o.nnodes > 1) stop_check = [&] { return check_peers(*store, heartbeats, node_rank); };
+  const bool many = o.nnodes > 1;
 
   for (int attempt = 0;; ++attempt) {
     Supervisor supervisor(SupervisorOptions{
@@ -160,14 +203,38 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
         .grace_period = o.grace_period,
     });
     supervisor.start(worker_specs(o, p, parent_env, attempt));
+    StopCheck stop_check;
+    if (many) stop_check = [&] { return check_peers(*store, heartbeats, node_rank, attempt); };
     Outcome out = supervisor.watch(stop_check, kPeerPoll);
-    if (out.ending == Ending::kSuccess) break;
-    if (out.ending == Ending::kWorkerFailed && attempt < o.max_restarts) {
+    // This node's workers are done; the attempt is the job's once every node's are.
+    if (many && out.ending == Ending::kSuccess) {
+      if (auto ended = meet(*store, heartbeats, node_rank, o.nnodes, attempt, "done", true))
+        out = *ended;
+    }
+    if (out.ending == Ending::kSuccess) {
+      if (many) leave(*store, heartbeats, node_rank, o.nnodes, attempt, p.server != nullptr);
+      break;
+    }
+    const bool failed_here = out.ending == Ending::kWorkerFailed;
+    if ((failed_here || out.restart) && attempt < o.max_restarts) {
       logger->warn("{}; restarting all workers ({} of {} restarts)", out.reason, attempt + 1,
                    o.max_restarts);
-      continue;
+      if (!many) continue;
+      if (failed_here) {
+        try {
+          store->compare_set(attempt_key(attempt, "failed"), "",
+                             std::to_string(out.exit_code) + "|node " + std::to_string(node_rank) +
+                                 ": " + out.reason);
+        } catch (const Error& e) {
+          logger->warn("could not tell the other nodes: {}", e.what());
+        }
+      }
+      // Every node's workers of this attempt are gone before any starts the next.
+      auto ended = meet(*store, heartbeats, node_rank, o.nnodes, attempt, "stopped", false);
+      if (!ended) continue;
+      out = *ended;
     }
-    if (out.ending == Ending::kWorkerFailed && o.nnodes > 1) {
+    if (failed_here && many) {
       try {
         store->compare_set(kFailedKey, "",
                            std::to_string(out.exit_code) + "|node " + std::to_string(node_rank) +
@@ -180,11 +247,6 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
     }
     logger->error("job failed: {} (exit code {})", out.reason, out.exit_code);
     return out.exit_code;
-  }
-  if (o.nnodes > 1) {
-    heartbeats.finished(*store, node_rank);
-    store->add(kDoneKey, 1);
-    if (p.server) return wait_for_other_nodes(*store, o.nnodes, heartbeats);
   }
   logger->info("all workers finished successfully");
   return 0;

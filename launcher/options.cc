@@ -80,10 +80,6 @@ std::string check(LaunchOptions& o, const std::string& rdzv, const std::vector<s
     return "--nnodes=" + std::to_string(o.nnodes) +
            " needs --rdzv=host:port naming node rank 0's host";
   }
-  if (o.nnodes > 1 && o.max_restarts > 0) {
-    return "--max-restarts with --nnodes > 1 needs job-wide restarts, which this dtrun does "
-           "not do yet; use --max-restarts=0 or one node";
-  }
   for (const auto& kv : env) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) return "--env '" + kv + "' must be KEY=VALUE";

@@ -35,6 +35,9 @@ struct Outcome {
   int exit_code = 0;  // the failing worker's code (128+N for signal N), or 128+signal
   int failed_rank = -1;
   std::string reason;
+  // kStopRequested because another node's worker failed in this attempt:
+  // the job restarts where restarts are left.
+  bool restart = false;
 };
 
 // Returns nothing while the workers should go on, else the outcome to end with

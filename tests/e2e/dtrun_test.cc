@@ -242,6 +242,33 @@ TEST(Dtrun, TwoNodesOnOneHostRunOneWorldAndAFailurePropagates) {
   EXPECT_TRUE(contains(bad.output, "another node failed")) << bad.output;
 }
 
+// --max-restarts with two nodes: a worker failing on one node stops every
+// node's workers, and all start the next attempt together (the attempt
+// number in TORCHELASTIC_RESTART_COUNT); a node whose workers had already
+// finished restarts too; once restarts run out the failure ends both nodes.
+TEST(Dtrun, TwoNodesRestartTheWholeJobTogether) {
+  const std::string common = "--nproc-per-node=2 --token=t --max-restarts=1 ";
+  // Attempt 0: rank 3 (node 1) fails after a moment; node 0's workers exit 0
+  // at once, rank 2 sleeps. Attempt 1: everyone prints and succeeds.
+  std::string flaky =
+      "sh -c \"a=\\$TORCHELASTIC_RESTART_COUNT; if [ \\$a = 0 ]; then "
+      "if [ \\$RANK = 3 ]; then sleep 1; exit 5; fi; if [ \\$RANK = 2 ]; then sleep 60; fi; "
+      "exit 0; fi; echo rank \\$RANK attempt \\$a\"";
+  auto ok = run_command(two_nodes(common + flaky, common + flaky, unused_port()), 60);
+  EXPECT_TRUE(contains(ok.output, "node1_rc=0")) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "node0_rc=0")) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "[rank 0]: rank 0 attempt 1")) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "[rank 3]: rank 3 attempt 1")) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "restarting all workers (1 of 1 restarts)")) << ok.output;
+
+  std::string always = "sh -c \"if [ \\$RANK = 3 ]; then exit 5; fi; sleep 60\"";
+  auto bad = run_command(two_nodes(common + always, common + always, unused_port()), 60);
+  EXPECT_TRUE(contains(bad.output, "node1_rc=5")) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "node0_rc=5")) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "restarting all workers (1 of 1 restarts)")) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "another node failed")) << bad.output;
+}
+
 TEST(Dtrun, NodeWhoseDtrunIsKilledIsNoticedAndItsWorkersDie) {
   int port = unused_port();
   std::string rdzv =

@@ -84,8 +84,6 @@ TEST(Options, MalformedInputNamesTheProblem) {
   expect_error({"--nnodes=2", "--rdzv=h:1", "prog"}, "needs a job token");
   expect_error({"--nnodes=2", "--node-rank=2", "--rdzv=h:1", "--token=t", "prog"},
                "must be less than --nnodes=2");
-  expect_error({"--nnodes=2", "--rdzv=h:1", "--token=t", "--max-restarts=1", "prog"},
-               "job-wide restarts");
 }
 
 }  // namespace
