@@ -144,18 +144,54 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
   return r;
 }
 
-// overlap: "0" optimizer after all buckets, "1" per layer as buckets land,
-// "serial" no overlap at all (every bucket starts after backward): the
-// difference to the one-GPU step is then the whole communication time;
-// "comm" the buckets' reduction alone, no model (its time and energy).
-Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
-               const std::string& reduce, const std::string& overlap, bool register_buckets,
-               bool copy_engines, int backward_sms, int warmup, int steps, cudaStream_t s,
-               rtd::bench::GpuPower& power) {
+// One DDP configuration. overlap: "0" optimizer after all buckets, "1" per
+// layer as buckets land, "serial" no overlap at all (every bucket starts after
+// backward): the difference to the one-GPU step is then the whole
+// communication time; "comm" the buckets' reduction alone, no model (its time
+// and energy).
+struct DdpRun {
+  bool bf16_grads = false;
+  bool copy_engines = true;
+  int backward_sms = 0;
+  bool register_buckets = false;
+  std::string overlap = "1";
+  std::string reduce = "fp32";
+  double bucket_mb = 25;
+};
+
+// Every combination of the flags' values, the last list varying fastest:
+// grads, copy engines, backward SMs, registered buckets, overlap, reduce, bucket.
+std::vector<DdpRun> ddp_runs(const std::vector<std::vector<std::string>>& lists) {
+  std::size_t total = 1;
+  for (const auto& l : lists) total *= l.size();
+  std::vector<DdpRun> runs;
+  for (std::size_t n = 0; n < total; ++n) {
+    std::vector<std::string> pick(lists.size());
+    std::size_t rest = n;
+    for (std::size_t i = lists.size(); i-- > 0;) {
+      pick[i] = lists[i][rest % lists[i].size()];
+      rest /= lists[i].size();
+    }
+    runs.push_back(DdpRun{.bf16_grads = pick[0] == "bf16",
+                          .copy_engines = pick[1] == "1",
+                          .backward_sms = std::stoi(pick[2]),
+                          .register_buckets = pick[3] == "1",
+                          .overlap = pick[4],
+                          .reduce = pick[5],
+                          .bucket_mb = std::stod(pick[6])});
+  }
+  return runs;
+}
+
+Result run_ddp(rtd::Context& ctx, mlp::MlpConfig c, const DdpRun& run, int warmup, int steps,
+               cudaStream_t s, rtd::bench::GpuPower& power) {
+  c.bf16_grads = run.bf16_grads;
+  const std::string& overlap = run.overlap;
+  const std::string& reduce = run.reduce;
   const bool overlap_optimizer = overlap == "1", serial = overlap == "serial",
              comm_only = overlap == "comm";
   mlp::Model model(c, s);
-  model.set_backward_sm_count(backward_sms);
+  model.set_backward_sm_count(run.backward_sms);
   std::vector<rtd::BufferView> params;
   for (int l = 0; l < c.layers; ++l) {
     params.push_back({model.master(l), model.layer_elems(), rtd::DType::kFloat32,
@@ -163,11 +199,11 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
   }
   cudaStreamSynchronize(s);
   rtd::DDP ddp(ctx, params,
-               {.bucket_mb = bucket_mb,
+               {.bucket_mb = run.bucket_mb,
                 .grad_dtype = c.bf16_grads ? rtd::DType::kBFloat16 : rtd::DType::kFloat32,
                 .reduce_dtype = reduce == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32,
-                .register_buckets = register_buckets,
-                .copy_engines = copy_engines});
+                .register_buckets = run.register_buckets,
+                .copy_engines = run.copy_engines});
   cudaDeviceSynchronize();  // DDP broadcast rank 0's weights on the default stream
   model.refresh_weights(s);
   rtd::StreamRef ref{s};
@@ -176,11 +212,11 @@ Result run_ddp(rtd::Context& ctx, const mlp::MlpConfig& c, double bucket_mb,
   Result r{
       .mode = overlap_optimizer ? "DDP+opt" : (serial ? "serial" : (comm_only ? "comm" : "DDP")),
       .grads = c.bf16_grads ? "bf16" : "fp32",
-      .bucket_mb = bucket_mb,
+      .bucket_mb = run.bucket_mb,
       .reduce = reduce,
       .registered = ddp.buckets_registered(),
       .method = ddp.reduce_method(),
-      .backward_sms = backward_sms};
+      .backward_sms = run.backward_sms};
   time_steps(
       [&](int i) {
         phases.mark(i, PhaseEvents::kStart);
@@ -315,6 +351,8 @@ int main(int argc, char** argv) {
     const double idle_j0 = power.joules();
     std::this_thread::sleep_for(std::chrono::seconds(1));
     const double idle_watts = power.joules() - idle_j0;
+    const std::vector<DdpRun> runs =
+        ddp_runs({grad_dtypes, copy_engines, backward_sms, registers, overlaps, reduces, buckets});
     std::vector<std::vector<Result>> by_round;
     for (int round = 0; round < rounds; ++round) {
       std::vector<Result> results;
@@ -323,23 +361,9 @@ int main(int argc, char** argv) {
         results.push_back(run_single(c, warmup, steps, s, power));
         ctx->comm().barrier()->wait();
       }
-      for (const auto& g : grad_dtypes) {
-        c.bf16_grads = g == "bf16";
-        for (const auto& ce : copy_engines) {
-          for (const auto& sms : backward_sms) {
-            for (const auto& reg : registers) {
-              for (const auto& o : overlaps) {
-                for (const auto& r : reduces) {
-                  for (const auto& b : buckets) {
-                    results.push_back(run_ddp(*ctx, c, std::stod(b), r, o, reg == "1", ce == "1",
-                                              std::stoi(sms), warmup, steps, s, power));
-                    ctx->comm().barrier()->wait();
-                  }
-                }
-              }
-            }
-          }
-        }
+      for (const DdpRun& run : runs) {
+        results.push_back(run_ddp(*ctx, c, run, warmup, steps, s, power));
+        ctx->comm().barrier()->wait();
       }
       by_round.push_back(std::move(results));
     }
