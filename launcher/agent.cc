@@ -24,8 +24,8 @@ namespace {
 
 constexpr const char* kFailedKey = "dtrun/failed";
 constexpr std::chrono::milliseconds kPeerPoll{500};
-constexpr std::chrono::milliseconds kMeetPoll{100};
-constexpr std::chrono::seconds kLeaveWait{10};  // node 0 keeps the store up for the others
+constexpr std::chrono::milliseconds kLeavePoll{100};  // node 0 alone polls while the others leave
+constexpr std::chrono::seconds kLeaveWait{10};        // node 0 keeps the store up for the others
 
 // Keys of one attempt: "failed" (code|reason of the first failure), "done",
 // "stopped" and "leaving" (counters of nodes).
@@ -149,7 +149,7 @@ std::optional<Outcome> meet(Store& store, Heartbeats& heartbeats, int node_rank,
       if (int sig = take_pending_signal()) {
         return Outcome{Ending::kSignal, 128 + sig, -1, "signal " + std::to_string(sig)};
       }
-      std::this_thread::sleep_for(kMeetPoll);
+      std::this_thread::sleep_for(kPeerPoll);
     }
   } catch (const Error& e) {
     return Outcome{Ending::kStopRequested, 1, -1,
@@ -168,7 +168,7 @@ void leave(Store& store, Heartbeats& heartbeats, int node_rank, int nnodes, int 
     const auto give_up = std::chrono::steady_clock::now() + kLeaveWait;
     while (store.add(attempt_key(attempt, "leaving"), 0) < nnodes &&
            std::chrono::steady_clock::now() < give_up) {
-      std::this_thread::sleep_for(kMeetPoll);
+      std::this_thread::sleep_for(kLeavePoll);
     }
   } catch (const Error& e) {
     log::get("launcher")
