@@ -30,7 +30,11 @@ std::vector<std::string> all_gather_strings(Store& store, const std::string& key
   return all;
 }
 
-int copy_stream_count(const CeSetup& setup) { return std::max(1, setup.copy_streams); }
+// Streams of the copies besides the reducer's own: none for one (the copies
+// then run on the reducer's stream itself, with no fork or join).
+int extra_copy_streams(const CeSetup& setup) {
+  return setup.copy_streams > 1 ? setup.copy_streams : 0;
+}
 
 // Waits for work queued on stream without cuda*Synchronize (polls an event).
 void drain(cudaStream_t stream) {
@@ -51,7 +55,7 @@ struct CopyEngineAllReduce::Resources {
   cudaStream_t release_stream = nullptr;  // for the abort hook's flag raise
   cudaEvent_t start = nullptr;            // recorded on the caller's stream
   cudaEvent_t fork = nullptr;             // recorded on `stream`, awaited by the copy streams
-  std::vector<cudaStream_t> copies;       // the copy streams
+  std::vector<cudaStream_t> copies;       // the copy streams (none: `stream` copies)
   std::vector<cudaEvent_t> joins;         // per copy stream, awaited by `stream`
   unsigned* flags = nullptr;              // [kind][buffer][from rank]
   std::size_t flag_count = 0;
@@ -154,7 +158,7 @@ std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& 
         setup.state->cuda().stream_create(&res->release_stream) != cudaSuccess ||
         setup.state->cuda().event_create(&res->start) != cudaSuccess ||
         setup.state->cuda().event_create(&res->fork) != cudaSuccess ||
-        !create_copy_streams(*setup.state, copy_stream_count(setup), res.get())) {
+        !create_copy_streams(*setup.state, extra_copy_streams(setup), res.get())) {
       cudaGetLastError();
       refuse("allocating its flags, scratch or streams failed");
     } else {
@@ -281,16 +285,20 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
     check_cu(driver.stream_wait_value32(on, addr, e, CU_STREAM_WAIT_VALUE_GEQ),
              "waiting for a peer");
   };
-  // A copy with every peer: `s` forks to the copy streams; each waits for its
-  // peers' `kind` flags (unless kNoWait) and copies (in `parts` pieces per
-  // peer, spread over the streams); `s` joins them all. dst(p)/src(p): where
-  // peer p's bytes go and come from; bytes(p): how many. Peers are taken in
-  // rotation (rank + 1, rank + 2, ...), so that where copies on one stream
-  // follow each other every GPU is read, or written, by one peer at a time.
-  const int streams = static_cast<int>(res_->copies.size());
+  // A copy with every peer, each after its `kind` flag (unless kNoWait).
+  // dst(p)/src(p): where peer p's bytes go and come from; bytes(p): how many.
+  // Peers are taken in rotation (rank + 1, rank + 2, ...), so that where
+  // copies on one stream follow each other every GPU is read, or written, by
+  // one peer at a time. With copy streams, `s` forks to them, the copies
+  // (in `parts` pieces per peer) spread over them, and `s` joins them all;
+  // without, they run on `s`.
+  const bool forked = !res_->copies.empty();
+  const int streams = forked ? static_cast<int>(res_->copies.size()) : 1;
   const int parts = std::max(1, streams / std::max(1, n - 1));
   auto copy_all = [&](int kind, auto dst, auto src, auto bytes, const char* step) {
-    RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->fork, s), what + ": forking to the copies");
+    if (forked) {
+      RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->fork, s), what + ": forking to the copies");
+    }
     std::vector<bool> used(streams, false);
     for (int turn = 1, k = 0; turn < n; ++turn) {
       const int p = (me + turn) % n;
@@ -298,8 +306,8 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
       for (int j = 0; j < parts; ++j, ++k) {
         const BytePiece piece = piece_of(total, parts, j);
         const std::size_t from = piece.first, len = piece.last - piece.first;
-        cudaStream_t on = res_->copies[k % streams];
-        if (!used[k % streams]) {
+        cudaStream_t on = forked ? res_->copies[k % streams] : s;
+        if (forked && !used[k % streams]) {
           RTD_CUDA_CHECK(cuda, cudaStreamWaitEvent(on, res_->fork, 0),
                          what + ": ordering a copy after the reducer's stream");
           used[k % streams] = true;
@@ -311,7 +319,7 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
             what + ": " + step);
       }
     }
-    for (int k = 0; k < streams; ++k) {
+    for (int k = 0; forked && k < streams; ++k) {
       if (!used[k]) continue;
       RTD_CUDA_CHECK(cuda, cudaEventRecord(res_->joins[k], res_->copies[k]),
                      what + ": recording a copy's end");
