@@ -269,6 +269,19 @@ TEST(Dtrun, TwoNodesRestartTheWholeJobTogether) {
   EXPECT_TRUE(contains(bad.output, "another node failed")) << bad.output;
 }
 
+// A node whose workers all finished does not report success while another
+// node's worker fails later: every dtrun exits with the failing worker's code.
+TEST(Dtrun, NodeThatFinishedFirstStillReportsTheJobsFailure) {
+  std::string late = "sh -c \"if [ \\$RANK = 0 ]; then sleep 1; exit 7; fi\"";
+  auto r = run_command(two_nodes("--nproc-per-node=2 --token=t " + late,
+                                 "--nproc-per-node=2 --token=t " + late, unused_port()),
+                       40);
+  EXPECT_TRUE(contains(r.output, "node1_rc=7")) << r.output;
+  EXPECT_TRUE(contains(r.output, "node0_rc=7")) << r.output;
+  EXPECT_TRUE(contains(r.output, "another node failed: node 0: worker rank 0 exited with code 7"))
+      << r.output;
+}
+
 TEST(Dtrun, NodeWhoseDtrunIsKilledIsNoticedAndItsWorkersDie) {
   int port = unused_port();
   std::string rdzv =
