@@ -1,5 +1,5 @@
-// RendezvousServer: token check, the Store service over a MemoryStore, and the
-// Join protocol (collect nnodes agents, check they agree, hand out ranks).
+// RendezvousServer: the Store service (runtime/core/store/store_service.h) and
+// the Join protocol (collect nnodes agents, check they agree, hand out ranks).
 #include "launcher/rendezvous_server.h"
 
 #include <grpcpp/grpcpp.h>
@@ -10,113 +10,10 @@
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/store/grpc_status.h"
-#include "runtime/core/store/memory_store.h"
+#include "runtime/core/store/store_service.h"
 
 namespace rtd::launcher {
 namespace {
-
-constexpr std::chrono::milliseconds kWaitSlice{200};
-
-grpc::Status check_token(grpc::ServerContext* ctx, const std::string& token) {
-  const auto& md = ctx->client_metadata();
-  auto it = md.find(kTokenMetadataKey);
-  if (it == md.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the call carries no job token");
-  }
-  if (std::string(it->second.data(), it->second.size()) != token) {
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        "the job token does not match node rank 0's");
-  }
-  return grpc::Status::OK;
-}
-
-grpc::Status to_status(const Error& e) {
-  switch (e.category()) {
-    case ErrorCategory::kTimeout:
-      return {grpc::StatusCode::DEADLINE_EXCEEDED, e.what()};
-    case ErrorCategory::kInvalidArgument:
-      return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
-    case ErrorCategory::kConfig:
-      return {grpc::StatusCode::FAILED_PRECONDITION, e.what()};
-    default:
-      return {grpc::StatusCode::INTERNAL, e.what()};
-  }
-}
-
-// Runs body after the token check, converting rtd::Error to a status.
-template <typename Fn>
-grpc::Status guarded(grpc::ServerContext* ctx, const std::string& token, Fn&& body) {
-  grpc::Status auth = check_token(ctx, token);
-  if (!auth.ok()) return auth;
-  try {
-    body();
-    return grpc::Status::OK;
-  } catch (const Error& e) {
-    return to_status(e);
-  } catch (const std::exception& e) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
-  }
-}
-
-class StoreService final : public proto::Store::Service {
- public:
-  explicit StoreService(std::string token) : token_(std::move(token)) {}
-
-  grpc::Status Set(grpc::ServerContext* ctx, const proto::SetRequest* req,
-                   proto::SetResponse*) override {
-    return guarded(ctx, token_, [&] { store_.set(req->key(), req->value()); });
-  }
-  grpc::Status Get(grpc::ServerContext* ctx, const proto::GetRequest* req,
-                   proto::GetResponse* resp) override {
-    // Waits in slices so that a cancelled call or a shutdown never leaves a handler blocked.
-    return guarded(ctx, token_, [&] {
-      auto deadline =
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(req->timeout_ms());
-      for (;;) {
-        if (auto value = store_.try_get(req->key())) {
-          resp->set_value(*value);
-          return;
-        }
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0 || ctx->IsCancelled()) {
-          store_.get(req->key(), std::chrono::milliseconds(0));  // throws the timeout error
-        }
-        try {
-          resp->set_value(store_.get(req->key(), std::min(left, kWaitSlice)));
-          return;
-        } catch (const Error& e) {
-          if (e.category() != ErrorCategory::kTimeout) throw;
-        }
-      }
-    });
-  }
-  grpc::Status Add(grpc::ServerContext* ctx, const proto::AddRequest* req,
-                   proto::AddResponse* resp) override {
-    return guarded(ctx, token_, [&] { resp->set_value(store_.add(req->key(), req->delta())); });
-  }
-  grpc::Status CompareSet(grpc::ServerContext* ctx, const proto::CompareSetRequest* req,
-                          proto::CompareSetResponse* resp) override {
-    return guarded(ctx, token_, [&] {
-      resp->set_value(store_.compare_set(req->key(), req->expected(), req->desired()));
-    });
-  }
-  grpc::Status Delete(grpc::ServerContext* ctx, const proto::DeleteRequest* req,
-                      proto::DeleteResponse* resp) override {
-    return guarded(ctx, token_, [&] { resp->set_deleted(store_.remove(req->key())); });
-  }
-  grpc::Status Check(grpc::ServerContext* ctx, const proto::CheckRequest* req,
-                     proto::CheckResponse* resp) override {
-    return guarded(ctx, token_, [&] {
-      std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-      resp->set_all_present(store_.check(keys));
-    });
-  }
-
- private:
-  std::string token_;
-  MemoryStore store_;
-};
 
 class RendezvousService final : public proto::Rendezvous::Service {
  public:
