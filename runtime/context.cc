@@ -8,15 +8,18 @@
 #include "runtime/core/config.h"
 #include "runtime/core/log.h"
 #include "runtime/env.h"
+#include "runtime/mpi_store.h"
 
 namespace rtd {
 namespace {
 
 class ContextImpl : public Context {
  public:
-  ContextImpl(WorldInfo world, std::shared_ptr<Store> store, std::unique_ptr<Communicator> comm,
+  ContextImpl(WorldInfo world, std::unique_ptr<MpiStoreHost> mpi_store,
+              std::shared_ptr<Store> store, std::unique_ptr<Communicator> comm,
               std::chrono::milliseconds timeout)
       : world_(std::move(world)),
+        mpi_store_(std::move(mpi_store)),
         store_(std::move(store)),
         comm_(std::move(comm)),
         timeout_(timeout) {}
@@ -28,22 +31,11 @@ class ContextImpl : public Context {
 
  private:
   WorldInfo world_;
+  std::unique_ptr<MpiStoreHost> mpi_store_;  // under mpirun; outlives the communicator
   std::shared_ptr<Store> store_;
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
 };
-
-std::shared_ptr<Store> connect_store(const Config& config, const WorldInfo& world) {
-  if (world.world_size == 1) return make_memory_store();
-  if (world.launcher == "dtrun") {
-    auto root = make_grpc_store(config.store_addr, config.token);
-    return make_prefix_store("round" + std::to_string(config.round), root);
-  }
-  throw Error(ErrorCategory::kConfig,
-              "a world of " + std::to_string(world.world_size) + " under " + world.launcher +
-                  " needs a store that librt_dist can reach; launch the job with dtrun "
-                  "(dtrun --nproc-per-node=N ./train)");
-}
 
 // Where this rank's CPU collectives listen: the node address dtrun found, or
 // loopback when every rank is on this host.
@@ -53,6 +45,25 @@ std::string data_host(const Config& config, const WorldInfo& world) {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
   return name;
+}
+
+// The job's store: dtrun's; under mpirun, one that rank 0 hosts
+// (*mpi_store keeps it); in a world of one, memory.
+std::shared_ptr<Store> connect_store(const Config& config, const WorldInfo& world,
+                                     std::unique_ptr<MpiStoreHost>* mpi_store) {
+  if (world.world_size == 1) return make_memory_store();
+  if (world.launcher == "dtrun") {
+    auto root = make_grpc_store(config.store_addr, config.token);
+    return make_prefix_store("round" + std::to_string(config.round), root);
+  }
+  if (world.launcher == "mpirun") {
+    *mpi_store = std::make_unique<MpiStoreHost>(world, data_host(config, world));
+    return (*mpi_store)->store();
+  }
+  throw Error(ErrorCategory::kConfig,
+              "a world of " + std::to_string(world.world_size) + " under " + world.launcher +
+                  " needs a store that librt_dist can reach; launch the job with dtrun "
+                  "(dtrun --nproc-per-node=N ./train) or mpirun");
 }
 
 // The default backend: RTD_BACKEND, else the caller's choice, else NCCL when a GPU is visible.
@@ -102,7 +113,8 @@ std::shared_ptr<Context> init(const InitOptions& options) {
   logger->debug("config: store='{}' round={} addr='{}' timeout={}s backend={}", config.store_addr,
                 config.round, config.node_addr, config.timeout.count() / 1000, config.backend);
 
-  auto store = connect_store(config, world);
+  std::unique_ptr<MpiStoreHost> mpi_store;
+  auto store = connect_store(config, world, &mpi_store);
   std::string backend = choose_backend(config, options);
   auto comm = make_communicator(CommunicatorOptions{
       .backend = backend,
@@ -116,8 +128,8 @@ std::shared_ptr<Context> init(const InitOptions& options) {
       .check_collectives = config.check_collectives,
       .nccl = nccl_settings(config, options.nccl),
   });
-  return std::make_shared<ContextImpl>(std::move(world), std::move(store), std::move(comm),
-                                       config.timeout);
+  return std::make_shared<ContextImpl>(std::move(world), std::move(mpi_store), std::move(store),
+                                       std::move(comm), config.timeout);
 }
 
 }  // namespace rtd

@@ -1,0 +1,67 @@
+// MpiStoreHost: rank 0's StoreServer, its address and token broadcast over MPI.
+#include "runtime/mpi_store.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "rt_dist/error.h"
+#include "runtime/core/log.h"
+
+namespace rtd {
+namespace {
+
+constexpr const char* kLeavingKey = "mpi/leaving";
+constexpr std::chrono::seconds kLeaveWait{30};
+
+std::string random_token() {
+  std::random_device rd;
+  std::string out;
+  for (int i = 0; i < 4; ++i) {
+    char part[9];
+    std::snprintf(part, sizeof(part), "%08x", rd());
+    out += part;
+  }
+  return out;
+}
+
+}  // namespace
+
+MpiStoreHost::MpiStoreHost(const WorldInfo& world, const std::string& host)
+    : world_(world), session_(mpi::MpiSession::open()) {
+  std::string message;  // "host:port token", from rank 0
+  if (world.rank == 0) {
+    const bool one_host = world.local_world_size == world.world_size;
+    const std::string token = random_token();
+    server_ = std::make_unique<StoreServer>(one_host ? "127.0.0.1" : "0.0.0.0", 0, token);
+    message = host + ":" + std::to_string(server_->port()) + " " + token;
+  }
+  message = session_->broadcast(message, 0);
+  const auto space = message.find(' ');
+  if (space == std::string::npos) {
+    throw Error(ErrorCategory::kInternal,
+                "MPI store bootstrap: malformed address '" + message + "'");
+  }
+  store_ = make_grpc_store(message.substr(0, space), message.substr(space + 1));
+  log::get("runtime")->debug("store of rank 0 at {}", message.substr(0, space));
+}
+
+MpiStoreHost::~MpiStoreHost() {
+  try {
+    store_->add(kLeavingKey, 1);
+    if (server_) {
+      const auto give_up = std::chrono::steady_clock::now() + kLeaveWait;
+      while (store_->add(kLeavingKey, 0) < world_.world_size &&
+             std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  } catch (const std::exception& e) {
+    log::get("runtime")->warn("leaving the job's store: {}", e.what());
+  }
+  store_.reset();
+  server_.reset();
+}
+
+}  // namespace rtd
