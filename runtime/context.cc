@@ -1,8 +1,6 @@
 // rtd::init(): configuration, logging, store and default communicator, in that order.
 #include "rt_dist/context.h"
 
-#include <unistd.h>
-
 #include "collectives/factory.h"
 #include "rt_dist/error.h"
 #include "runtime/core/config.h"
@@ -36,16 +34,6 @@ class ContextImpl : public Context {
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
 };
-
-// Where this rank's CPU collectives listen: the node address dtrun found, or
-// loopback when every rank is on this host.
-std::string data_host(const Config& config, const WorldInfo& world) {
-  if (!config.node_addr.empty()) return config.node_addr;
-  if (world.local_world_size == world.world_size) return "127.0.0.1";
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
-  return name;
-}
 
 // The job's store: dtrun's; under mpirun, one that rank 0 hosts
 // (*mpi_store keeps it); in a world of one, memory.

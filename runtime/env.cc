@@ -1,6 +1,8 @@
 // World detection and consistency checks over the parsed Config.
 #include "runtime/env.h"
 
+#include <unistd.h>
+
 #include <optional>
 #include <string>
 
@@ -79,6 +81,14 @@ WorldInfo detect_world(const Config& c) {
     check_below(w.rank, "SLURM_PROCID", w.world_size, "SLURM_NTASKS");
   }
   return w;
+}
+
+std::string data_host(const Config& config, const WorldInfo& world) {
+  if (!config.node_addr.empty()) return config.node_addr;
+  if (world.local_world_size == world.world_size) return "127.0.0.1";
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
+  return name;
 }
 
 }  // namespace rtd

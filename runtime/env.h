@@ -11,4 +11,8 @@ namespace rtd {
 // inconsistent (RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE, ...).
 WorldInfo detect_world(const Config& config);
 
+// Where this rank's CPU collectives listen: the node address dtrun found,
+// loopback when every rank is on this host, else this host's name.
+std::string data_host(const Config& config, const WorldInfo& world);
+
 }  // namespace rtd

@@ -5,6 +5,8 @@
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <netdb.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -41,12 +43,37 @@ Error from_gloo(const std::string& what, const ::gloo::Exception& e) {
                what + " failed in Gloo: " + message + hint);
 }
 
+// Gloo's TCP device must resolve the host it listens on (empty: this host's
+// name); after failing to once, a second attempt in the same process crashes
+// inside Gloo. So resolve it here first, and say what to do.
+void check_resolvable(const std::string& host, int rank) {
+  std::string name = host;
+  if (name.empty()) {
+    char buf[256] = {};
+    gethostname(buf, sizeof(buf) - 1);
+    name = buf;
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(name.c_str(), nullptr, &hints, &found);
+  if (rc != 0) {
+    throw Error(ErrorCategory::kConfig,
+                "rank " + std::to_string(rank) + ": Gloo cannot listen on '" + name +
+                    "': the name does not resolve (" + gai_strerror(rc) +
+                    "); give this host an entry in /etc/hosts or DNS, or pass an address "
+                    "(dtrun passes each node's)");
+  }
+  freeaddrinfo(found);
+}
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(const GlooOptions& options)
     : rank_(options.rank), size_(options.size), timeout_(options.timeout) {
   options_ = options;
   validate::rank_in_range("gloo init", "rank", rank_, size_);
+  check_resolvable(options.host, rank_);
   ::gloo::transport::tcp::attr attr;
   attr.hostname = options.host;
   try {

@@ -12,6 +12,7 @@
 
 #include "collectives/factory.h"
 #include "runtime/core/config.h"
+#include "runtime/env.h"
 #include "tests/multiproc/world.h"
 
 namespace rtd::testing_util {
@@ -309,7 +310,7 @@ class Timeout : public WorldTest {
                                    std::shared_ptr<Store>(&test_context()->store(), [](Store*) {})),
         .rank = comm().rank(),
         .size = comm().size(),
-        .host = config.node_addr,
+        .host = data_host(config, test_context()->world()),
         .device = test_context()->local_rank(),
         .timeout = timeout,
         .flight = {.hang_warn = hang_warn},

@@ -70,5 +70,25 @@ TEST(Factory, UnknownBackendIsAConfigError) {
   }
 }
 
+// A host name that does not resolve is a configuration error naming it, not a
+// crash inside Gloo (which crashed on a second attempt).
+TEST(Factory, GlooHostThatDoesNotResolveIsAConfigErrorNamingIt) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      make_communicator(CommunicatorOptions{.backend = "gloo",
+                                            .store = make_memory_store(),
+                                            .rank = 0,
+                                            .size = 1,
+                                            .host = "no-such-host.invalid"});
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kConfig);
+      EXPECT_NE(std::string(e.what()).find("'no-such-host.invalid': the name does not resolve"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rtd
