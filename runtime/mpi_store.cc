@@ -30,14 +30,24 @@ std::string random_token() {
 
 MpiStoreHost::MpiStoreHost(const WorldInfo& world, const std::string& host)
     : world_(world), session_(mpi::MpiSession::open()) {
-  std::string message;  // "host:port token", from rank 0
+  // From rank 0: "host:port token", or "!" and why it cannot host the store
+  // (every rank takes part in the broadcast either way, so none is left waiting).
+  std::string message;
   if (world.rank == 0) {
-    const bool one_host = world.local_world_size == world.world_size;
-    const std::string token = random_token();
-    server_ = std::make_unique<StoreServer>(one_host ? "127.0.0.1" : "0.0.0.0", 0, token);
-    message = host + ":" + std::to_string(server_->port()) + " " + token;
+    try {
+      const bool one_host = world.local_world_size == world.world_size;
+      const std::string token = random_token();
+      server_ = std::make_unique<StoreServer>(one_host ? "127.0.0.1" : "0.0.0.0", 0, token);
+      message = host + ":" + std::to_string(server_->port()) + " " + token;
+    } catch (const std::exception& e) {
+      message = std::string("!") + e.what();
+    }
   }
   message = session_->broadcast(message, 0);
+  if (!message.empty() && message[0] == '!') {
+    throw Error(ErrorCategory::kConfig,
+                "rank 0 could not host the job's store under mpirun: " + message.substr(1));
+  }
   const auto space = message.find(' ');
   if (space == std::string::npos) {
     throw Error(ErrorCategory::kInternal,
