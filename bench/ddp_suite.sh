@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU machine's DDP run, in one go so that the figures compare: the GPU
-# tests, the trainer, the DDP step benchmark (bucket sizes, reduction dtypes,
-# optimizer placement, copy engines or NCCL) and PyTorch's anchor, then a
+# tests, the trainer, the DDP step benchmark (bucket sizes, reduction and
+# gradient dtypes, optimizer placement, copy engines or NCCL), copy bandwidths
+# between the GPUs and PyTorch's anchor, then a
 # 100-step run for the clock trace. The essentials come first, in case the run
 # is cut short. GPU clocks and power are sampled throughout (smi.csv;
 # steps.txt says when each step ran).
@@ -57,6 +58,14 @@ table ddp_step_buckets 8
 step ddp_step_long 150 "${dt[@]}" --nproc-per-node=$ngpu "$bin/ddp_step" --reduce fp32 \
   --overlap-optimizer 1,comm --copy-engines $ce --steps 50 --rounds 3 --json "$out/ddp_step_long.json"
 table ddp_step_long 7
+# bf16 gradients (DDP's grad_dtype) against fp32, each against its own one-GPU step.
+step ddp_step_bf16_grads 150 "${dt[@]}" --nproc-per-node=$ngpu "$bin/ddp_step" --grads fp32,bf16 \
+  --reduce fp32,bf16 --overlap-optimizer 1,comm --copy-engines $ce --steps 30 --rounds 3 \
+  --json "$out/ddp_step_bf16_grads.json"
+table ddp_step_bf16_grads 14
+# Bytes per second between the GPUs by copy engine and by kernel, per pattern.
+step ce_bandwidth 60 "$bin/ce_bandwidth" --json "$out/ce_bandwidth.json"
+table ce_bandwidth 12
 for blocks in ${CE_BLOCKS:-}; do  # the copy-engine addition's grid (RTD_CE_REDUCE_BLOCKS)
   step ddp_step_blocks_$blocks 90 "${dt[@]}" --env RTD_CE_REDUCE_BLOCKS=$blocks \
     --nproc-per-node=$ngpu "$bin/ddp_step" --reduce fp32 --overlap-optimizer 1 --copy-engines 1 \
