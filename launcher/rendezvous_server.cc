@@ -9,7 +9,6 @@
 #include "rendezvous.grpc.pb.h"
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
-#include "runtime/core/store/grpc_status.h"
 #include "runtime/core/store/store_service.h"
 
 namespace rtd::launcher {
