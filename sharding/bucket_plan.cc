@@ -1,5 +1,5 @@
 // plan_buckets: greedy packing in reverse registration order.
-#include "collectives/reducer/bucket_plan.h"
+#include "sharding/bucket_plan.h"
 
 namespace rtd {
 

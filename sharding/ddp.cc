@@ -5,14 +5,14 @@
 #include <sstream>
 
 #include "collectives/device_memory.h"
-#include "collectives/reducer/bucket_plan.h"
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
+#include "sharding/bucket_plan.h"
+#include "sharding/rank_agreement.h"
 
 namespace rtd {
 namespace {
 
-constexpr std::chrono::seconds kShapeCheckTimeout{300};
 std::atomic<int> g_instances{0};  // every rank builds its DDPs in the same order
 
 // What every rank must agree on: the parameters' shapes and the options that
@@ -51,14 +51,6 @@ std::shared_ptr<void> allocate_bucket(Communicator& comm, bool want_registered, 
   *registered = false;
   auto plain = std::make_shared<DeviceBuffer>(device, device_index, bytes);
   return std::shared_ptr<void>(plain, plain->data());
-}
-
-// Host buffers: the host waits; GPU buffers: the stream waits.
-void complete(Work& work, DeviceType device, StreamRef stream) {
-  if (device == DeviceType::kCuda)
-    work.wait(stream);
-  else
-    work.wait();
 }
 
 }  // namespace
@@ -121,18 +113,9 @@ struct DDP::Impl {
   }
 
   void check_same_model(Store& store) {
-    const std::string prefix = "ddp/" + std::to_string(g_instances++) + "/shape/";
-    const std::string mine = shape_fingerprint(params, options, wire_registered);
-    store.set(prefix + std::to_string(comm.rank()), mine);
-    for (int r = 0; r < comm.size(); ++r) {
-      std::string theirs = store.get(prefix + std::to_string(r), kShapeCheckTimeout);
-      if (theirs != mine) {
-        throw Error(ErrorCategory::kInvalidArgument,
-                    "DDP: rank " + std::to_string(comm.rank()) + " registered " + mine +
-                        " but rank " + std::to_string(r) + " registered " + theirs +
-                        "; every rank must build the same model with the same DDP options");
-      }
-    }
+    check_ranks_agree(store, "ddp/" + std::to_string(g_instances++) + "/shape/", comm.rank(),
+                      comm.size(), shape_fingerprint(params, options, wire_registered), "DDP",
+                      "every rank must build the same model with the same DDP options");
   }
 };
 

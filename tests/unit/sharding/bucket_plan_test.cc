@@ -1,4 +1,4 @@
-#include "collectives/reducer/bucket_plan.h"
+#include "sharding/bucket_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,130 @@
+// rtd::FSDP: data parallelism that shards the model states over the ranks
+// (ZeRO-1/2/3 and hybrid sharding), with mixed precision, an AdamW that
+// updates only this rank's shard, gradient clipping by global norm and
+// dynamic loss scaling. See docs/sharding.md.
+//
+// The trainer declares units (a layer or a group of layers: the parameters
+// that are gathered and reduced together) and tells the engine where it is:
+//   for u in units:            pre_forward(u); ...forward of u with param(u, i)...; post_forward(u)
+//   for u in reversed(units):  pre_backward(u); ...write grad(u, i)...; post_backward(u)
+//   step();                    after one or more micro-steps (gradients accumulate)
+// post_backward(u) starts the reduce-scatter of u's gradients while backward
+// goes on; pre_forward/pre_backward gather the parameters of u (kZero3,
+// kHybrid) and prefetch the next unit's.
+//
+// Collective: every rank builds the same FSDP (same units, same shapes, same
+// options; a mismatch is rtd::Error(kInvalidArgument) on every rank) and calls
+// the hooks in the same order. Not thread-safe: one thread drives it.
+// Streams: GPU work is ordered on the stream given to each call and never
+// blocks the host, except step() with clipping or loss scaling, which reads
+// one number back.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rt_dist/communicator.h"
+#include "rt_dist/context.h"
+#include "rt_dist/store.h"
+#include "rt_dist/types.h"
+
+namespace rtd {
+
+enum class ShardStrategy {
+  kZero1,   // optimizer state (fp32 master weights, AdamW moments) sharded
+  kZero2,   // + gradients: reduced into the shard as backward produces them
+  kZero3,   // + parameters: gathered per unit before use, released after
+  kHybrid,  // kZero3 inside a shard group (a node), replicas across groups
+};
+std::string_view to_string(ShardStrategy strategy);
+// "zero1", "zero2", "zero3", "hybrid"; false for anything else.
+bool parse_shard_strategy(std::string_view text, ShardStrategy* out);
+
+struct AdamWOptions {
+  float lr = 1e-4f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
+};
+
+// Dynamic loss scaling: the trainer multiplies its loss by loss_scale(); a
+// step whose gradients hold an inf or nan on any rank is skipped on every
+// rank and the scale multiplied by backoff; after growth_interval good steps
+// in a row it is multiplied by growth.
+struct LossScaleOptions {
+  bool dynamic = false;
+  float initial = 65536.0f;
+  int growth_interval = 2000;
+  float growth = 2.0f;
+  float backoff = 0.5f;
+};
+
+struct FSDPOptions {
+  ShardStrategy strategy = ShardStrategy::kZero3;
+  // kZero3/kHybrid: release a unit's gathered parameters after its forward and
+  // gather them again for its backward. false keeps them from forward to
+  // backward (ZeRO-2's memory for fewer gathers).
+  bool reshard_after_forward = true;
+  // The parameters the trainer computes with (param(u, i)): float32 or bfloat16,
+  // cast from the fp32 master shards.
+  DType param_dtype = DType::kFloat32;
+  // The gradients the trainer writes (grad(u, i)) and the wire: float32 or bfloat16.
+  DType reduce_dtype = DType::kFloat32;
+  AdamWOptions adamw;
+  float max_grad_norm = 0.0f;  // > 0: clip by the global norm over every shard
+  LossScaleOptions loss_scale;
+  // kHybrid: ranks per shard group, consecutive ranks; 0: the ranks of one node
+  // (LOCAL_WORLD_SIZE) where built from a Context, else every rank.
+  int shard_group_size = 0;
+  bool broadcast_parameters = true;  // rank 0's initial parameters win
+};
+
+class FSDP {
+ public:
+  // units[u]: the initial parameters of unit u (float32, all on one device);
+  // the engine copies what it keeps, and the trainer may free them afterwards.
+  FSDP(Communicator& comm, Store& store, std::vector<std::vector<BufferView>> units,
+       FSDPOptions options = {});
+  FSDP(Context& ctx, std::vector<std::vector<BufferView>> units, FSDPOptions options = {});
+  ~FSDP();
+  FSDP(const FSDP&) = delete;
+  FSDP& operator=(const FSDP&) = delete;
+
+  int unit_count() const;
+  // Parameter i of unit u in param_dtype: valid between pre_forward(u) and
+  // post_forward(u), and between pre_backward(u) and post_backward(u).
+  BufferView param(int unit, int i) const;
+  // Where backward writes (overwrites) parameter i's gradient, in reduce_dtype:
+  // valid between pre_backward(u) and post_backward(u).
+  BufferView grad(int unit, int i) const;
+
+  void pre_forward(int unit, StreamRef stream = {});
+  void post_forward(int unit, StreamRef stream = {});
+  void pre_backward(int unit, StreamRef stream = {});
+  // Unit u's gradients are final once the work queued on stream is done: their
+  // average over ranks is reduced into this rank's shard (added to it after
+  // the first micro-step of a step).
+  void post_backward(int unit, StreamRef stream = {});
+  // Finishes every reduction, then updates this rank's shards with AdamW
+  // (clipped and unscaled as the options say) and makes the new parameters
+  // available to the next forward. Returns false where the step was skipped
+  // (loss scaling found an inf or nan). The next micro-step starts a new step.
+  bool step(StreamRef stream = {});
+
+  float loss_scale() const;
+  int steps_taken() const;  // AdamW steps applied (skipped ones not counted)
+  // The global gradient norm the last step() measured (before clipping); 0 when
+  // neither clipping nor loss scaling asked for it.
+  float last_grad_norm() const;
+  // Bytes of device (or host) memory the engine holds for the model states:
+  // master shards, moments, gradient shards and buffers, gathered parameters.
+  std::size_t state_bytes() const;
+  // "reduce_scatter/all_gather" through the communicator, with the group layout.
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rtd

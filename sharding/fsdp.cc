@@ -1,0 +1,483 @@
+// rtd::FSDP: the sharded strategies' state and the hooks of one training step
+// (docs/sharding.md). Buffers: the fp32 master shards, the AdamW moments and
+// the gradient shards of every unit lie in one flat "shard space" each (unit
+// u at shard_off[u]); parameters and gradients in full live per unit
+// (ZeRO-1/2) or in small pools of slots that units borrow (ZeRO-3, hybrid).
+#include "rt_dist/fsdp.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <sstream>
+
+#include "collectives/device_memory.h"
+#include "rt_dist/error.h"
+#include "runtime/core/log.h"
+#include "sharding/rank_agreement.h"
+#include "sharding/shard_layout.h"
+#include "sharding/shard_ops.h"
+#include "sharding/slot_pool.h"
+
+namespace rtd {
+namespace {
+
+std::atomic<int> g_instances{0};  // every rank builds its FSDPs in the same order
+
+bool float32_or_bf16(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
+
+std::string fingerprint(const std::vector<UnitLayout>& layouts, const FSDPOptions& o, int group) {
+  std::ostringstream out;
+  out << to_string(o.strategy) << " over groups of " << group << ", " << layouts.size()
+      << " units [";
+  for (std::size_t u = 0; u < layouts.size(); ++u) {
+    out << (u ? "; " : "");
+    for (std::size_t i = 0; i < layouts[u].counts.size(); ++i)
+      out << (i ? "," : "") << layouts[u].counts[i];
+  }
+  const AdamWOptions& a = o.adamw;
+  out << "], params " << to_string(o.param_dtype) << ", reduce " << to_string(o.reduce_dtype)
+      << (o.reshard_after_forward ? ", reshard" : ", no reshard") << ", AdamW(" << a.lr << ","
+      << a.beta1 << "," << a.beta2 << "," << a.eps << "," << a.weight_decay << "), clip "
+      << o.max_grad_norm << ", loss scale "
+      << (o.loss_scale.dynamic ? std::to_string(o.loss_scale.initial) : "off");
+  return out.str();
+}
+
+}  // namespace
+
+std::string_view to_string(ShardStrategy s) {
+  switch (s) {
+    case ShardStrategy::kZero1:
+      return "zero1";
+    case ShardStrategy::kZero2:
+      return "zero2";
+    case ShardStrategy::kZero3:
+      return "zero3";
+    case ShardStrategy::kHybrid:
+      return "hybrid";
+  }
+  return "?";
+}
+
+bool parse_shard_strategy(std::string_view text, ShardStrategy* out) {
+  for (ShardStrategy s : {ShardStrategy::kZero1, ShardStrategy::kZero2, ShardStrategy::kZero3,
+                          ShardStrategy::kHybrid}) {
+    if (text == to_string(s)) {
+      *out = s;
+      return true;
+    }
+  }
+  return false;
+}
+
+struct FSDP::Impl {
+  Communicator& comm;
+  FSDPOptions o;
+  DeviceType device = DeviceType::kCpu;
+  int device_index = 0;
+  std::unique_ptr<Communicator> intra_owned, inter_owned;
+  Communicator* shard_comm = nullptr;    // the ranks a unit is sharded over
+  Communicator* replica_comm = nullptr;  // hybrid: the same shard on the other groups
+  std::vector<UnitLayout> layouts;
+  std::vector<std::size_t> shard_off;  // per unit, in the shard space
+  std::size_t total_shard = 0;
+  std::size_t bytes = 0;
+
+  std::unique_ptr<DeviceBuffer> master, m, v, grad_shard, compute_shard, scalar, accum;
+  std::vector<std::unique_ptr<DeviceBuffer>> full_params;  // ZeRO-1/2: per unit
+  std::vector<std::unique_ptr<DeviceBuffer>> full_grads;   // ZeRO-1: per unit
+  std::unique_ptr<SlotPool> param_slots, grad_slots;       // ZeRO-3/hybrid; ZeRO-2/3 grads
+  std::vector<std::shared_ptr<Work>> gather_work;          // per unit: parameters arriving
+  std::vector<std::shared_ptr<Work>> reduce_work;          // per unit: this step's reduction
+  std::vector<int> reduced;                                // per unit: micro-steps reduced
+  int steps = 0;
+  float scale = 1.0f;
+  int good_steps = 0;
+  float last_norm = 0.0f;
+
+  Impl(Communicator& c, FSDPOptions opts) : comm(c), o(opts) {}
+
+  bool shards_params() const {
+    return o.strategy == ShardStrategy::kZero3 || o.strategy == ShardStrategy::kHybrid;
+  }
+  int unit_count() const { return static_cast<int>(layouts.size()); }
+  int group_rank() const { return shard_comm->rank(); }
+
+  std::unique_ptr<DeviceBuffer> allocate(std::size_t count, DType dtype) {
+    auto buf = std::make_unique<DeviceBuffer>(device, device_index, count * dtype_size(dtype));
+    bytes += buf->bytes();
+    zero_async(BufferView{buf->data(), count, dtype, device, device_index}, {});
+    return buf;
+  }
+  BufferView at(const DeviceBuffer& buf, DType dtype, std::size_t first, std::size_t count) const {
+    return BufferView{static_cast<char*>(buf.data()) + first * dtype_size(dtype), count, dtype,
+                      device, device_index};
+  }
+  BufferView at(void* base, DType dtype, std::size_t first, std::size_t count) const {
+    return BufferView{static_cast<char*>(base) + first * dtype_size(dtype), count, dtype, device,
+                      device_index};
+  }
+  // Unit u's shard in one of the shard-space buffers.
+  BufferView shard_of(const DeviceBuffer& buf, DType dtype, int u) const {
+    return at(buf, dtype, shard_off[u], layouts[u].shard);
+  }
+  // Where the gathers of unit u read from: the compute-dtype shard.
+  BufferView gather_source(int u) const {
+    return compute_shard ? shard_of(*compute_shard, o.param_dtype, u)
+                         : shard_of(*master, DType::kFloat32, u);
+  }
+  void check_unit(int u, const char* call) const {
+    if (u < 0 || u >= unit_count()) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  std::string("FSDP::") + call + ": no unit " + std::to_string(u));
+    }
+  }
+
+  void setup(Store& store, std::vector<std::vector<BufferView>>& units);
+  void gather(int u, StreamRef stream);
+  void prefetch(int u, StreamRef stream) {
+    if (u >= 0 && u < unit_count() && !param_slots->holds(u) && param_slots->has_free()) {
+      gather(u, stream);
+    }
+  }
+  void wait_params(int u, StreamRef stream) {
+    if (gather_work[u]) complete(*gather_work[u], device, stream);
+    gather_work[u] = nullptr;
+  }
+  void reduce(int u, StreamRef stream);
+  float global_sum_of_squares(StreamRef stream);
+  void update(int u, float grad_scale, StreamRef stream);
+};
+
+void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units) {
+  if (units.empty() || units[0].empty())
+    throw Error(ErrorCategory::kInvalidArgument, "FSDP: no units, or a unit without parameters");
+  device = units[0][0].device;
+  device_index = units[0][0].device_index;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    if (units[u].empty())
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "FSDP: unit " + std::to_string(u) + " has no parameters");
+    for (const BufferView& p : units[u]) {
+      if (p.dtype != DType::kFloat32 || p.device != device || p.count == 0) {
+        throw Error(ErrorCategory::kInvalidArgument,
+                    "FSDP: unit " + std::to_string(u) +
+                        ": every parameter must be non-empty float32 on unit 0's device");
+      }
+    }
+  }
+  if (!float32_or_bf16(o.param_dtype) || !float32_or_bf16(o.reduce_dtype))
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP: param_dtype and reduce_dtype must be float32 or bfloat16");
+  int group = comm.size();
+  if (o.strategy == ShardStrategy::kHybrid && o.shard_group_size > 0) group = o.shard_group_size;
+  if (group > comm.size() || comm.size() % group != 0) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP: hybrid shard groups of " + std::to_string(group) + " ranks do not divide " +
+                    std::to_string(comm.size()) + " ranks; set shard_group_size to a divisor");
+  }
+  for (auto& unit : units) {
+    std::vector<std::size_t> counts;
+    for (const BufferView& p : unit) counts.push_back(p.count);
+    layouts.push_back(layout_unit(counts, group));
+  }
+  // Agree before the first collective: a rank with other units or options
+  // would otherwise wait in a split or a broadcast that never matches.
+  check_ranks_agree(store, "fsdp/" + std::to_string(g_instances++) + "/shape/", comm.rank(),
+                    comm.size(), fingerprint(layouts, o, group), "FSDP",
+                    "every rank must declare the same units with the same FSDP options");
+  shard_comm = &comm;
+  if (group < comm.size()) {
+    intra_owned = comm.split(comm.rank() / group, comm.rank());
+    inter_owned = comm.split(comm.rank() % group, comm.rank());
+    shard_comm = intra_owned.get();
+    replica_comm = inter_owned.get();
+  }
+  if (o.broadcast_parameters) {
+    for (auto& unit : units)
+      for (const BufferView& p : unit) complete(*comm.broadcast(p, 0, {}), device, {});
+  }
+  for (const UnitLayout& l : layouts) {
+    shard_off.push_back(total_shard);
+    total_shard += l.shard;
+  }
+  master = allocate(total_shard, DType::kFloat32);
+  m = allocate(total_shard, DType::kFloat32);
+  v = allocate(total_shard, DType::kFloat32);
+  grad_shard = allocate(total_shard, o.reduce_dtype);
+  scalar = allocate(1, DType::kFloat32);
+  for (int u = 0; u < unit_count(); ++u) {
+    for (const ShardPiece& piece : pieces_in_shard(layouts[u], group_rank())) {
+      const BufferView& p = units[u][piece.param];
+      cast_async(at(p.data, DType::kFloat32, piece.param_first, piece.count),
+                 at(*master, DType::kFloat32, shard_off[u] + piece.shard_offset, piece.count), {});
+    }
+  }
+  std::size_t largest = 0;
+  for (const UnitLayout& l : layouts) largest = std::max(largest, l.padded);
+  const int units_n = unit_count();
+  if (shards_params()) {
+    if (o.param_dtype != DType::kFloat32) {
+      compute_shard = allocate(total_shard, o.param_dtype);
+      cast_async(at(*master, DType::kFloat32, 0, total_shard),
+                 at(*compute_shard, o.param_dtype, 0, total_shard), {});
+    }
+    // Reshard: the unit in use, the one prefetched, and one being released.
+    const int slots = o.reshard_after_forward ? std::min(units_n, 3) : units_n;
+    param_slots = std::make_unique<SlotPool>(slots, units_n,
+                                             [&] { return allocate(largest, o.param_dtype); });
+  } else {
+    for (int u = 0; u < units_n; ++u) {
+      full_params.push_back(allocate(layouts[u].padded, o.param_dtype));
+      for (std::size_t i = 0; i < units[u].size(); ++i) {
+        cast_async(units[u][i],
+                   at(*full_params[u], o.param_dtype, layouts[u].offsets[i], layouts[u].counts[i]),
+                   {});
+      }
+    }
+  }
+  if (o.strategy == ShardStrategy::kZero1) {
+    for (int u = 0; u < units_n; ++u)
+      full_grads.push_back(allocate(layouts[u].padded, o.reduce_dtype));
+  } else {
+    // Two: backward writes one while the other is reduce-scattered.
+    grad_slots = std::make_unique<SlotPool>(std::min(units_n, 2), units_n,
+                                            [&] { return allocate(largest, o.reduce_dtype); });
+  }
+  gather_work.assign(units_n, nullptr);
+  reduce_work.assign(units_n, nullptr);
+  reduced.assign(units_n, 0);
+  scale = o.loss_scale.dynamic ? o.loss_scale.initial : 1.0f;
+}
+
+void FSDP::Impl::gather(int u, StreamRef stream) {
+  const int slot = param_slots->acquire(u);
+  if (slot < 0) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP: no free buffer to gather unit " + std::to_string(u) +
+                    " into; call post_forward/post_backward for the units done with");
+  }
+  BufferView out = at(param_slots->data(slot), o.param_dtype, 0, layouts[u].padded);
+  gather_work[u] = shard_comm->all_gather(gather_source(u), out, stream);
+}
+
+void FSDP::Impl::reduce(int u, StreamRef stream) {
+  const UnitLayout& l = layouts[u];
+  BufferView in = full_grads.empty()
+                      ? at(grad_slots->data(grad_slots->slot_of(u)), o.reduce_dtype, 0, l.padded)
+                      : at(*full_grads[u], o.reduce_dtype, 0, l.padded);
+  const bool accumulate = reduced[u] > 0;
+  if (accumulate && !accum) {
+    std::size_t largest = 0;
+    for (const UnitLayout& each : layouts) largest = std::max(largest, each.shard);
+    accum = allocate(largest, o.reduce_dtype);
+  }
+  BufferView out = accumulate ? at(*accum, o.reduce_dtype, 0, l.shard)
+                              : shard_of(*grad_shard, o.reduce_dtype, u);
+  std::shared_ptr<Work> work = shard_comm->reduce_scatter(in, out, ReduceOp::kAvg, stream);
+  if (grad_slots) grad_slots->set_busy(grad_slots->slot_of(u), work);
+  if (replica_comm) {
+    complete(*work, device, stream);
+    work = replica_comm->all_reduce(out, ReduceOp::kAvg, stream);
+  }
+  if (accumulate) {
+    // The shard is added into only once the first micro-step's reduction into it is done.
+    if (reduce_work[u]) complete(*reduce_work[u], device, stream);
+    complete(*work, device, stream);
+    shard::add_into_async(shard_of(*grad_shard, o.reduce_dtype, u), out, stream);
+    work = nullptr;
+  }
+  reduce_work[u] = work;
+  ++reduced[u];
+}
+
+float FSDP::Impl::global_sum_of_squares(StreamRef stream) {
+  auto* sum = static_cast<float*>(scalar->data());
+  shard::sum_squares_async(at(*grad_shard, o.reduce_dtype, 0, total_shard), sum, stream);
+  // Hybrid: the replicas hold the same shards, so the shard group alone sums.
+  shard_comm->all_reduce(at(*scalar, DType::kFloat32, 0, 1), ReduceOp::kSum, stream)->wait();
+  return shard::read_float(sum, device);
+}
+
+void FSDP::Impl::update(int u, float grad_scale, StreamRef stream) {
+  const UnitLayout& l = layouts[u];
+  shard::AdamWShard s;
+  s.param = shard_of(*master, DType::kFloat32, u);
+  s.grad = shard_of(*grad_shard, o.reduce_dtype, u);
+  s.m = static_cast<float*>(m->data()) + shard_off[u];
+  s.v = static_cast<float*>(v->data()) + shard_off[u];
+  s.options = o.adamw;
+  s.step = steps;
+  s.grad_scale = grad_scale;
+  if (shards_params()) {
+    if (compute_shard) s.out = shard_of(*compute_shard, o.param_dtype, u);
+    shard::adamw_async(s, stream);
+    return;
+  }
+  // ZeRO-1/2: the new shard goes into its place in the full parameters, which
+  // are then gathered in place; the next forward waits for them.
+  BufferView full = at(*full_params[u], o.param_dtype, 0, l.padded);
+  s.out = at(*full_params[u], o.param_dtype, l.shard * group_rank(), l.shard);
+  shard::adamw_async(s, stream);
+  gather_work[u] = shard_comm->all_gather(s.out, full, stream);
+}
+
+FSDP::FSDP(Communicator& comm, Store& store, std::vector<std::vector<BufferView>> units,
+           FSDPOptions options)
+    : impl_(std::make_unique<Impl>(comm, options)) {
+  impl_->setup(store, units);
+  log::get("fsdp")->info("FSDP: {}", describe());
+}
+
+FSDP::FSDP(Context& ctx, std::vector<std::vector<BufferView>> units, FSDPOptions options)
+    : FSDP(ctx.comm(), ctx.store(), std::move(units), [&] {
+        if (options.strategy == ShardStrategy::kHybrid && options.shard_group_size == 0)
+          options.shard_group_size = ctx.world().local_world_size;
+        return options;
+      }()) {}
+
+FSDP::~FSDP() = default;
+
+int FSDP::unit_count() const { return impl_->unit_count(); }
+
+BufferView FSDP::param(int u, int i) const {
+  const Impl& s = *impl_;
+  s.check_unit(u, "param");
+  const UnitLayout& l = s.layouts[u];
+  if (i < 0 || i >= static_cast<int>(l.counts.size()))
+    throw Error(ErrorCategory::kInvalidArgument, "FSDP::param: unit " + std::to_string(u) +
+                                                     " has no parameter " + std::to_string(i));
+  if (!s.shards_params())
+    return s.at(*s.full_params[u], s.o.param_dtype, l.offsets[i], l.counts[i]);
+  const int slot = s.param_slots->slot_of(u);
+  if (slot < 0)
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP::param: unit " + std::to_string(u) +
+                    " is not gathered; call pre_forward or pre_backward for it first");
+  return s.at(s.param_slots->data(slot), s.o.param_dtype, l.offsets[i], l.counts[i]);
+}
+
+BufferView FSDP::grad(int u, int i) const {
+  const Impl& s = *impl_;
+  s.check_unit(u, "grad");
+  const UnitLayout& l = s.layouts[u];
+  if (i < 0 || i >= static_cast<int>(l.counts.size()))
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP::grad: unit " + std::to_string(u) + " has no parameter " + std::to_string(i));
+  if (!s.full_grads.empty())
+    return s.at(*s.full_grads[u], s.o.reduce_dtype, l.offsets[i], l.counts[i]);
+  const int slot = s.grad_slots->slot_of(u);
+  if (slot < 0)
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP::grad: unit " + std::to_string(u) +
+                    " has no gradient buffer; call pre_backward for it first");
+  return s.at(s.grad_slots->data(slot), s.o.reduce_dtype, l.offsets[i], l.counts[i]);
+}
+
+void FSDP::pre_forward(int u, StreamRef stream) {
+  Impl& s = *impl_;
+  s.check_unit(u, "pre_forward");
+  if (s.shards_params()) {
+    if (!s.param_slots->holds(u)) s.gather(u, stream);
+    s.prefetch(u + 1, stream);
+  }
+  s.wait_params(u, stream);
+}
+
+void FSDP::post_forward(int u, StreamRef stream) {
+  Impl& s = *impl_;
+  s.check_unit(u, "post_forward");
+  if (s.shards_params() && s.o.reshard_after_forward) s.param_slots->release(u);
+}
+
+void FSDP::pre_backward(int u, StreamRef stream) {
+  Impl& s = *impl_;
+  s.check_unit(u, "pre_backward");
+  if (s.shards_params()) {
+    if (!s.param_slots->holds(u)) s.gather(u, stream);
+    s.prefetch(u - 1, stream);
+  }
+  s.wait_params(u, stream);
+  // ZeRO-1: the last micro-step's reduction must have read the buffer before backward rewrites it.
+  if (!s.full_grads.empty() && s.reduce_work[u]) {
+    complete(*s.reduce_work[u], s.device, stream);
+    s.reduce_work[u] = nullptr;
+  }
+  if (s.grad_slots && !s.grad_slots->holds(u)) {
+    const int slot = s.grad_slots->acquire(u, s.device, stream);
+    if (slot < 0)
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "FSDP::pre_backward: unit " + std::to_string(u) +
+                      ": every gradient buffer is in use; call post_backward for the units done");
+    for (auto [first, last] : padding_of(s.layouts[u]))  // no gradient there: zero
+      zero_async(s.at(s.grad_slots->data(slot), s.o.reduce_dtype, first, last - first), stream);
+  }
+}
+
+void FSDP::post_backward(int u, StreamRef stream) {
+  Impl& s = *impl_;
+  s.check_unit(u, "post_backward");
+  if (s.grad_slots && !s.grad_slots->holds(u))
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP::post_backward: unit " + std::to_string(u) + " had no pre_backward");
+  s.reduce(u, stream);
+  if (s.grad_slots) s.grad_slots->release(u);
+  if (s.shards_params()) s.param_slots->release(u);
+}
+
+bool FSDP::step(StreamRef stream) {
+  Impl& s = *impl_;
+  std::vector<int> missing;
+  for (int u = 0; u < s.unit_count(); ++u) {
+    if (s.reduced[u] == 0) missing.push_back(u);
+    if (s.reduce_work[u]) complete(*s.reduce_work[u], s.device, stream);
+    s.reduce_work[u] = nullptr;
+  }
+  std::fill(s.reduced.begin(), s.reduced.end(), 0);
+  if (!missing.empty()) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP::step: unit " + std::to_string(missing[0]) +
+                    " had no post_backward this step; every unit's gradients must be reduced");
+  }
+  float grad_scale = 1.0f / s.scale;
+  s.last_norm = 0.0f;
+  if (s.o.max_grad_norm > 0.0f || s.o.loss_scale.dynamic) {
+    const float sum = s.global_sum_of_squares(stream);
+    if (!std::isfinite(sum) && s.o.loss_scale.dynamic) {
+      log::get("fsdp")->info("FSDP: inf or nan in the gradients at loss scale {}; step skipped",
+                             s.scale);
+      s.scale *= s.o.loss_scale.backoff;
+      s.good_steps = 0;
+      return false;
+    }
+    s.last_norm = std::sqrt(sum) / s.scale;
+    if (s.o.max_grad_norm > 0.0f)
+      grad_scale *= std::min(1.0f, s.o.max_grad_norm / (s.last_norm + 1e-6f));
+  }
+  ++s.steps;
+  for (int u = 0; u < s.unit_count(); ++u) s.update(u, grad_scale, stream);
+  if (s.o.loss_scale.dynamic && ++s.good_steps == s.o.loss_scale.growth_interval) {
+    s.scale *= s.o.loss_scale.growth;
+    s.good_steps = 0;
+  }
+  return true;
+}
+
+float FSDP::loss_scale() const { return impl_->scale; }
+int FSDP::steps_taken() const { return impl_->steps; }
+float FSDP::last_grad_norm() const { return impl_->last_norm; }
+std::size_t FSDP::state_bytes() const { return impl_->bytes; }
+
+std::string FSDP::describe() const {
+  const Impl& s = *impl_;
+  std::ostringstream out;
+  out << to_string(s.o.strategy) << ": " << s.unit_count() << " units sharded over "
+      << s.shard_comm->size() << " ranks";
+  if (s.replica_comm) out << ", replicated over " << s.replica_comm->size() << " groups";
+  out << " (" << s.comm.backend() << " reduce_scatter/all_gather), params "
+      << to_string(s.o.param_dtype) << ", reduce " << to_string(s.o.reduce_dtype) << ", "
+      << s.bytes / 1048576.0 << " MiB of model state on this rank";
+  return out.str();
+}
+
+}  // namespace rtd

@@ -1,0 +1,75 @@
+// Host halves of the sharded strategies' element-wise work (shard_ops.h); GPU
+// buffers go to shard_ops_gpu.cu.
+#include "sharding/shard_ops.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "rt_dist/error.h"
+
+namespace rtd::shard {
+namespace {
+
+float load(const BufferView& b, std::size_t j) {
+  if (b.dtype == DType::kBFloat16)
+    return bf16_to_float(static_cast<const std::uint16_t*>(b.data)[j]);
+  return static_cast<const float*>(b.data)[j];
+}
+void store(const BufferView& b, std::size_t j, float value) {
+  if (b.dtype == DType::kBFloat16)
+    static_cast<std::uint16_t*>(b.data)[j] = float_to_bf16(value);
+  else
+    static_cast<float*>(b.data)[j] = value;
+}
+void check_float(const BufferView& b, const char* what) {
+  if (b.dtype != DType::kFloat32 && b.dtype != DType::kBFloat16) {
+    throw Error(
+        ErrorCategory::kInvalidArgument,
+        std::string(what) + ": float32 or bfloat16 only, not " + std::string(to_string(b.dtype)));
+  }
+}
+
+}  // namespace
+
+void adamw_async(const AdamWShard& s, StreamRef stream) {
+  check_float(s.grad, "AdamW gradient");
+  if (s.param.device == DeviceType::kCuda) return gpu::adamw_async(s, stream);
+  const AdamWOptions& o = s.options;
+  const float bc1 = 1.0f - std::pow(o.beta1, static_cast<float>(s.step));
+  const float bc2 = 1.0f - std::pow(o.beta2, static_cast<float>(s.step));
+  auto* p = static_cast<float*>(s.param.data);
+  for (std::size_t j = 0; j < s.param.count; ++j) {
+    const float g = load(s.grad, j) * s.grad_scale;
+    s.m[j] = o.beta1 * s.m[j] + (1.0f - o.beta1) * g;
+    s.v[j] = o.beta2 * s.v[j] + (1.0f - o.beta2) * g * g;
+    p[j] *= 1.0f - o.lr * o.weight_decay;
+    p[j] -= o.lr * (s.m[j] / bc1) / (std::sqrt(s.v[j] / bc2) + o.eps);
+    if (s.out.data) store(s.out, j, p[j]);
+  }
+}
+
+void sum_squares_async(const BufferView& g, float* out, StreamRef stream) {
+  check_float(g, "sum of squares");
+  if (g.device == DeviceType::kCuda) return gpu::sum_squares_async(g, out, stream);
+  double sum = 0.0;
+  for (std::size_t j = 0; j < g.count; ++j) {
+    const double x = load(g, j);
+    sum += x * x;
+  }
+  *out = static_cast<float>(sum);
+}
+
+void add_into_async(const BufferView& dst, const BufferView& src, StreamRef stream) {
+  check_float(dst, "accumulation");
+  if (dst.dtype != src.dtype || dst.count != src.count) {
+    throw Error(ErrorCategory::kInternal, "accumulation: buffers of different dtype or count");
+  }
+  if (dst.device == DeviceType::kCuda) return gpu::add_into_async(dst, src, stream);
+  for (std::size_t j = 0; j < dst.count; ++j) store(dst, j, load(dst, j) + load(src, j));
+}
+
+float read_float(const float* p, DeviceType device) {
+  return device == DeviceType::kCuda ? gpu::read_float(p) : *p;
+}
+
+}  // namespace rtd::shard

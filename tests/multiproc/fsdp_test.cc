@@ -1,0 +1,362 @@
+// rtd::FSDP on the ranks dtrun started (Gloo with host buffers, or NCCL with GPU
+// buffers in gpu_collectives_test): for every strategy, N ranks training on B
+// samples each must follow the trajectory of one process training on all N*B
+// samples with the same AdamW, which every rank computes serially here as the
+// reference (our DDP is held to the same reference gradients in ddp_test.cc).
+#include "rt_dist/fsdp.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tests/multiproc/world.h"
+
+namespace rtd::testing_util {
+namespace {
+
+// Three units; sizes that divide by no world size and a one-element parameter.
+const std::vector<std::vector<std::size_t>> kUnits = {{1000, 7}, {301}, {5, 1, 4000}};
+constexpr int kSamplesPerRank = 2;
+
+float initial(std::size_t u, std::size_t i, std::size_t j) {
+  return 0.5f * std::cos(0.3f * static_cast<float>(u) + 0.7f * static_cast<float>(i) +
+                         0.013f * static_cast<float>(j));
+}
+// Gradient of sample s for element j of parameter (u, i) at parameter value p:
+// depends on the parameter, so that the trajectory depends on every update.
+float sample_grad(int s, std::size_t u, std::size_t i, std::size_t j, float p) {
+  return 0.1f * static_cast<float>(s % 3) * p +
+         std::sin(0.37f * s + 0.11f * static_cast<float>(u * 7 + i) + 0.0007f * j);
+}
+
+using Params = std::vector<std::vector<std::vector<float>>>;  // [unit][param][element]
+
+Params initial_params() {
+  Params p(kUnits.size());
+  for (std::size_t u = 0; u < kUnits.size(); ++u)
+    for (std::size_t i = 0; i < kUnits[u].size(); ++i)
+      for (std::size_t j = 0; j < kUnits[u][i]; ++j)
+        p[u].resize(kUnits[u].size()), p[u][i].push_back(initial(u, i, j));
+  return p;
+}
+
+// Mean gradient over samples [first, first + n), times scale.
+std::vector<float> mean_grad(std::size_t u, std::size_t i, const std::vector<float>& p, int first,
+                             int n, float scale) {
+  std::vector<float> g(p.size(), 0.0f);
+  for (int s = first; s < first + n; ++s)
+    for (std::size_t j = 0; j < p.size(); ++j) g[j] += sample_grad(s, u, i, j, p[j]) * scale / n;
+  return g;
+}
+
+// The reference: one process, the whole batch, plain AdamW, optional clipping.
+struct Reference {
+  Params p = initial_params(), m, v;
+  AdamWOptions o;
+  float max_norm = 0.0f;
+  float last_norm = 0.0f;
+  int t = 0;
+  Reference() {
+    m = v = p;
+    for (auto& unit : m)
+      for (auto& x : unit) std::fill(x.begin(), x.end(), 0.0f);
+    v = m;
+  }
+  void step(int first, int n) {
+    Params g = p;
+    double sum = 0.0;
+    for (std::size_t u = 0; u < p.size(); ++u)
+      for (std::size_t i = 0; i < p[u].size(); ++i) {
+        g[u][i] = mean_grad(u, i, p[u][i], first, n, 1.0f);
+        for (float x : g[u][i]) sum += double(x) * x;
+      }
+    last_norm = static_cast<float>(std::sqrt(sum));
+    const float coef = max_norm > 0.0f ? std::min(1.0f, max_norm / (last_norm + 1e-6f)) : 1.0f;
+    ++t;
+    const float bc1 = 1.0f - std::pow(o.beta1, float(t)), bc2 = 1.0f - std::pow(o.beta2, float(t));
+    for (std::size_t u = 0; u < p.size(); ++u)
+      for (std::size_t i = 0; i < p[u].size(); ++i)
+        for (std::size_t j = 0; j < p[u][i].size(); ++j) {
+          const float gj = g[u][i][j] * coef;
+          float& mj = m[u][i][j];
+          float& vj = v[u][i][j];
+          float& pj = p[u][i][j];
+          mj = o.beta1 * mj + (1.0f - o.beta1) * gj;
+          vj = o.beta2 * vj + (1.0f - o.beta2) * gj * gj;
+          pj *= 1.0f - o.lr * o.weight_decay;
+          pj -= o.lr * (mj / bc1) / (std::sqrt(vj / bc2) + o.eps);
+        }
+  }
+};
+
+class FSDPTest : public WorldTest {
+ protected:
+  void SetUp() override {
+    WorldTest::SetUp();
+    if (IsSkipped()) return;
+    Params init = initial_params();
+    for (std::size_t u = 0; u < kUnits.size(); ++u) {
+      units_.emplace_back();
+      for (std::size_t i = 0; i < kUnits[u].size(); ++i) {
+        // Rank 0's values must win: the others start elsewhere.
+        auto placed = std::make_unique<Placed>(DType::kFloat32, kUnits[u][i]);
+        for (std::size_t j = 0; j < kUnits[u][i]; ++j)
+          placed->host.set(j, comm().rank() == 0 ? init[u][i][j] : 9.0);
+        placed->push();
+        units_[u].push_back(std::move(placed));
+      }
+    }
+  }
+  std::vector<std::vector<BufferView>> views() {
+    std::vector<std::vector<BufferView>> out;
+    for (auto& unit : units_) {
+      out.emplace_back();
+      for (auto& p : unit) out.back().push_back(p->view());
+    }
+    return out;
+  }
+  FSDP make(FSDPOptions o) {
+    o.adamw.lr = 1e-2f;  // large enough that a wrong step shows
+    return FSDP(comm(), test_context()->store(), views(), o);
+  }
+  std::vector<float> read(const BufferView& b) {
+    std::vector<float> out(b.count);
+    if (b.dtype == DType::kFloat32) {
+      test_memory().to_host(out.data(), b.data, b.bytes());
+      return out;
+    }
+    std::vector<std::uint16_t> bits(b.count);
+    test_memory().to_host(bits.data(), b.data, b.bytes());
+    for (std::size_t j = 0; j < bits.size(); ++j) out[j] = bf16_to_float(bits[j]);
+    return out;
+  }
+  void write(const BufferView& b, const std::vector<float>& values) {
+    if (b.dtype == DType::kFloat32) {
+      test_memory().to_device(b.data, values.data(), b.bytes());
+      return;
+    }
+    std::vector<std::uint16_t> bits(values.size());
+    for (std::size_t j = 0; j < bits.size(); ++j) bits[j] = float_to_bf16(values[j]);
+    test_memory().to_device(b.data, bits.data(), b.bytes());
+  }
+  // One step of `micro` micro-steps; this rank's samples of micro-step k start
+  // at first + (k * n + rank) * kSamplesPerRank. poison: a rank and element to set to inf.
+  bool train_step(FSDP& f, int first, int micro, int poison_rank = -1) {
+    const int n = comm().size(), r = comm().rank();
+    for (int k = 0; k < micro; ++k) {
+      const int mine = first + (k * n + r) * kSamplesPerRank;
+      Params seen(kUnits.size());
+      for (int u = 0; u < f.unit_count(); ++u) {
+        f.pre_forward(u);
+        for (std::size_t i = 0; i < kUnits[u].size(); ++i) seen[u].push_back(read(f.param(u, i)));
+        f.post_forward(u);
+      }
+      for (int u = f.unit_count() - 1; u >= 0; --u) {
+        f.pre_backward(u);
+        for (std::size_t i = 0; i < kUnits[u].size(); ++i) {
+          EXPECT_EQ(read(f.param(u, i)), seen[u][i]) << "backward sees forward's parameters";
+          auto g = mean_grad(u, i, seen[u][i], mine, kSamplesPerRank, f.loss_scale() / micro);
+          if (r == poison_rank && u == 1 && k == micro - 1)
+            g[3] = std::numeric_limits<float>::infinity();
+          write(f.grad(u, i), g);
+        }
+        f.post_backward(u);
+      }
+    }
+    return f.step();
+  }
+  Params params_of(FSDP& f) {
+    Params out(kUnits.size());
+    for (int u = 0; u < f.unit_count(); ++u) {
+      f.pre_forward(u);
+      for (std::size_t i = 0; i < kUnits[u].size(); ++i) out[u].push_back(read(f.param(u, i)));
+      f.post_forward(u);
+    }
+    return out;
+  }
+  void expect_close(const Params& got, const Params& want, double tol, const std::string& what) {
+    for (std::size_t u = 0; u < want.size(); ++u)
+      for (std::size_t i = 0; i < want[u].size(); ++i)
+        for (std::size_t j = 0; j < want[u][i].size(); ++j)
+          ASSERT_NEAR(got[u][i][j], want[u][i][j], tol * (std::fabs(want[u][i][j]) + 1.0))
+              << what << ": unit " << u << " parameter " << i << " element " << j;
+  }
+
+  std::vector<std::vector<std::unique_ptr<Placed>>> units_;
+};
+
+const ShardStrategy kAll[] = {ShardStrategy::kZero1, ShardStrategy::kZero2, ShardStrategy::kZero3,
+                              ShardStrategy::kHybrid};
+
+// Hybrid groups of two where the world splits into them, else one group.
+FSDPOptions options_for(ShardStrategy s, int world) {
+  FSDPOptions o;
+  o.strategy = s;
+  if (s == ShardStrategy::kHybrid) o.shard_group_size = world % 2 == 0 ? 2 : world;
+  return o;
+}
+
+TEST_F(FSDPTest, EveryStrategyOnNRanksEqualsOneRankWithNTimesTheBatch) {
+  const int n = comm().size();
+  for (ShardStrategy s : kAll) {
+    for (bool reshard : {true, false}) {
+      if (!reshard && (s == ShardStrategy::kZero1 || s == ShardStrategy::kZero2)) continue;
+      FSDPOptions o = options_for(s, n);
+      o.reshard_after_forward = reshard;
+      FSDP f = make(o);
+      Reference ref;
+      ref.o = o.adamw;
+      ref.o.lr = 1e-2f;
+      const std::string what = std::string(to_string(s)) + (reshard ? "" : " without reshard");
+      expect_close(params_of(f), ref.p, 0.0, what + " initial (rank 0's)");
+      for (int step = 0; step < 4; ++step) {
+        ASSERT_TRUE(train_step(f, 1000 * step, 1));
+        ref.step(1000 * step, n * kSamplesPerRank);
+      }
+      expect_close(params_of(f), ref.p, 2e-5, what);
+      EXPECT_EQ(f.steps_taken(), 4);
+      EXPECT_GT(f.state_bytes(), 0u);
+    }
+  }
+}
+
+TEST_F(FSDPTest, MicroStepsAccumulateIntoOneStep) {
+  const int n = comm().size(), micro = 3;
+  for (ShardStrategy s : kAll) {
+    FSDP f = make(options_for(s, n));
+    Reference ref;
+    ref.o.lr = 1e-2f;
+    for (int step = 0; step < 2; ++step) {
+      train_step(f, 1000 * step, micro);
+      ref.step(1000 * step, micro * n * kSamplesPerRank);
+    }
+    expect_close(params_of(f), ref.p, 1e-4, std::string(to_string(s)) + " accumulating");
+  }
+}
+
+TEST_F(FSDPTest, ClippingEqualsClippingTheUnshardedGradients) {
+  const int n = comm().size();
+  for (ShardStrategy s : kAll) {
+    FSDPOptions o = options_for(s, n);
+    o.max_grad_norm = 0.5f;
+    FSDP f = make(o);
+    Reference ref;
+    ref.o.lr = 1e-2f;
+    ref.max_norm = 0.5f;
+    for (int step = 0; step < 3; ++step) {
+      train_step(f, 1000 * step, 1);
+      ref.step(1000 * step, n * kSamplesPerRank);
+      ASSERT_GT(ref.last_norm, 0.5f) << "the test must actually clip";
+      EXPECT_NEAR(f.last_grad_norm(), ref.last_norm, 1e-4 * ref.last_norm);
+    }
+    expect_close(params_of(f), ref.p, 2e-5, std::string(to_string(s)) + " clipped");
+  }
+}
+
+TEST_F(FSDPTest, AnInfOnOneRankSkipsTheStepOnEveryRankAndBacksOff) {
+  const int n = comm().size();
+  for (ShardStrategy s : kAll) {
+    FSDPOptions o = options_for(s, n);
+    o.loss_scale = {.dynamic = true, .initial = 1024.0f, .growth_interval = 2};
+    FSDP f = make(o);
+    Reference ref;
+    ref.o.lr = 1e-2f;
+    ASSERT_TRUE(train_step(f, 0, 1));
+    ref.step(0, n * kSamplesPerRank);
+    const Params before = params_of(f);
+    EXPECT_FALSE(train_step(f, 1000, 1, /*poison_rank=*/n - 1)) << "the step must be skipped";
+    EXPECT_EQ(f.loss_scale(), 512.0f);
+    expect_close(params_of(f), before, 0.0, std::string(to_string(s)) + " after the skipped step");
+    ASSERT_TRUE(train_step(f, 2000, 1));
+    ref.step(2000, n * kSamplesPerRank);
+    ASSERT_TRUE(train_step(f, 3000, 1));
+    ref.step(3000, n * kSamplesPerRank);
+    EXPECT_EQ(f.loss_scale(), 1024.0f) << "two good steps in a row grow it back";
+    EXPECT_EQ(f.steps_taken(), 3);
+    expect_close(params_of(f), ref.p, 2e-5, std::string(to_string(s)) + " unscaled");
+  }
+}
+
+TEST_F(FSDPTest, Bf16ParametersAndReductionStayCloseToFloat32) {
+  const int n = comm().size();
+  for (ShardStrategy s : kAll) {
+    FSDPOptions o = options_for(s, n);
+    o.param_dtype = DType::kBFloat16;
+    o.reduce_dtype = DType::kBFloat16;
+    FSDP f = make(o);
+    f.pre_forward(0);
+    EXPECT_EQ(f.param(0, 0).dtype, DType::kBFloat16);
+    f.post_forward(0);
+    Reference ref;
+    ref.o.lr = 1e-2f;
+    for (int step = 0; step < 3; ++step) {
+      train_step(f, 1000 * step, 1);
+      ref.step(1000 * step, n * kSamplesPerRank);
+    }
+    expect_close(params_of(f), ref.p, 2e-2, std::string(to_string(s)) + " in bf16");
+  }
+}
+
+TEST_F(FSDPTest, RanksWithDifferentStrategiesFailCleanlyOnEveryRank) {
+  if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
+  FSDPOptions o;
+  o.strategy = comm().rank() == 1 ? ShardStrategy::kZero2 : ShardStrategy::kZero3;
+  try {
+    FSDP f = make(o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("same units with the same FSDP options"),
+              std::string::npos)
+        << e.what();
+  }
+  comm().barrier()->wait();
+}
+
+TEST_F(FSDPTest, RanksWithDifferentUnitsFailCleanlyOnEveryRank) {
+  if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
+  auto v = views();
+  if (comm().rank() == 1) v[2].pop_back();
+  try {
+    FSDP f(comm(), test_context()->store(), v, {});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("5,1,4000"), std::string::npos) << e.what();
+  }
+  comm().barrier()->wait();
+}
+
+TEST_F(FSDPTest, HybridGroupsThatDoNotDivideTheWorldAreAConfigurationError) {
+  FSDPOptions o;
+  o.strategy = ShardStrategy::kHybrid;
+  o.shard_group_size = comm().size() + 1;
+  try {
+    FSDP f = make(o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("shard_group_size"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(FSDPTest, HooksOutOfOrderAreErrorsNotCorruption) {
+  FSDP f = make(options_for(ShardStrategy::kZero3, comm().size()));
+  try {
+    f.param(1, 0);
+    FAIL() << "a sharded unit's parameters are not there before pre_forward";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pre_forward"), std::string::npos) << e.what();
+  }
+  try {
+    f.step();
+    FAIL() << "a step without backward must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("post_backward"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rtd::testing_util
