@@ -4,8 +4,11 @@
 // bucket lands: "DDP+opt");
 // scaling efficiency (one-GPU step / DDP step), exposed communication (the
 // difference), memory, and each rank's energy per step, mean power and SM
-// clock (through NVML, where present). Rank 0 prints a table and JSON. Run under dtrun:
+// clock (through NVML, where present); with --shard, rtd::FSDP's strategies
+// too, with the memory the model states take by the ZeRO arithmetic. Rank 0
+// prints a table and JSON. Run under dtrun:
 //   dtrun --nproc-per-node=2 ddp_step --bucket-mb 25,100,250 --reduce fp32,bf16
+//   dtrun --nproc-per-node=2 ddp_step --overlap-optimizer 1 --shard zero1,zero2,zero3
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -14,15 +17,23 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench/common/gpu_power.h"
+#include "bench/common/step_timing.h"
 #include "examples/02_mlp_gpu/model.h"
 #include "rt_dist/rt_dist.h"
 
 namespace {
+
+using rtd::bench::device_used_gib;
+using rtd::bench::json_number;
+using rtd::bench::PhaseEvents;
+using rtd::bench::split;
+using rtd::bench::time_steps;
 
 struct Result {
   std::string mode;
@@ -41,80 +52,10 @@ struct Result {
   // This rank's GPU over the timed steps (NaN without NVML): energy per step,
   // mean power, mean SM clock.
   double joules = 0, watts = 0, sm_mhz = 0;
-  double model_gib = 0;   // what the model and DDP allocated
+  double model_gib = 0;   // what the model and DDP (or FSDP) allocated
+  double states_gib = 0;  // the model states by the ZeRO arithmetic (0: not a sharded row)
   double device_gib = 0;  // device memory in use (cudaMemGetInfo): adds NCCL, cuBLAS, the context
 };
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
-}
-
-// NaN (no NVML) as JSON's null.
-std::string json_number(double v) { return std::isnan(v) ? "null" : std::to_string(v); }
-
-double device_used_gib() {
-  size_t free_b = 0, total_b = 0;
-  cudaMemGetInfo(&free_b, &total_b);
-  return static_cast<double>(total_b - free_b) / (1 << 30);
-}
-
-// Events at the phase boundaries of every step on the trainer's stream.
-class PhaseEvents {
- public:
-  enum Mark { kStart, kForward, kBackward, kEnd, kMarks };
-  PhaseEvents(int steps, cudaStream_t s) : s_(s), events_(steps * kMarks) {
-    for (auto& e : events_) cudaEventCreate(&e);
-  }
-  ~PhaseEvents() {
-    for (auto& e : events_) cudaEventDestroy(e);
-  }
-  void mark(int step, Mark m) {  // step is 1-based, as time_steps counts
-    cudaEventRecord(events_[(step - 1) * kMarks + m], s_);
-  }
-  // Mean milliseconds from mark a to mark b over steps [first, last] (after a sync).
-  double mean_ms(Mark a, Mark b, int first, int last) const {
-    double sum = 0;
-    for (int i = first; i <= last; ++i) {
-      float ms = 0;
-      cudaEventElapsedTime(&ms, events_[(i - 1) * kMarks + a], events_[(i - 1) * kMarks + b]);
-      sum += ms;
-    }
-    return sum / (last - first + 1);
-  }
-  void fill(Result& r, int warmup, int steps) const {
-    r.forward_ms = mean_ms(kStart, kForward, warmup + 1, warmup + steps);
-    r.backward_ms = mean_ms(kForward, kBackward, warmup + 1, warmup + steps);
-    r.after_ms = mean_ms(kBackward, kEnd, warmup + 1, warmup + steps);
-  }
-
- private:
-  cudaStream_t s_;
-  std::vector<cudaEvent_t> events_;
-};
-
-// Times `steps` steps after `warmup`, wall clock around a synchronized stream
-// (as the anchor does); fills step_ms and the energy readings of r.
-template <typename Step>
-void time_steps(Step&& step, int warmup, int steps, cudaStream_t s, rtd::bench::GpuPower& power,
-                Result& r) {
-  for (int i = 1; i <= warmup; ++i) step(i);
-  cudaStreamSynchronize(s);
-  const double j0 = power.joules();
-  power.start_clock_samples();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 1; i <= steps; ++i) step(warmup + i);
-  cudaStreamSynchronize(s);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  r.sm_mhz = power.stop_clock_samples();
-  r.step_ms = ms / steps;
-  r.joules = (power.joules() - j0) / steps;
-  r.watts = r.joules / (r.step_ms / 1000.0);
-}
 
 Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s,
                   rtd::bench::GpuPower& power) {
@@ -265,6 +206,71 @@ Result run_ddp(rtd::Context& ctx, mlp::MlpConfig c, const DdpRun& run, int warmu
   return r;
 }
 
+// One sharded configuration: "zero1", "zero2", "zero3", "zero3-keep" (no
+// reshard after forward) or "hybrid"; bf16 weights gathered from fp32 master
+// shards, gradients written and reduced in `reduce`, one unit per layer.
+Result run_fsdp(rtd::Context& ctx, mlp::MlpConfig c, const std::string& shard,
+                const std::string& reduce, int warmup, int steps, cudaStream_t s,
+                rtd::bench::GpuPower& power) {
+  rtd::FSDPOptions o;
+  const bool keep = shard == "zero3-keep";
+  if (!rtd::parse_shard_strategy(keep ? "zero3" : shard, &o.strategy))
+    throw std::runtime_error("--shard: no strategy '" + shard + "'");
+  o.reshard_after_forward = !keep;
+  o.param_dtype = rtd::DType::kBFloat16;
+  o.reduce_dtype = reduce == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32;
+  c.bf16_grads = reduce == "bf16";
+  c.external_weights = true;
+  mlp::Model model(c, s);
+  const std::size_t n = model.layer_elems();
+  float* initial = nullptr;
+  cudaMalloc(reinterpret_cast<void**>(&initial), n * c.layers * sizeof(float));
+  model.init_master(initial, s);
+  cudaStreamSynchronize(s);
+  std::vector<std::vector<rtd::BufferView>> units;
+  for (int l = 0; l < c.layers; ++l)
+    units.push_back(
+        {{initial + l * n, n, rtd::DType::kFloat32, rtd::DeviceType::kCuda, ctx.local_rank()}});
+  rtd::FSDP fsdp(ctx, units, o);
+  cudaDeviceSynchronize();
+  cudaFree(initial);
+  rtd::StreamRef ref{s};
+  mlp::LayerHooks hooks{
+      .weight = [&](int l) { return static_cast<const __nv_bfloat16*>(fsdp.param(l, 0).data); },
+      .before_forward = [&](int l) { fsdp.pre_forward(l, ref); },
+      .after_forward = [&](int l) { fsdp.post_forward(l, ref); },
+      .before_backward = [&](int l) { fsdp.pre_backward(l, ref); }};
+  PhaseEvents phases(warmup + steps, s);
+  Result r{.mode = shard, .grads = reduce, .reduce = reduce, .method = "nccl"};
+  time_steps(
+      [&](int i) {
+        phases.mark(i, PhaseEvents::kStart);
+        model.forward(s, &hooks);
+        phases.mark(i, PhaseEvents::kForward);
+        model.backward([&](int l) { return fsdp.grad(l, 0).data; },
+                       [&](int l) { fsdp.post_backward(l, ref); }, s, &hooks);
+        phases.mark(i, PhaseEvents::kBackward);
+        fsdp.step(ref);
+        phases.mark(i, PhaseEvents::kEnd);
+      },
+      warmup, steps, s, power, r);
+  phases.fill(r, warmup, steps);
+  r.model_gib = static_cast<double>(model.bytes() + fsdp.state_bytes()) / (1 << 30);
+  r.device_gib = device_used_gib();
+  // Bytes per parameter: bf16 weights, gradients in `reduce`, and 12 of
+  // optimizer state (fp32 master, two moments); sharded over the group.
+  const double psi = static_cast<double>(n) * c.layers, g = reduce == "bf16" ? 2 : 4;
+  const int world = ctx.world_size();
+  const double group = o.strategy == rtd::ShardStrategy::kHybrid
+                           ? static_cast<double>(ctx.world().local_world_size)
+                           : static_cast<double>(world);
+  double bytes = (2 + g + 12) * psi / group;
+  if (o.strategy == rtd::ShardStrategy::kZero1) bytes = (2 + g) * psi + 12 * psi / group;
+  if (o.strategy == rtd::ShardStrategy::kZero2) bytes = 2 * psi + (g + 12) * psi / group;
+  r.states_gib = bytes / (1 << 30);
+  return r;
+}
+
 // Per configuration, the round with the median step time.
 std::vector<Result> median_rounds(const std::vector<std::vector<Result>>& by_round) {
   std::vector<Result> out;
@@ -284,7 +290,7 @@ int main(int argc, char** argv) {
   mlp::MlpConfig c;
   int warmup = 5, steps = 15, rounds = 1;
   std::vector<std::string> grad_dtypes{"fp32"}, buckets{"25"}, reduces{"fp32"}, overlaps{"0", "1"},
-      registers{"0"}, backward_sms{"0"}, copy_engines{"1"};
+      registers{"0"}, backward_sms{"0"}, copy_engines{"1"}, shards, ddp_modes{"1"};
   std::string json;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
@@ -314,6 +320,10 @@ int main(int argc, char** argv) {
       backward_sms = split(v);
     else if (f == "--copy-engines")
       copy_engines = split(v);
+    else if (f == "--shard")
+      shards = split(v);
+    else if (f == "--ddp")
+      ddp_modes = split(v);
     else if (f == "--rounds")
       rounds = std::max(1, std::stoi(v));
     else {
@@ -321,7 +331,10 @@ int main(int argc, char** argv) {
                    "usage: ddp_step [--hidden H --layers L --batch B --warmup W --steps S "
                    "--grads fp32,bf16 --bucket-mb 25,100 --reduce fp32,bf16 "
                    "--overlap-optimizer 0,1,serial,comm --register 0,1 "
-                   "--backward-sms 0,108 --copy-engines 0,1 --rounds R --json FILE]\n"
+                   "--backward-sms 0,108 --copy-engines 0,1 --rounds R --json FILE\n"
+                   "                --shard zero1,zero2,zero3,zero3-keep,hybrid --ddp 1|0]\n"
+                   "  --shard: rtd::FSDP rows too, for each --reduce dtype (bf16 weights;\n"
+                   "  zero3-keep: no reshard after forward); --ddp 0 leaves the DDP rows out\n"
                    "  --grads bf16: the products write bf16 weight gradients and AdamW reads\n"
                    "  them (DDP's grad_dtype); its efficiency is against a one-GPU step with\n"
                    "  bf16 gradients too. --reduce: the wire dtype (a cast where it differs)\n"
@@ -362,8 +375,15 @@ int main(int argc, char** argv) {
         ctx->comm().barrier()->wait();
       }
       for (const DdpRun& run : runs) {
+        if (ddp_modes[0] == "0") break;
         results.push_back(run_ddp(*ctx, c, run, warmup, steps, s, power));
         ctx->comm().barrier()->wait();
+      }
+      for (const auto& shard : shards) {
+        for (const auto& reduce : reduces) {
+          results.push_back(run_fsdp(*ctx, c, shard, reduce, warmup, steps, s, power));
+          ctx->comm().barrier()->wait();
+        }
       }
       by_round.push_back(std::move(results));
     }
@@ -381,10 +401,11 @@ int main(int argc, char** argv) {
         c.hidden, c.layers, c.batch, ctx->world_size(), steps, warmup, rounds);
     std::printf("# rank 0's GPU: power limit %.0f W, idle %.0f W\n", power.limit_watts(),
                 idle_watts);
-    std::printf("%-8s %5s %9s %6s %4s %4s %7s %10s %11s %11s %7s %7s %8s %7s %6s %6s %10s %11s\n",
-                "mode", "grads", "bucket_mb", "reduce", "via", "reg", "bwd_sms", "step_ms",
-                "efficiency", "exposed_ms", "fwd_ms", "bwd_ms", "after_ms", "J/step", "W", "SM_MHz",
-                "model_GiB", "device_GiB");
+    std::printf(
+        "%-10s %5s %9s %6s %4s %4s %7s %10s %11s %11s %7s %7s %8s %7s %6s %6s %10s %11s %11s\n",
+        "mode", "grads", "bucket_mb", "reduce", "via", "reg", "bwd_sms", "step_ms", "efficiency",
+        "exposed_ms", "fwd_ms", "bwd_ms", "after_ms", "J/step", "W", "SM_MHz", "model_GiB",
+        "device_GiB", "states_GiB");
     std::ofstream out;
     if (!json.empty()) out.open(json);
     if (out) {
@@ -398,13 +419,13 @@ int main(int argc, char** argv) {
       const double single = single_ms(r);
       const char* via = r.method == "copy engines" ? "ce" : (r.method == "-" ? "-" : "nccl");
       std::printf(
-          "%-8s %5s %9.0f %6s %4s %4s %7s %10.2f %11.3f %11.2f %7.2f %7.2f %8.2f %7.2f %6.0f "
-          "%6.0f %10.2f %11.2f\n",
+          "%-10s %5s %9.0f %6s %4s %4s %7s %10.2f %11.3f %11.2f %7.2f %7.2f %8.2f %7.2f %6.0f "
+          "%6.0f %10.2f %11.2f %11.2f\n",
           r.mode.c_str(), r.grads.c_str(), r.bucket_mb, r.reduce.c_str(), via,
           r.registered ? "yes" : "no",
           r.backward_sms ? std::to_string(r.backward_sms).c_str() : "all", r.step_ms,
           single / r.step_ms, r.step_ms - single, r.forward_ms, r.backward_ms, r.after_ms, r.joules,
-          r.watts, r.sm_mhz, r.model_gib, r.device_gib);
+          r.watts, r.sm_mhz, r.model_gib, r.device_gib, r.states_gib);
       if (out) {
         out << "  {\"mode\": \"" << r.mode << "\", \"grads\": \"" << r.grads
             << "\", \"bucket_mb\": " << r.bucket_mb << ", \"reduce\": \"" << r.reduce
@@ -416,7 +437,8 @@ int main(int argc, char** argv) {
             << ", \"exposed_ms\": " << r.step_ms - single
             << ", \"joules_per_step\": " << json_number(r.joules)
             << ", \"watts\": " << json_number(r.watts) << ", \"sm_mhz\": " << json_number(r.sm_mhz)
-            << ", \"model_gib\": " << r.model_gib << ", \"device_gib\": " << r.device_gib << "}"
+            << ", \"model_gib\": " << r.model_gib << ", \"device_gib\": " << r.device_gib
+            << ", \"states_gib\": " << r.states_gib << "}"
             << (i + 1 < results.size() ? ",\n" : "\n");
       }
     }

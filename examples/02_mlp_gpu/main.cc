@@ -1,20 +1,82 @@
 // 02_mlp_gpu: the reference MLP of torch_anchor.py trained data-parallel on
 // GPUs: bf16 products through cuBLASLt, fp32 master weights, fused AdamW, and
-// rtd::DDP reducing each layer's gradient while backward goes on.
+// rtd::DDP reducing each layer's gradient while backward goes on, or rtd::FSDP
+// sharding the model states (--shard zero1|zero2|zero3|hybrid; one unit per layer).
 //   dtrun --nproc-per-node=2 mlp_gpu --steps 50
+//   dtrun --nproc-per-node=2 mlp_gpu --steps 50 --shard zero3
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "examples/02_mlp_gpu/model.h"
 #include "rt_dist/rt_dist.h"
+
+namespace {
+
+void report(rtd::Context& ctx, mlp::Model& model, const mlp::MlpConfig& config, int step,
+            int log_every, int steps, std::chrono::steady_clock::time_point start,
+            cudaStream_t stream) {
+  if (step % log_every != 0 && step != steps) return;
+  float loss = model.take_loss(step % log_every == 0 ? log_every : step % log_every, stream);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (ctx.rank() == 0) {
+    std::printf("step %d loss %.6e tokens/s %.0f\n", step, loss,
+                static_cast<double>(step) * config.batch * ctx.world_size() / secs);
+    std::fflush(stdout);
+  }
+}
+
+// The same training with the model states sharded: bf16 weights gathered per
+// layer from fp32 master shards, gradients reduce-scattered into the shards.
+void train_sharded(rtd::Context& ctx, mlp::MlpConfig config, rtd::FSDPOptions options, int steps,
+                   int log_every, cudaStream_t stream) {
+  config.external_weights = true;
+  mlp::Model model(config, stream);
+  const std::size_t n = model.layer_elems();
+  float* initial = nullptr;
+  if (cudaMalloc(reinterpret_cast<void**>(&initial), n * config.layers * sizeof(float)) !=
+      cudaSuccess)
+    throw std::runtime_error("no memory for the initial weights");
+  model.init_master(initial, stream);
+  cudaStreamSynchronize(stream);
+  std::vector<std::vector<rtd::BufferView>> units;
+  for (int l = 0; l < config.layers; ++l)
+    units.push_back(
+        {{initial + l * n, n, rtd::DType::kFloat32, rtd::DeviceType::kCuda, ctx.local_rank()}});
+  options.param_dtype = rtd::DType::kBFloat16;
+  rtd::FSDP fsdp(ctx, units, options);
+  cudaDeviceSynchronize();  // FSDP copied its shards on the default stream
+  cudaFree(initial);
+  if (ctx.rank() == 0) std::printf("%s\n", fsdp.describe().c_str());
+  rtd::StreamRef s{stream};
+  mlp::LayerHooks hooks{
+      .weight = [&](int l) { return static_cast<const __nv_bfloat16*>(fsdp.param(l, 0).data); },
+      .before_forward = [&](int l) { fsdp.pre_forward(l, s); },
+      .after_forward = [&](int l) { fsdp.post_forward(l, s); },
+      .before_backward = [&](int l) { fsdp.pre_backward(l, s); }};
+  auto start = std::chrono::steady_clock::now();
+  for (int step = 1; step <= steps; ++step) {
+    model.forward(stream, &hooks);
+    model.backward([&](int l) { return fsdp.grad(l, 0).data; },
+                   [&](int l) { fsdp.post_backward(l, s); }, stream, &hooks);
+    fsdp.step(s);
+    report(ctx, model, config, step, log_every, steps, start, stream);
+  }
+  cudaStreamSynchronize(stream);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   mlp::MlpConfig config;
   int steps = 30, log_every = 10;
   rtd::DDPOptions ddp_options;
   bool reduce_given = false;
+  rtd::FSDPOptions shard_options;
+  bool sharded = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--hidden")
@@ -34,11 +96,20 @@ int main(int argc, char** argv) {
       reduce_given = true;
     } else if (flag == "--grads" && (value == "fp32" || value == "bf16")) {
       config.bf16_grads = value == "bf16";
+    } else if (flag == "--shard" &&
+               (value == "ddp" || rtd::parse_shard_strategy(value, &shard_options.strategy))) {
+      sharded = value != "ddp";
+    } else if (flag == "--reshard" && (value == "0" || value == "1")) {
+      shard_options.reshard_after_forward = value == "1";
     } else {
       std::fprintf(stderr,
                    "usage: mlp_gpu [--hidden H] [--layers L] [--batch B] [--steps N] "
                    "[--log-every K] [--bucket-mb MB] [--grads fp32|bf16] [--reduce fp32|bf16]\n"
-                   "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n");
+                   "               [--shard ddp|zero1|zero2|zero3|hybrid] [--reshard 0|1]\n"
+                   "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n"
+                   "  --shard: shard the model states (bf16 weights from fp32 master shards;\n"
+                   "  gradients in the --reduce dtype); --reshard 0 keeps gathered weights\n"
+                   "  from forward to backward\n");
       return 2;
     }
   }
@@ -48,6 +119,12 @@ int main(int argc, char** argv) {
     auto ctx = rtd::init({.backend = rtd::Backend::kNccl});
     cudaStream_t stream;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (sharded) {
+      shard_options.reduce_dtype = ddp_options.reduce_dtype;
+      config.bf16_grads = ddp_options.reduce_dtype == rtd::DType::kBFloat16;
+      train_sharded(*ctx, config, shard_options, steps, log_every, stream);
+      return 0;
+    }
     mlp::Model model(config, stream);
     std::vector<rtd::BufferView> params;
     for (int l = 0; l < config.layers; ++l) {
@@ -72,16 +149,7 @@ int main(int argc, char** argv) {
         model.optimizer_step_layer(l, grad(l), step, stream);
       }
       ddp.finish(s);
-      if (step % log_every == 0 || step == steps) {
-        float loss = model.take_loss(step % log_every == 0 ? log_every : step % log_every, stream);
-        double secs =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (ctx->rank() == 0) {
-          std::printf("step %d loss %.6e tokens/s %.0f\n", step, loss,
-                      static_cast<double>(step) * config.batch * ctx->world_size() / secs);
-          std::fflush(stdout);
-        }
-      }
+      report(*ctx, model, config, step, log_every, steps, start, stream);
     }
     cudaStreamSynchronize(stream);
   } catch (const std::exception& e) {

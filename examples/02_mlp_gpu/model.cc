@@ -25,22 +25,31 @@ Model::Model(const MlpConfig& config, cudaStream_t s) : c_(config) {
   const std::size_t w = layer_elems() * c_.layers;
   const std::size_t act = std::size_t(c_.batch) * c_.hidden;
   bytes_ += gemm_.workspace_bytes();
-  master_ = alloc<float>(w);
-  m_ = alloc<float>(w);
-  v_ = alloc<float>(w);
-  weights_ = alloc<__nv_bfloat16>(w);
+  if (!c_.external_weights) {
+    master_ = alloc<float>(w);
+    m_ = alloc<float>(w);
+    v_ = alloc<float>(w);
+    weights_ = alloc<__nv_bfloat16>(w);
+  }
   for (int l = 0; l <= c_.layers; ++l) acts_.push_back(alloc<__nv_bfloat16>(act));
   for (int l = 0; l < c_.layers; ++l) pre_.push_back(alloc<__nv_bfloat16>(act));
   grad_a_ = alloc<__nv_bfloat16>(act);
   grad_b_ = alloc<__nv_bfloat16>(act);
   loss_ = alloc<float>(1);
-  // torch.nn.Linear's default: uniform in +-1/sqrt(fan_in); the input: uniform of variance 1.
-  init_uniform(master_, w, 1.0f / std::sqrt(static_cast<float>(c_.hidden)), 7, s);
-  to_bf16(master_, weights_, w, s);
-  cudaMemsetAsync(m_, 0, w * sizeof(float), s);
-  cudaMemsetAsync(v_, 0, w * sizeof(float), s);
+  if (!c_.external_weights) {
+    init_master(master_, s);
+    to_bf16(master_, weights_, w, s);
+    cudaMemsetAsync(m_, 0, w * sizeof(float), s);
+    cudaMemsetAsync(v_, 0, w * sizeof(float), s);
+  }
   cudaMemsetAsync(loss_, 0, sizeof(float), s);
   init_uniform_bf16(acts_[0], act, 1.7320508f, 11, s);
+}
+
+void Model::init_master(float* out, cudaStream_t s) const {
+  // torch.nn.Linear's default: uniform in +-1/sqrt(fan_in); the input: uniform of variance 1.
+  init_uniform(out, layer_elems() * c_.layers, 1.0f / std::sqrt(static_cast<float>(c_.hidden)), 7,
+               s);
 }
 
 Model::~Model() {
@@ -51,23 +60,28 @@ void Model::refresh_weights(cudaStream_t s) {
   to_bf16(master_, weights_, layer_elems() * c_.layers, s);
 }
 
-void Model::forward(cudaStream_t s) {
+void Model::forward(cudaStream_t s, const LayerHooks* hooks) {
   const std::size_t act = std::size_t(c_.batch) * c_.hidden;
   for (int l = 0; l < c_.layers; ++l) {
-    gemm_.forward(acts_[l], weights_ + l * layer_elems(), pre_[l], c_.batch, c_.hidden, c_.hidden,
-                  s);
+    if (hooks && hooks->before_forward) hooks->before_forward(l);
+    gemm_.forward(acts_[l], weight(l, hooks), pre_[l], c_.batch, c_.hidden, c_.hidden, s);
+    if (hooks && hooks->after_forward) hooks->after_forward(l);
     gelu_forward(pre_[l], acts_[l + 1], act, s);
   }
   loss_and_grad(acts_[c_.layers], grad_a_, loss_, act, s);
 }
 
 void Model::backward(const std::function<void*(int)>& grad, const std::function<void(int)>& ready,
-                     cudaStream_t s) {
+                     cudaStream_t s, const LayerHooks* hooks) {
   const std::size_t act = std::size_t(c_.batch) * c_.hidden;
   __nv_bfloat16* upstream = grad_a_;  // d loss / d acts_[l + 1]
   __nv_bfloat16* scratch = grad_b_;
   gemm_.set_sm_count_target(backward_sms_);
   for (int l = c_.layers - 1; l >= 0; --l) {
+    if (hooks && hooks->before_backward) hooks->before_backward(l);
+    // Read before ready(l): a sharding engine may release the layer's weights
+    // then (the product below is already ordered before any reuse of them).
+    const __nv_bfloat16* w = weight(l, hooks);
     gelu_backward(pre_[l], upstream, scratch, act, s);  // d loss / d pre_[l]
     if (c_.bf16_grads) {
       gemm_.grad_weight(scratch, acts_[l], static_cast<__nv_bfloat16*>(grad(l)), c_.batch,
@@ -77,9 +91,7 @@ void Model::backward(const std::function<void*(int)>& grad, const std::function<
                         c_.hidden, s);
     }
     ready(l);
-    if (l > 0)
-      gemm_.grad_input(scratch, weights_ + l * layer_elems(), upstream, c_.batch, c_.hidden,
-                       c_.hidden, s);
+    if (l > 0) gemm_.grad_input(scratch, w, upstream, c_.batch, c_.hidden, c_.hidden, s);
   }
   gemm_.set_sm_count_target(0);
 }

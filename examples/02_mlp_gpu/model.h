@@ -23,6 +23,18 @@ struct MlpConfig {
   int layers = 8;
   int batch = 8192;  // tokens per rank per step
   bool bf16_grads = false;
+  // The weights, their fp32 masters and the optimizer state live elsewhere (a
+  // sharding engine): the model allocates none of them and reads each layer's
+  // bf16 weights through LayerHooks::weight.
+  bool external_weights = false;
+};
+
+// Where a trainer that shards the weights steps in: before and after each
+// layer's forward, before each layer's backward, and where the bf16 weights
+// of a layer are (valid from before_* until the layer's ready/after_forward).
+struct LayerHooks {
+  std::function<const __nv_bfloat16*(int)> weight;
+  std::function<void(int)> before_forward, after_forward, before_backward;
 };
 
 class Model {
@@ -36,12 +48,15 @@ class Model {
   float* master(int layer) { return master_ + layer * layer_elems(); }
   // Recomputes the bf16 copies from the fp32 weights (after DDP broadcast them).
   void refresh_weights(cudaStream_t s);
+  // The initial fp32 weights of every layer (layer l at out + l * layer_elems()),
+  // the values the model's own masters start from.
+  void init_master(float* out, cudaStream_t s) const;
   // Forward on a fixed input; the loss accumulates on the device.
-  void forward(cudaStream_t s);
+  void forward(cudaStream_t s, const LayerHooks* hooks = nullptr);
   // grad(l): where layer l's weight gradient goes (fp32, or bf16 with
   // bf16_grads); ready(l) is called right after it is enqueued (last layer first).
   void backward(const std::function<void*(int)>& grad, const std::function<void(int)>& ready,
-                cudaStream_t s);
+                cudaStream_t s, const LayerHooks* hooks = nullptr);
   // Backward's products use this many SMs (0: all), leaving the others to a
   // gradient reduction running beside them.
   void set_backward_sm_count(int sms) { backward_sms_ = sms; }
@@ -58,6 +73,9 @@ class Model {
  private:
   template <typename T>
   T* alloc(std::size_t n);
+  const __nv_bfloat16* weight(int l, const LayerHooks* hooks) const {
+    return hooks && hooks->weight ? hooks->weight(l) : weights_ + l * layer_elems();
+  }
 
   MlpConfig c_;
   Gemm gemm_;

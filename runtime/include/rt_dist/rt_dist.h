@@ -5,6 +5,7 @@
 #include "rt_dist/context.h"
 #include "rt_dist/ddp.h"
 #include "rt_dist/error.h"
+#include "rt_dist/fsdp.h"
 #include "rt_dist/store.h"
 #include "rt_dist/types.h"
 #include "rt_dist/work.h"
