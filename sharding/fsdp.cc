@@ -387,7 +387,9 @@ void FSDP::pre_forward(int u, StreamRef stream) {
 void FSDP::post_forward(int u, StreamRef stream) {
   Impl& s = *impl_;
   s.check_unit(u, "post_forward");
-  if (s.shards_params() && s.o.reshard_after_forward) s.param_slots->release(u);
+  // The last unit's backward comes next: keep it (as FSDP2 keeps its root).
+  if (s.shards_params() && s.o.reshard_after_forward && u + 1 < s.unit_count())
+    s.param_slots->release(u);
 }
 
 void FSDP::pre_backward(int u, StreamRef stream) {
@@ -455,7 +457,11 @@ bool FSDP::step(StreamRef stream) {
       grad_scale *= std::min(1.0f, s.o.max_grad_norm / (s.last_norm + 1e-6f));
   }
   ++s.steps;
-  for (int u = 0; u < s.unit_count(); ++u) s.update(u, grad_scale, stream);
+  for (int u = 0; u < s.unit_count(); ++u) {
+    s.update(u, grad_scale, stream);
+    // The next forward starts with unit 0: gather it while the others update.
+    if (u == 0 && s.shards_params()) s.prefetch(0, stream);
+  }
   if (s.o.loss_scale.dynamic && ++s.good_steps == s.o.loss_scale.growth_interval) {
     s.scale *= s.o.loss_scale.growth;
     s.good_steps = 0;
