@@ -2,7 +2,9 @@
 // random teacher network. Each rank takes its slice of a global batch; rtd::DDP
 // averages the gradients (layer 2's bucket is reduced while layer 1's gradient
 // is computed), so N ranks with batch B follow the same loss curve as one rank
-// with batch N*B. Uses only the public API.
+// with batch N*B. With --shard zero1|zero2|zero3|hybrid, rtd::FSDP shards the
+// weights and AdamW's state instead (each layer a unit) and steps AdamW with
+// --lr. Uses only the public API.
 #include <cblas.h>
 
 #include <chrono>
@@ -24,6 +26,7 @@ struct Flags {
   int in = 32, hidden = 64, out = 8;
   float lr = 0.1f;
   int log_every = 10;
+  std::string shard;  // empty: DDP and SGD
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -47,13 +50,21 @@ Flags parse_flags(int argc, char** argv) {
       f.lr = static_cast<float>(std::atof(value()));
     else if (a == "--log-every")
       f.log_every = std::atoi(value());
+    else if (a == "--shard")
+      f.shard = value();
     else {
       std::fprintf(stderr,
                    "usage: mlp_cpu [--steps N] [--batch B] [--hidden H] [--lr LR] "
-                   "[--log-every K]\nunknown argument %s\n",
+                   "[--log-every K] [--shard zero1|zero2|zero3|hybrid]\nunknown argument %s\n",
                    a.c_str());
       std::exit(2);
     }
+  }
+  rtd::ShardStrategy strategy;
+  if (!f.shard.empty() && !rtd::parse_shard_strategy(f.shard, &strategy)) {
+    std::fprintf(stderr, "--shard takes zero1, zero2, zero3 or hybrid, not '%s'\n",
+                 f.shard.c_str());
+    std::exit(2);
   }
   if (f.steps < 1 || f.batch < 1 || f.hidden < 1 || f.log_every < 1) {
     std::fprintf(stderr, "steps, batch, hidden and log-every must be positive\n");
@@ -103,6 +114,75 @@ struct Mlp {
   }
 };
 
+// This rank's rows of the global batch of world * rows samples at a step.
+void batch_of(const Flags& f, int rank, int step, std::vector<float>& x) {
+  for (int r = 0; r < f.batch; ++r) {
+    std::uint64_t global_row = static_cast<std::uint64_t>(rank) * f.batch + r;
+    for (int c = 0; c < f.in; ++c) x[r * f.in + c] = uniform(1000 + step, global_row * f.in + c);
+  }
+}
+
+// Mean squared error against the teacher; dy its gradient.
+float loss_and_grad(const std::vector<float>& y, const std::vector<float>& target,
+                    std::vector<float>& dy, int rows, int out) {
+  float loss = 0.0f;
+  const float norm = 1.0f / static_cast<float>(rows * out);
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    float d = y[i] - target[i];
+    loss += d * d * norm;
+    dy[i] = 2.0f * d * norm;
+  }
+  return loss;
+}
+
+// The same model with its weights and AdamW state sharded by rtd::FSDP: each
+// layer is a unit, copied out of the engine for forward and backward.
+int train_sharded(rtd::Context& ctx, const Flags& f, const Mlp& teacher, Mlp student) {
+  rtd::FSDPOptions options;
+  rtd::parse_shard_strategy(f.shard, &options.strategy);
+  options.adamw.lr = f.lr;
+  options.adamw.weight_decay = 0.0f;
+  rtd::FSDP fsdp(ctx,
+                 {{rtd::view(student.w1.data(), student.w1.size())},
+                  {rtd::view(student.w2.data(), student.w2.size())}},
+                 options);
+  auto fetch = [&](int unit, std::vector<float>& w) {
+    rtd::BufferView p = fsdp.param(unit, 0);
+    std::memcpy(w.data(), p.data, p.bytes());
+  };
+  const int rows = f.batch;
+  std::vector<float> x(rows * f.in), target, act, teacher_act, y;
+  std::vector<float> dy(rows * f.out), da(rows * f.hidden);
+  for (int step = 1; step <= f.steps; ++step) {
+    batch_of(f, ctx.rank(), step, x);
+    teacher.forward(rows, x.data(), teacher_act, target);
+    for (int u = 0; u < 2; ++u) {
+      fsdp.pre_forward(u);
+      fetch(u, u == 0 ? student.w1 : student.w2);
+      fsdp.post_forward(u);
+    }
+    student.forward(rows, x.data(), act, y);
+    float loss = loss_and_grad(y, target, dy, rows, f.out);
+    fsdp.pre_backward(1);
+    gemm_atb(f.out, f.hidden, rows, dy.data(), act.data(),
+             static_cast<float*>(fsdp.grad(1, 0).data));
+    fsdp.post_backward(1);
+    fsdp.pre_backward(0);
+    gemm_ab(rows, f.hidden, f.out, dy.data(), student.w2.data(), da.data());
+    for (std::size_t i = 0; i < da.size(); ++i) da[i] *= 1.0f - act[i] * act[i];
+    gemm_atb(f.hidden, f.in, rows, da.data(), x.data(), static_cast<float*>(fsdp.grad(0, 0).data));
+    fsdp.post_backward(0);
+    fsdp.step();
+    ctx.comm().all_reduce(rtd::view(&loss, 1), rtd::ReduceOp::kAvg)->wait();
+    if (ctx.rank() == 0 && (step % f.log_every == 0 || step == 1 || step == f.steps)) {
+      std::printf("step %d loss %.8e\n", step, loss);
+      std::fflush(stdout);
+    }
+  }
+  ctx.comm().barrier()->wait();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,6 +209,7 @@ int main(int argc, char** argv) {
   Mlp student = teacher;
   fill(student.w1, 3, 0.3f);
   fill(student.w2, 4, 0.3f);
+  if (!f.shard.empty()) return train_sharded(*ctx, f, teacher, student);
   // DDP broadcasts rank 0's initial weights and owns the gradient buffers;
   // small buckets so that each layer's gradient is a bucket of its own.
   rtd::DDP ddp(*ctx,

@@ -11,10 +11,10 @@
 namespace rtd {
 namespace {
 
-std::map<int, double> loss_curve(int workers, int batch) {
+std::map<int, double> loss_curve(int workers, int batch, const std::string& extra = "") {
   auto r = testing_util::run_command(
       std::string(DTRUN_PATH) + " --nproc-per-node=" + std::to_string(workers) + " " + MLP_PATH +
-          " --steps 60 --log-every 5 --batch " + std::to_string(batch),
+          " --steps 60 --log-every 5 --batch " + std::to_string(batch) + extra,
       120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::map<int, double> curve;
@@ -34,6 +34,20 @@ TEST(MlpCpu, NWorkersMatchOneWorkerWithNTimesTheBatchAndLossFalls) {
     for (const auto& [step, loss] : one) {
       EXPECT_NEAR(many[step], loss, 1e-4 * std::fabs(loss)) << workers << " workers, step " << step;
     }
+  }
+  EXPECT_LT(one.rbegin()->second, 0.5 * one.begin()->second) << "the loss must fall";
+}
+
+// The same with the weights and AdamW's state sharded: every strategy on 2
+// workers follows one worker with twice the batch, and the loss falls.
+TEST(MlpCpu, ShardedWorkersMatchOneWorkerWithNTimesTheBatch) {
+  auto one = loss_curve(1, 24, " --shard zero3 --lr 0.01");
+  ASSERT_EQ(one.size(), 13u);
+  for (const char* shard : {"zero1", "zero2", "zero3", "hybrid"}) {
+    auto two = loss_curve(2, 12, std::string(" --shard ") + shard + " --lr 0.01");
+    ASSERT_EQ(two.size(), one.size()) << shard;
+    for (const auto& [step, loss] : one)
+      EXPECT_NEAR(two[step], loss, 1e-4 * std::fabs(loss)) << shard << ", step " << step;
   }
   EXPECT_LT(one.rbegin()->second, 0.5 * one.begin()->second) << "the loss must fall";
 }
