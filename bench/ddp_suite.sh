@@ -10,23 +10,7 @@
 # Logs and JSON end up in OUT_DIR/suite.tgz (one file to fetch).
 set -u
 bundle=$1 top=$2 anchor=$3
-bin=$bundle/bin
-out=$top/suite
-export NCCL_NVLS_ENABLE=0
-mkdir -p "$out"
-ngpu=$(nvidia-smi -L | wc -l)
-nvidia-smi -L
-dt=("$bin/dtrun" --env NCCL_NVLS_ENABLE=0 --env RTD_LOG=warn)
-step() {  # name, limit, command...
-  local name=$1 limit=$2; shift 2
-  local start=$(date +%s.%N)
-  timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  local end=$(date +%s.%N)
-  echo "$name $start $end $rc" >>"$out/steps.txt"
-  echo "== $name: exit $rc in $(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.0f", b-a}') s"
-}
-table() { grep -vE 'dtrun node|^\[rank [1-9]|NCCL INFO' "$out/$1.log" | tail -"$2"; }
+. "$(dirname "$0")/suite_common.sh"
 
 nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu \
   --format=csv,nounits -lms 100 >"$out/smi.csv" 2>/dev/null &
