@@ -126,6 +126,15 @@ struct FSDP::Impl {
     return compute_shard ? shard_of(*compute_shard, o.param_dtype, u)
                          : shard_of(*master, DType::kFloat32, u);
   }
+  // Unit u's layout, after checking that u and its parameter i exist.
+  const UnitLayout& layout_of(int u, int i, const char* call) const {
+    check_unit(u, call);
+    if (i < 0 || i >= static_cast<int>(layouts[u].counts.size()))
+      throw Error(ErrorCategory::kInvalidArgument, std::string("FSDP::") + call + ": unit " +
+                                                       std::to_string(u) + " has no parameter " +
+                                                       std::to_string(i));
+    return layouts[u];
+  }
   void check_unit(int u, const char* call) const {
     if (u < 0 || u >= unit_count()) {
       throw Error(ErrorCategory::kInvalidArgument,
@@ -342,11 +351,7 @@ int FSDP::unit_count() const { return impl_->unit_count(); }
 
 BufferView FSDP::param(int u, int i) const {
   const Impl& s = *impl_;
-  s.check_unit(u, "param");
-  const UnitLayout& l = s.layouts[u];
-  if (i < 0 || i >= static_cast<int>(l.counts.size()))
-    throw Error(ErrorCategory::kInvalidArgument, "FSDP::param: unit " + std::to_string(u) +
-                                                     " has no parameter " + std::to_string(i));
+  const UnitLayout& l = s.layout_of(u, i, "param");
   if (!s.shards_params())
     return s.at(*s.full_params[u], s.o.param_dtype, l.offsets[i], l.counts[i]);
   const int slot = s.param_slots->slot_of(u);
@@ -359,11 +364,7 @@ BufferView FSDP::param(int u, int i) const {
 
 BufferView FSDP::grad(int u, int i) const {
   const Impl& s = *impl_;
-  s.check_unit(u, "grad");
-  const UnitLayout& l = s.layouts[u];
-  if (i < 0 || i >= static_cast<int>(l.counts.size()))
-    throw Error(ErrorCategory::kInvalidArgument,
-                "FSDP::grad: unit " + std::to_string(u) + " has no parameter " + std::to_string(i));
+  const UnitLayout& l = s.layout_of(u, i, "grad");
   if (!s.full_grads.empty())
     return s.at(*s.full_grads[u], s.o.reduce_dtype, l.offsets[i], l.counts[i]);
   const int slot = s.grad_slots->slot_of(u);

@@ -25,6 +25,7 @@
 #include "bench/common/gpu_power.h"
 #include "bench/common/step_timing.h"
 #include "examples/02_mlp_gpu/model.h"
+#include "examples/02_mlp_gpu/sharded.h"
 #include "rt_dist/rt_dist.h"
 
 namespace {
@@ -223,23 +224,10 @@ Result run_fsdp(rtd::Context& ctx, mlp::MlpConfig c, const std::string& shard,
   c.external_weights = true;
   mlp::Model model(c, s);
   const std::size_t n = model.layer_elems();
-  float* initial = nullptr;
-  cudaMalloc(reinterpret_cast<void**>(&initial), n * c.layers * sizeof(float));
-  model.init_master(initial, s);
-  cudaStreamSynchronize(s);
-  std::vector<std::vector<rtd::BufferView>> units;
-  for (int l = 0; l < c.layers; ++l)
-    units.push_back(
-        {{initial + l * n, n, rtd::DType::kFloat32, rtd::DeviceType::kCuda, ctx.local_rank()}});
-  rtd::FSDP fsdp(ctx, units, o);
-  cudaDeviceSynchronize();
-  cudaFree(initial);
+  std::unique_ptr<rtd::FSDP> sharded = mlp::shard_model(ctx, model, c.layers, o, s);
+  rtd::FSDP& fsdp = *sharded;
   rtd::StreamRef ref{s};
-  mlp::LayerHooks hooks{
-      .weight = [&](int l) { return static_cast<const __nv_bfloat16*>(fsdp.param(l, 0).data); },
-      .before_forward = [&](int l) { fsdp.pre_forward(l, ref); },
-      .after_forward = [&](int l) { fsdp.post_forward(l, ref); },
-      .before_backward = [&](int l) { fsdp.pre_backward(l, ref); }};
+  mlp::LayerHooks hooks = mlp::fsdp_hooks(fsdp, ref);
   PhaseEvents phases(warmup + steps, s);
   Result r{.mode = shard, .grads = reduce, .reduce = reduce, .method = "nccl"};
   time_steps(

@@ -7,11 +7,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "examples/02_mlp_gpu/model.h"
+#include "examples/02_mlp_gpu/sharded.h"
 #include "rt_dist/rt_dist.h"
 
 namespace {
@@ -35,28 +35,12 @@ void train_sharded(rtd::Context& ctx, mlp::MlpConfig config, rtd::FSDPOptions op
                    int log_every, cudaStream_t stream) {
   config.external_weights = true;
   mlp::Model model(config, stream);
-  const std::size_t n = model.layer_elems();
-  float* initial = nullptr;
-  if (cudaMalloc(reinterpret_cast<void**>(&initial), n * config.layers * sizeof(float)) !=
-      cudaSuccess)
-    throw std::runtime_error("no memory for the initial weights");
-  model.init_master(initial, stream);
-  cudaStreamSynchronize(stream);
-  std::vector<std::vector<rtd::BufferView>> units;
-  for (int l = 0; l < config.layers; ++l)
-    units.push_back(
-        {{initial + l * n, n, rtd::DType::kFloat32, rtd::DeviceType::kCuda, ctx.local_rank()}});
   options.param_dtype = rtd::DType::kBFloat16;
-  rtd::FSDP fsdp(ctx, units, options);
-  cudaDeviceSynchronize();  // FSDP copied its shards on the default stream
-  cudaFree(initial);
+  std::unique_ptr<rtd::FSDP> sharded = mlp::shard_model(ctx, model, config.layers, options, stream);
+  rtd::FSDP& fsdp = *sharded;
   if (ctx.rank() == 0) std::printf("%s\n", fsdp.describe().c_str());
   rtd::StreamRef s{stream};
-  mlp::LayerHooks hooks{
-      .weight = [&](int l) { return static_cast<const __nv_bfloat16*>(fsdp.param(l, 0).data); },
-      .before_forward = [&](int l) { fsdp.pre_forward(l, s); },
-      .after_forward = [&](int l) { fsdp.post_forward(l, s); },
-      .before_backward = [&](int l) { fsdp.pre_backward(l, s); }};
+  mlp::LayerHooks hooks = mlp::fsdp_hooks(fsdp, s);
   auto start = std::chrono::steady_clock::now();
   for (int step = 1; step <= steps; ++step) {
     model.forward(stream, &hooks);
