@@ -84,12 +84,30 @@ std::unique_ptr<Communicator> CheckedCommunicator::split(int color, int key) {
       timeout_);
 }
 
-std::unique_ptr<PersistentAllReduce> CheckedCommunicator::persistent_all_reduce(
-    std::vector<BufferView> buffers, ReduceOp op, PersistentAllReduceOptions options) {
+namespace {
+std::string buffers_args(const std::vector<BufferView>& buffers) {
   std::string args = std::to_string(buffers.size()) + " buffers";
   for (const BufferView& b : buffers) args += ", " + call_args(b);
-  check({"persistent_all_reduce", args + ", " + std::string(to_string(op))});
+  return args;
+}
+}  // namespace
+
+std::unique_ptr<PersistentAllReduce> CheckedCommunicator::persistent_all_reduce(
+    std::vector<BufferView> buffers, ReduceOp op, PersistentOptions options) {
+  check({"persistent_all_reduce", buffers_args(buffers) + ", " + std::string(to_string(op))});
   return inner_->persistent_all_reduce(std::move(buffers), op, options);
+}
+
+std::unique_ptr<PersistentShardCollective> CheckedCommunicator::persistent_all_gather(
+    std::vector<BufferView> sources, PersistentOptions options) {
+  check({"persistent_all_gather", buffers_args(sources)});
+  return inner_->persistent_all_gather(std::move(sources), options);
+}
+
+std::unique_ptr<PersistentShardCollective> CheckedCommunicator::persistent_reduce_scatter(
+    std::vector<BufferView> sources, ReduceOp op, PersistentOptions options) {
+  check({"persistent_reduce_scatter", buffers_args(sources) + ", " + std::string(to_string(op))});
+  return inner_->persistent_reduce_scatter(std::move(sources), op, options);
 }
 
 }  // namespace rtd

@@ -53,8 +53,13 @@ class CheckedCommunicator : public Communicator {
   std::shared_ptr<void> allocate_registered(std::size_t bytes) override {
     return inner_->allocate_registered(bytes);
   }
-  std::unique_ptr<PersistentAllReduce> persistent_all_reduce(
-      std::vector<BufferView> buffers, ReduceOp op, PersistentAllReduceOptions options) override;
+  std::unique_ptr<PersistentAllReduce> persistent_all_reduce(std::vector<BufferView> buffers,
+                                                             ReduceOp op,
+                                                             PersistentOptions options) override;
+  std::unique_ptr<PersistentShardCollective> persistent_all_gather(
+      std::vector<BufferView> sources, PersistentOptions options) override;
+  std::unique_ptr<PersistentShardCollective> persistent_reduce_scatter(
+      std::vector<BufferView> sources, ReduceOp op, PersistentOptions options) override;
 
  private:
   // Throws unless every rank calls the same (op, args) as this rank's next collective.

@@ -1,6 +1,8 @@
 // Argument checks shared by every backend.
 #include "collectives/validate.h"
 
+#include <string_view>
+
 #include "rt_dist/error.h"
 
 namespace rtd::validate {
@@ -95,6 +97,30 @@ void point_to_point(const char* op, const BufferView& buf, int peer, int rank, i
   buffer_on(op, buf, device);
   rank_in_range(op, "peer", peer, size);
   if (peer == rank) fail(op, "peer is this rank");
+}
+
+SourcePlace shard_source(const char* op, const std::vector<BufferView>& sources,
+                         const BufferView& in, const BufferView& out, int rank, int size) {
+  const bool gather = std::string_view(op).find("gather") != std::string_view::npos;
+  SourcePlace place;
+  const char* base = static_cast<const char*>(in.data);
+  std::size_t span = in.bytes();
+  if (gather && size > 0 && static_cast<const char*>(out.data) + rank * in.bytes() == base) {
+    place.in_place_gather = true;  // every rank's block of out
+    base = static_cast<const char*>(out.data);
+    span = out.bytes();
+  }
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const char* first = static_cast<const char*>(sources[i].data);
+    if (base >= first && base + span <= first + sources[i].bytes()) {
+      place.source = static_cast<int>(i);
+      place.offset = static_cast<std::size_t>(base - first);
+      return place;
+    }
+  }
+  fail(op, "its input (" + std::to_string(in.count) + " " + std::string(to_string(in.dtype)) +
+               ") lies in none of the sources given when it was set up; gather from and "
+               "reduce-scatter out of those buffers only");
 }
 
 }  // namespace rtd::validate

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "rt_dist/types.h"
 
@@ -23,5 +24,17 @@ void all_to_all(const BufferView& in, const BufferView& out, int size, DeviceTyp
 // send or recv: peer in range and not this rank.
 void point_to_point(const char* op, const BufferView& buf, int peer, int rank, int size,
                     DeviceType device);
+
+// A persistent all-gather's or reduce-scatter's input: which source holds it
+// and where (in bytes) every rank's input lies in that source; for an
+// in-place all-gather rank p's lies at `offset + p * in.bytes()`, else at
+// `offset` on every rank. Throws when the input lies in no source.
+struct SourcePlace {
+  int source = -1;
+  std::size_t offset = 0;
+  bool in_place_gather = false;
+};
+SourcePlace shard_source(const char* op, const std::vector<BufferView>& sources,
+                         const BufferView& in, const BufferView& out, int rank, int size);
 
 }  // namespace rtd::validate

@@ -39,7 +39,8 @@ std::string fingerprint(const std::vector<UnitLayout>& layouts, const FSDPOption
       << (o.reshard_after_forward ? ", reshard" : ", no reshard") << ", AdamW(" << a.lr << ","
       << a.beta1 << "," << a.beta2 << "," << a.eps << "," << a.weight_decay << "), clip "
       << o.max_grad_norm << ", loss scale "
-      << (o.loss_scale.dynamic ? std::to_string(o.loss_scale.initial) : "off");
+      << (o.loss_scale.dynamic ? std::to_string(o.loss_scale.initial) : "off")
+      << (o.copy_engines ? ", copy engines" : "");
   return out.str();
 }
 
@@ -87,9 +88,13 @@ struct FSDP::Impl {
   std::vector<std::unique_ptr<DeviceBuffer>> full_params;  // ZeRO-1/2: per unit
   std::vector<std::unique_ptr<DeviceBuffer>> full_grads;   // ZeRO-1: per unit
   std::unique_ptr<SlotPool> param_slots, grad_slots;       // ZeRO-3/hybrid; ZeRO-2/3 grads
-  std::vector<std::shared_ptr<Work>> gather_work;          // per unit: parameters arriving
-  std::vector<std::shared_ptr<Work>> reduce_work;          // per unit: this step's reduction
-  std::vector<int> reduced;                                // per unit: micro-steps reduced
+  // Over the shard group: gathers out of the parameter shards (ZeRO-3) or the
+  // full parameters (ZeRO-1/2, in place), reduce-scatters out of the full
+  // gradients; set up once over those buffers.
+  std::unique_ptr<PersistentShardCollective> gatherer, scatterer;
+  std::vector<std::shared_ptr<Work>> gather_work;  // per unit: parameters arriving
+  std::vector<std::shared_ptr<Work>> reduce_work;  // per unit: this step's reduction
+  std::vector<int> reduced;                        // per unit: micro-steps reduced
   int steps = 0;
   float scale = 1.0f;
   int good_steps = 0;
@@ -253,6 +258,20 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
     grad_slots = std::make_unique<SlotPool>(std::min(units_n, 2), units_n,
                                             [&] { return allocate(largest, o.reduce_dtype); });
   }
+  std::vector<BufferView> gather_sources, reduce_sources;
+  if (shards_params()) {
+    gather_sources.push_back(compute_shard ? at(*compute_shard, o.param_dtype, 0, total_shard)
+                                           : at(*master, DType::kFloat32, 0, total_shard));
+  }
+  for (int u = 0; u < static_cast<int>(full_params.size()); ++u)
+    gather_sources.push_back(at(*full_params[u], o.param_dtype, 0, layouts[u].padded));
+  for (int u = 0; u < static_cast<int>(full_grads.size()); ++u)
+    reduce_sources.push_back(at(*full_grads[u], o.reduce_dtype, 0, layouts[u].padded));
+  for (int slot = 0; grad_slots && slot < grad_slots->slots(); ++slot)
+    reduce_sources.push_back(at(grad_slots->data(slot), o.reduce_dtype, 0, largest));
+  gatherer = shard_comm->persistent_all_gather(gather_sources, {.copy_engines = o.copy_engines});
+  scatterer = shard_comm->persistent_reduce_scatter(reduce_sources, ReduceOp::kAvg,
+                                                    {.copy_engines = o.copy_engines});
   gather_work.assign(units_n, nullptr);
   reduce_work.assign(units_n, nullptr);
   reduced.assign(units_n, 0);
@@ -267,7 +286,7 @@ void FSDP::Impl::gather(int u, StreamRef stream) {
                     " into; call post_forward/post_backward for the units done with");
   }
   BufferView out = at(param_slots->data(slot), o.param_dtype, 0, layouts[u].padded);
-  gather_work[u] = shard_comm->all_gather(gather_source(u), out, stream);
+  gather_work[u] = gatherer->run(gather_source(u), out, stream);
 }
 
 void FSDP::Impl::reduce(int u, StreamRef stream) {
@@ -283,7 +302,7 @@ void FSDP::Impl::reduce(int u, StreamRef stream) {
   }
   BufferView out = accumulate ? at(*accum, o.reduce_dtype, 0, l.shard)
                               : shard_of(*grad_shard, o.reduce_dtype, u);
-  std::shared_ptr<Work> work = shard_comm->reduce_scatter(in, out, ReduceOp::kAvg, stream);
+  std::shared_ptr<Work> work = scatterer->run(in, out, stream);
   if (grad_slots) grad_slots->set_busy(grad_slots->slot_of(u), work);
   if (replica_comm) {
     complete(*work, device, stream);
@@ -328,7 +347,7 @@ void FSDP::Impl::update(int u, float grad_scale, StreamRef stream) {
   BufferView full = at(*full_params[u], o.param_dtype, 0, l.padded);
   s.out = at(*full_params[u], o.param_dtype, l.shard * group_rank(), l.shard);
   shard::adamw_async(s, stream);
-  gather_work[u] = shard_comm->all_gather(s.out, full, stream);
+  gather_work[u] = gatherer->run(s.out, full, stream);
 }
 
 FSDP::FSDP(Communicator& comm, Store& store, std::vector<std::vector<BufferView>> units,
@@ -473,7 +492,12 @@ bool FSDP::step(StreamRef stream) {
 float FSDP::loss_scale() const { return impl_->scale; }
 int FSDP::steps_taken() const { return impl_->steps; }
 float FSDP::last_grad_norm() const { return impl_->last_norm; }
-std::size_t FSDP::state_bytes() const { return impl_->bytes; }
+std::size_t FSDP::state_bytes() const {
+  return impl_->bytes + impl_->gatherer->scratch_bytes() + impl_->scatterer->scratch_bytes();
+}
+
+std::string FSDP::gather_method() const { return impl_->gatherer->method(); }
+std::string FSDP::reduce_method() const { return impl_->scatterer->method(); }
 
 std::string FSDP::describe() const {
   const Impl& s = *impl_;
@@ -481,9 +505,10 @@ std::string FSDP::describe() const {
   out << to_string(s.o.strategy) << ": " << s.unit_count() << " units sharded over "
       << s.shard_comm->size() << " ranks";
   if (s.replica_comm) out << ", replicated over " << s.replica_comm->size() << " groups";
-  out << " (" << s.comm.backend() << " reduce_scatter/all_gather), params "
-      << to_string(s.o.param_dtype) << ", reduce " << to_string(s.o.reduce_dtype) << ", "
-      << s.bytes / 1048576.0 << " MiB of model state on this rank";
+  out << " (" << s.comm.backend() << ": gathers by " << s.gatherer->method() << ", reductions by "
+      << s.scatterer->method() << "), params " << to_string(s.o.param_dtype) << ", reduce "
+      << to_string(s.o.reduce_dtype) << ", " << s.bytes / 1048576.0
+      << " MiB of model state on this rank";
   return out.str();
 }
 

@@ -29,6 +29,7 @@ class SlotPool {
   bool holds(int unit) const { return owner_slot_[unit] >= 0; }
   int slot_of(int unit) const { return owner_slot_[unit]; }
   bool has_free() const { return !free_.empty(); }
+  int slots() const { return static_cast<int>(buffers_.size()); }
   void* data(int slot) const { return buffers_[slot]->data(); }
 
  private:

@@ -211,9 +211,10 @@ Result run_ddp(rtd::Context& ctx, mlp::MlpConfig c, const DdpRun& run, int warmu
 // reshard after forward) or "hybrid"; bf16 weights gathered from fp32 master
 // shards, gradients written and reduced in `reduce`, one unit per layer.
 Result run_fsdp(rtd::Context& ctx, mlp::MlpConfig c, const std::string& shard,
-                const std::string& reduce, int warmup, int steps, cudaStream_t s,
+                const std::string& reduce, bool copy_engines, int warmup, int steps, cudaStream_t s,
                 rtd::bench::GpuPower& power) {
   rtd::FSDPOptions o;
+  o.copy_engines = copy_engines;
   const bool keep = shard == "zero3-keep";
   if (!rtd::parse_shard_strategy(keep ? "zero3" : shard, &o.strategy))
     throw std::runtime_error("--shard: no strategy '" + shard + "'");
@@ -229,7 +230,7 @@ Result run_fsdp(rtd::Context& ctx, mlp::MlpConfig c, const std::string& shard,
   rtd::StreamRef ref{s};
   mlp::LayerHooks hooks = mlp::fsdp_hooks(fsdp, ref);
   PhaseEvents phases(warmup + steps, s);
-  Result r{.mode = shard, .grads = reduce, .reduce = reduce, .method = "nccl"};
+  Result r{.mode = shard, .grads = reduce, .reduce = reduce, .method = fsdp.gather_method()};
   time_steps(
       [&](int i) {
         phases.mark(i, PhaseEvents::kStart);
@@ -321,8 +322,9 @@ int main(int argc, char** argv) {
                    "--overlap-optimizer 0,1,serial,comm --register 0,1 "
                    "--backward-sms 0,108 --copy-engines 0,1 --rounds R --json FILE\n"
                    "                --shard zero1,zero2,zero3,zero3-keep,hybrid --ddp 1|0]\n"
-                   "  --shard: rtd::FSDP rows too, for each --reduce dtype (bf16 weights;\n"
-                   "  zero3-keep: no reshard after forward); --ddp 0 leaves the DDP rows out\n"
+                   "  --shard: rtd::FSDP rows too, for each --reduce dtype and --copy-engines\n"
+                   "  value (bf16 weights; zero3-keep: no reshard after forward); --ddp 0\n"
+                   "  leaves the DDP rows out\n"
                    "  --grads bf16: the products write bf16 weight gradients and AdamW reads\n"
                    "  them (DDP's grad_dtype); its efficiency is against a one-GPU step with\n"
                    "  bf16 gradients too. --reduce: the wire dtype (a cast where it differs)\n"
@@ -331,6 +333,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Sharded rows with bf16 gradients compare with a one-GPU step that writes
+  // bf16 gradients too.
+  const bool bf16_reduce = std::find(reduces.begin(), reduces.end(), "bf16") != reduces.end();
+  if (!shards.empty() && bf16_reduce &&
+      std::find(grad_dtypes.begin(), grad_dtypes.end(), "bf16") == grad_dtypes.end())
+    grad_dtypes.push_back("bf16");
   for (const auto& g : grad_dtypes) {
     if (g != "fp32" && g != "bf16") {
       std::fprintf(stderr, "ddp_step: --grads takes fp32 and/or bf16, not '%s'\n", g.c_str());
@@ -369,8 +377,10 @@ int main(int argc, char** argv) {
       }
       for (const auto& shard : shards) {
         for (const auto& reduce : reduces) {
-          results.push_back(run_fsdp(*ctx, c, shard, reduce, warmup, steps, s, power));
-          ctx->comm().barrier()->wait();
+          for (const auto& ce : copy_engines) {
+            results.push_back(run_fsdp(*ctx, c, shard, reduce, ce == "1", warmup, steps, s, power));
+            ctx->comm().barrier()->wait();
+          }
         }
       }
       by_round.push_back(std::move(results));

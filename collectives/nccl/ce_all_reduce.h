@@ -18,37 +18,17 @@
 // second of all peers at once (docs/benchmarks.md). `copy_streams` > 1
 // spreads them over that many streams (forked from and joined to the main
 // stream), for topologies where all-to-all traffic does not contend.
-// Flags are 32-bit epochs in each rank's memory, written by peers with stream
-// memory operations and waited on by the owner's stream: no host waits, no
-// SMs. An abort of the communicator releases every wait.
+// Flags, mappings and the copy rotation are CePeers' and CeCall's (ce_peers.h).
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "collectives/nccl/comm_state.h"
+#include "collectives/nccl/ce_peers.h"
 #include "rt_dist/communicator.h"
-#include "rt_dist/store.h"
 
 namespace rtd::nccl {
-
-struct CeSetup {
-  std::shared_ptr<CommState> state;
-  Store* store = nullptr;  // scoped to this reducer (every rank the same prefix)
-  int rank = 0;
-  int size = 1;
-  int device = 0;
-  std::vector<BufferView> buffers;
-  ReduceOp op = ReduceOp::kSum;
-  std::chrono::milliseconds timeout{300'000};
-  int reduce_blocks = -1;  // the addition's grid; -1: enough for the chunk
-  // Streams the copies (pulls, then pushes) are spread over; 1 (or less): one,
-  // peers in rotation. With more streams than peers each copy is split in
-  // equal parts.
-  int copy_streams = 1;
-};
 
 class CopyEngineAllReduce : public PersistentAllReduce {
  public:
@@ -63,13 +43,11 @@ class CopyEngineAllReduce : public PersistentAllReduce {
   std::shared_ptr<Work> run(int i, StreamRef stream) override;
   std::string method() const override { return "copy engines"; }
 
-  struct Resources;  // device memory, peer mappings, stream (ce_all_reduce.cc)
-
  private:
-  CopyEngineAllReduce(const CeSetup& setup, std::shared_ptr<Resources> resources);
+  CopyEngineAllReduce(const CeSetup& setup, std::shared_ptr<CePeers> peers);
 
   CeSetup setup_;
-  std::shared_ptr<Resources> res_;
+  std::shared_ptr<CePeers> peers_;
   std::vector<unsigned> epoch_;  // per buffer: runs so far
 };
 

@@ -1,4 +1,4 @@
-// The one kernel of the copy-engine all-reduce (nccl/device_ops.cu).
+// The one kernel of the copy-engine all-reduce and reduce-scatter (nccl/device_ops.cu).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,10 +9,12 @@
 
 namespace rtd::nccl {
 
-// dst[j] = scale * (dst[j] + sum over s < slots of scratch[s * slot_elems + j]) for
-// j < n, float32 or bfloat16 (summed in float32); enqueued on stream. blocks > 0
-// caps the grid (fewer blocks leave more SMs to kernels running beside it).
-void reduce_slots_async(void* dst, const void* scratch, std::size_t slot_elems, int slots,
-                        std::size_t n, DType dtype, float scale, int blocks, cudaStream_t stream);
+// dst[j] = scale * (src[j] + sum over s < slots of scratch[s * slot_elems + j]) for
+// j < n, float32 or bfloat16 (summed in float32); src may be dst; enqueued on
+// stream. blocks > 0 caps the grid (fewer blocks leave more SMs to kernels
+// running beside it).
+void reduce_slots_async(void* dst, const void* src, const void* scratch, std::size_t slot_elems,
+                        int slots, std::size_t n, DType dtype, float scale, int blocks,
+                        cudaStream_t stream);
 
 }  // namespace rtd::nccl

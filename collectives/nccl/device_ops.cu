@@ -96,11 +96,11 @@ __device__ void store_f32(float* p, size_t i, float v) { p[i] = v; }
 __device__ void store_f32(__nv_bfloat16* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
 template <typename T>
-__global__ void k_reduce_slots(T* dst, const T* scratch, size_t slot_elems, int slots, size_t n,
-                               float scale) {
+__global__ void k_reduce_slots(T* dst, const T* src, const T* scratch, size_t slot_elems, int slots,
+                               size_t n, float scale) {
   for (size_t j = blockIdx.x * size_t(blockDim.x) + threadIdx.x; j < n;
        j += size_t(gridDim.x) * blockDim.x) {
-    float acc = load_f32(dst, j);
+    float acc = load_f32(src, j);
     for (int s = 0; s < slots; ++s) acc += load_f32(scratch, s * slot_elems + j);
     store_f32(dst, j, acc * scale);
   }
@@ -145,12 +145,12 @@ __device__ uint4 pack(const float (&acc)[8], float scale) {
 
 // V: float4 (four float32) or uint4 (eight bfloat16); LANES floats per V.
 template <typename V, int LANES>
-__global__ void k_reduce_slots_vec(V* dst, const V* scratch, size_t slot_vecs, int slots,
-                                   size_t nvec, float scale) {
+__global__ void k_reduce_slots_vec(V* dst, const V* src, const V* scratch, size_t slot_vecs,
+                                   int slots, size_t nvec, float scale) {
   for (size_t j = blockIdx.x * size_t(blockDim.x) + threadIdx.x; j < nvec;
        j += size_t(gridDim.x) * blockDim.x) {
     float acc[LANES];
-    load_into(acc, dst[j]);
+    load_into(acc, src[j]);
     for (int s = 0; s < slots; ++s) add_into(acc, scratch[s * slot_vecs + j]);
     dst[j] = pack(acc, scale);
   }
@@ -165,35 +165,38 @@ unsigned grid_for(size_t items, int blocks) {
 
 // The bulk 16 bytes at a time where the layout allows it, the tail one by one.
 template <typename T, typename V, int LANES>
-void reduce(T* dst, const T* scratch, size_t slot_elems, int slots, size_t n, float scale,
-            int blocks, cudaStream_t stream) {
+void reduce(T* dst, const T* src, const T* scratch, size_t slot_elems, int slots, size_t n,
+            float scale, int blocks, cudaStream_t stream) {
   const bool aligned = reinterpret_cast<uintptr_t>(dst) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(scratch) % 16 == 0 && slot_elems % LANES == 0;
   const size_t nvec = aligned ? n / LANES : 0;
   if (nvec > 0) {
     k_reduce_slots_vec<V, LANES><<<grid_for(nvec, blocks), 256, 0, stream>>>(
-        reinterpret_cast<V*>(dst), reinterpret_cast<const V*>(scratch), slot_elems / LANES, slots,
-        nvec, scale);
+        reinterpret_cast<V*>(dst), reinterpret_cast<const V*>(src),
+        reinterpret_cast<const V*>(scratch), slot_elems / LANES, slots, nvec, scale);
   }
   const size_t done = nvec * LANES;
   if (n > done) {
     k_reduce_slots<<<grid_for(n - done, blocks), 256, 0, stream>>>(
-        dst + done, scratch + done, slot_elems, slots, n - done, scale);
+        dst + done, src + done, scratch + done, slot_elems, slots, n - done, scale);
   }
 }
 
 }  // namespace
 
-void reduce_slots_async(void* dst, const void* scratch, std::size_t slot_elems, int slots,
-                        std::size_t n, DType dtype, float scale, int blocks, cudaStream_t stream) {
+void reduce_slots_async(void* dst, const void* src, const void* scratch, std::size_t slot_elems,
+                        int slots, std::size_t n, DType dtype, float scale, int blocks,
+                        cudaStream_t stream) {
   if (n == 0) return;
   if (dtype == DType::kBFloat16) {
-    reduce<__nv_bfloat16, uint4, 8>(static_cast<__nv_bfloat16*>(dst),
-                                    static_cast<const __nv_bfloat16*>(scratch), slot_elems, slots,
-                                    n, scale, blocks, stream);
+    reduce<__nv_bfloat16, uint4, 8>(
+        static_cast<__nv_bfloat16*>(dst), static_cast<const __nv_bfloat16*>(src),
+        static_cast<const __nv_bfloat16*>(scratch), slot_elems, slots, n, scale, blocks, stream);
   } else {
-    reduce<float, float4, 4>(static_cast<float*>(dst), static_cast<const float*>(scratch),
-                             slot_elems, slots, n, scale, blocks, stream);
+    reduce<float, float4, 4>(static_cast<float*>(dst), static_cast<const float*>(src),
+                             static_cast<const float*>(scratch), slot_elems, slots, n, scale,
+                             blocks, stream);
   }
 }
 

@@ -2,6 +2,7 @@
 #include "collectives/nccl/nccl_communicator.h"
 
 #include "collectives/nccl/ce_all_reduce.h"
+#include "collectives/nccl/ce_shard_collective.h"
 #include "collectives/nccl/nccl_bootstrap.h"
 #include "collectives/nccl/nccl_check.h"
 #include "collectives/nccl/nccl_types.h"
@@ -397,28 +398,60 @@ std::shared_ptr<void> NcclCommunicator::allocate_registered(std::size_t bytes) {
 
 namespace rtd::nccl {
 
+CeSetup NcclCommunicator::ce_setup(std::vector<BufferView> buffers, ReduceOp op,
+                                   Store* store) const {
+  return CeSetup{.state = state_,
+                 .store = store,
+                 .rank = rank_,
+                 .size = size_,
+                 .device = options_.device,
+                 .buffers = std::move(buffers),
+                 .op = op,
+                 .timeout = options_.timeout,
+                 .reduce_blocks = options_.settings.ce_reduce_blocks,
+                 .copy_streams = options_.settings.ce_copy_streams};
+}
+
 std::unique_ptr<PersistentAllReduce> NcclCommunicator::persistent_all_reduce(
-    std::vector<BufferView> buffers, ReduceOp op, PersistentAllReduceOptions options) {
+    std::vector<BufferView> buffers, ReduceOp op, PersistentOptions options) {
   if (options.copy_engines && size_ > 1) {
     auto store = make_prefix_store("ce/" + std::to_string(persistent_seq_++), options_.store);
-    CeSetup setup{.state = state_,
-                  .store = store.get(),
-                  .rank = rank_,
-                  .size = size_,
-                  .device = options_.device,
-                  .buffers = buffers,
-                  .op = op,
-                  .timeout = options_.timeout,
-                  .reduce_blocks = options_.settings.ce_reduce_blocks,
-                  .copy_streams = options_.settings.ce_copy_streams};
     std::string why;
-    if (auto ce = CopyEngineAllReduce::create(setup, &why)) {
+    if (auto ce = CopyEngineAllReduce::create(ce_setup(buffers, op, store.get()), &why)) {
       log::get("nccl")->info("rank {}: {} buffers reduced by copy engines", rank_, buffers.size());
       return ce;
     }
     log::get("nccl")->info("rank {}: copy-engine all-reduce not used: {}", rank_, why);
   }
   return Communicator::persistent_all_reduce(std::move(buffers), op, options);
+}
+
+std::unique_ptr<PersistentShardCollective> NcclCommunicator::persistent_shard_collective(
+    std::vector<BufferView> sources, bool gather, ReduceOp op, PersistentOptions options) {
+  const char* name = gather ? "all-gather" : "reduce-scatter";
+  if (options.copy_engines && size_ > 1) {
+    auto store = make_prefix_store("ce/" + std::to_string(persistent_seq_++), options_.store);
+    std::string why;
+    if (auto ce =
+            CopyEngineShardCollective::create(ce_setup(sources, op, store.get()), gather, &why)) {
+      log::get("nccl")->info("rank {}: {} out of {} sources by copy engines", rank_, name,
+                             sources.size());
+      return ce;
+    }
+    log::get("nccl")->info("rank {}: copy-engine {} not used: {}", rank_, name, why);
+  }
+  return gather ? Communicator::persistent_all_gather(std::move(sources), options)
+                : Communicator::persistent_reduce_scatter(std::move(sources), op, options);
+}
+
+std::unique_ptr<PersistentShardCollective> NcclCommunicator::persistent_all_gather(
+    std::vector<BufferView> sources, PersistentOptions options) {
+  return persistent_shard_collective(std::move(sources), true, ReduceOp::kSum, options);
+}
+
+std::unique_ptr<PersistentShardCollective> NcclCommunicator::persistent_reduce_scatter(
+    std::vector<BufferView> sources, ReduceOp op, PersistentOptions options) {
+  return persistent_shard_collective(std::move(sources), false, op, options);
 }
 
 }  // namespace rtd::nccl

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "collectives/nccl/call_watchdog.h"
+#include "collectives/nccl/ce_peers.h"
 #include "collectives/nccl/comm_state.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/context.h"
@@ -54,8 +55,13 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<void> allocate_registered(std::size_t bytes) override;
   // Copy engines (ce_all_reduce.h) when every rank is on one host with peer
   // access and options.copy_engines; else one all_reduce per run.
-  std::unique_ptr<PersistentAllReduce> persistent_all_reduce(
-      std::vector<BufferView> buffers, ReduceOp op, PersistentAllReduceOptions options) override;
+  std::unique_ptr<PersistentAllReduce> persistent_all_reduce(std::vector<BufferView> buffers,
+                                                             ReduceOp op,
+                                                             PersistentOptions options) override;
+  std::unique_ptr<PersistentShardCollective> persistent_all_gather(
+      std::vector<BufferView> sources, PersistentOptions options) override;
+  std::unique_ptr<PersistentShardCollective> persistent_reduce_scatter(
+      std::vector<BufferView> sources, ReduceOp op, PersistentOptions options) override;
 
   // The communicator's own stream (for tests and benchmarks).
   cudaStream_t stream() const { return stream_; }
@@ -75,6 +81,9 @@ class NcclCommunicator : public Communicator {
   std::uint64_t record(CallDescription call) {
     return state_->record(call.op, std::move(call.args));
   }
+  CeSetup ce_setup(std::vector<BufferView> buffers, ReduceOp op, Store* store) const;
+  std::unique_ptr<PersistentShardCollective> persistent_shard_collective(
+      std::vector<BufferView> sources, bool gather, ReduceOp op, PersistentOptions options);
   // blocking=false for init (polled against the deadline); true for the data path.
   ncclConfig_t make_config(bool blocking) const;
   void start_watchdog();
@@ -91,7 +100,7 @@ class NcclCommunicator : public Communicator {
   void* scratch_ = nullptr;      // 4 bytes for barrier()
   std::uint64_t seq_ = 0;
   int split_seq_ = 0;                     // splits so far (store scopes)
-  int persistent_seq_ = 0;                // persistent all-reduces set up so far (store scopes)
+  int persistent_seq_ = 0;                // persistent collectives set up so far (store scopes)
   std::uint64_t in_progress_ = 0;         // calls answered ncclInProgress (then settled)
   std::chrono::nanoseconds settling_{0};  // host time spent settling them
   // Inside group(): the group's end event and Work, returned by every operation.

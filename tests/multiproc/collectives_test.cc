@@ -531,5 +531,79 @@ TEST_F(PersistentReduce, EachRunReducesThatRunsValues) {
   }
 }
 
+// Persistent all-gathers and reduce-scatters out of two sources (float32 and
+// bfloat16, blocks of an odd element count), in place and not, run several
+// times with new values, an all-gather and a reduce-scatter in flight at
+// once: every run must see that run's values. This is how a sharded model
+// gathers its parameters and reduces its gradients.
+class PersistentShard : public WorldTest {};
+
+TEST_F(PersistentShard, EachRunMovesThatRunsValues) {
+  const int n = comm().size(), r = comm().rank();
+  const std::size_t k = 1001;  // elements per rank's block
+  // Small integers: exact in bfloat16, and so are their sums.
+  auto value = [](int rank, std::size_t j, int run) { return (rank + 1) + double(j % 7) + run; };
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    for (bool copy_engines : {true, false}) {
+      Placed a(DType::kFloat32, 2 * n * k), b(DType::kBFloat16, n * k);
+      Placed gathered(DType::kFloat32, n * k), reduced(DType::kFloat32, k);
+      auto gatherer = comm().persistent_all_gather({a.view(), b.view()}, {copy_engines});
+      auto scatterer = comm().persistent_reduce_scatter({a.view(), b.view()}, op, {copy_engines});
+      const bool ce = comm().backend() == "nccl" && n > 1 && copy_engines;
+      EXPECT_EQ(gatherer->method(), ce ? "copy engines" : "all_gather");
+      EXPECT_EQ(scatterer->method(), ce ? "copy engines" : "reduce_scatter");
+      try {
+        gatherer->run(gathered.view(0, k), b.view());  // not in a source
+        ADD_FAILURE() << "an input outside the sources must be an error";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument) << e.what();
+      }
+      auto reduced_value = [&](std::size_t first, std::size_t j, int run) {
+        double want = 0;
+        for (int p = 0; p < n; ++p) want += value(p, first + j, run);
+        return op == ReduceOp::kAvg ? want / n : want;
+      };
+      auto expect_near = [&](double got, double want, DType dtype, const std::string& what) {
+        const double tol = dtype == DType::kBFloat16 ? 0.02 * want : 1e-5 * want;
+        ASSERT_NEAR(got, want, tol) << what;
+      };
+      for (int run = 0; run < 3; ++run) {
+        for (std::size_t j = 0; j < a.host.count; ++j) a.host.set(j, value(r, j, run));
+        for (std::size_t j = 0; j < k; ++j) b.host.set(r * k + j, value(r, j, run));
+        a.push();
+        b.push();
+        // Gather [k, 2k) of a while reduce-scattering [nk, 2nk) of a.
+        auto g = gatherer->run(a.view(k, k), gathered.view());
+        auto rs = scatterer->run(a.view(n * k, n * k), reduced.view());
+        g->wait();
+        rs->wait();
+        gatherer->run(b.view(r * k, k), b.view())->wait();  // in place
+        gathered.pull();
+        reduced.pull();
+        b.pull();
+        const std::string at = std::string(gatherer->method()) + " run " + std::to_string(run);
+        for (int p = 0; p < n; ++p) {
+          for (std::size_t j = 0; j < k; ++j) {
+            ASSERT_EQ(gathered.host.get(p * k + j), value(p, k + j, run)) << at << " rank " << p;
+            ASSERT_EQ(b.host.get(p * k + j), value(p, j, run)) << at << " in place, rank " << p;
+          }
+        }
+        for (std::size_t j = 0; j < k; ++j)
+          expect_near(reduced.host.get(j), reduced_value(n * k + r * k, j, run), DType::kFloat32,
+                      at + " reduce_scatter element " + std::to_string(j));
+        // In place, in bfloat16: this rank's block of b becomes the reduction.
+        for (int p = 0; p < n; ++p)
+          for (std::size_t j = 0; j < k; ++j) b.host.set(p * k + j, value(r, p * k + j, run));
+        b.push();
+        scatterer->run(b.view(), b.view(r * k, k))->wait();
+        b.pull();
+        for (std::size_t j = 0; j < k; ++j)
+          expect_near(b.host.get(r * k + j), reduced_value(r * k, j, run), DType::kBFloat16,
+                      at + " in-place bfloat16 reduce_scatter element " + std::to_string(j));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rtd::testing_util

@@ -35,7 +35,28 @@ class PersistentAllReduce {
   virtual std::string method() const = 0;
 };
 
-struct PersistentAllReduceOptions {
+// All-gathers (or reduce-scatters) whose inputs lie in buffers fixed once, the
+// `sources`, run many times as a sharded model's steps do: the gathers of
+// its parameter shards, the reductions of its gradients. run(in, out) is
+// all_gather(in, out) (or reduce_scatter(in, out, op)), with `in` inside one
+// source, at the same offset in the same source on every rank; for an
+// in-place all-gather (in at out + rank * in.count, out in a source), each
+// rank's block of the same out. Outputs may be anywhere. Knowing the sources
+// up front lets a backend map them once: on NCCL, ranks on one host with peer
+// access read each other's inputs with copy engines (see docs/nccl.md).
+// Every rank calls run() for the same places in the same order.
+class PersistentShardCollective {
+ public:
+  virtual ~PersistentShardCollective() = default;
+  virtual std::shared_ptr<Work> run(BufferView in, BufferView out, StreamRef stream = {}) = 0;
+  // How run() moves data: "copy engines", "all_gather" or "reduce_scatter".
+  virtual std::string method() const = 0;
+  // Device memory it holds besides the sources (copy engines: the
+  // reduce-scatter's landing slots for its peers' blocks).
+  virtual std::size_t scratch_bytes() const { return 0; }
+};
+
+struct PersistentOptions {
   // NCCL, every rank on one host with peer access to the others: move the data
   // with copy engines. Every rank must pass the same value.
   bool copy_engines = true;
@@ -104,7 +125,14 @@ class Communicator {
   // the same op and options. The buffers must outlive the result. The default
   // runs all_reduce on each.
   virtual std::unique_ptr<PersistentAllReduce> persistent_all_reduce(
-      std::vector<BufferView> buffers, ReduceOp op, PersistentAllReduceOptions options = {});
+      std::vector<BufferView> buffers, ReduceOp op, PersistentOptions options = {});
+  // Collective, as persistent_all_reduce: every rank passes sources of the same
+  // counts and dtypes. The defaults run all_gather (reduce_scatter) on each call,
+  // after the same checks of where `in` lies.
+  virtual std::unique_ptr<PersistentShardCollective> persistent_all_gather(
+      std::vector<BufferView> sources, PersistentOptions options = {});
+  virtual std::unique_ptr<PersistentShardCollective> persistent_reduce_scatter(
+      std::vector<BufferView> sources, ReduceOp op, PersistentOptions options = {});
 };
 
 }  // namespace rtd

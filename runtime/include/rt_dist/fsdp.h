@@ -77,6 +77,10 @@ struct FSDPOptions {
   // (LOCAL_WORLD_SIZE) where built from a Context, else every rank.
   int shard_group_size = 0;
   bool broadcast_parameters = true;  // rank 0's initial parameters win
+  // NCCL, the ranks of a shard group on one host with peer access: gather and
+  // reduce-scatter with copy engines, leaving the SMs to forward and backward
+  // (persistent_all_gather / persistent_reduce_scatter). Every rank the same.
+  bool copy_engines = true;
 };
 
 class FSDP {
@@ -117,10 +121,14 @@ class FSDP {
   // neither clipping nor loss scaling asked for it.
   float last_grad_norm() const;
   // Bytes of device (or host) memory the engine holds for the model states:
-  // master shards, moments, gradient shards and buffers, gathered parameters.
+  // master shards, moments, gradient shards and buffers, gathered parameters,
+  // and the collectives' scratch.
   std::size_t state_bytes() const;
-  // "reduce_scatter/all_gather" through the communicator, with the group layout.
+  // The strategy, the group layout, how the shards move, and state_bytes().
   std::string describe() const;
+  // How the shards move: "copy engines", or "all_gather" / "reduce_scatter".
+  std::string gather_method() const;
+  std::string reduce_method() const;
 
  private:
   struct Impl;

@@ -1,0 +1,113 @@
+// CopyEngineShardCollective: set-up and run, on CePeers.
+#include "collectives/nccl/ce_shard_collective.h"
+
+#include "collectives/flight_recorder.h"
+#include "collectives/nccl/ce_kernels.h"
+#include "collectives/validate.h"
+
+namespace rtd::nccl {
+namespace {
+
+enum FlagSlot { kReady = 0, kDone = 1, kFlagSlots = 2 };
+
+bool reducible(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kBFloat16; }
+
+std::string refusal_of(const CeSetup& setup, bool gather) {
+  if (gather) return "";
+  if (setup.op != ReduceOp::kSum && setup.op != ReduceOp::kAvg) return "op is not sum or average";
+  for (const BufferView& b : setup.buffers) {
+    if (!reducible(b.dtype)) return "dtype not f32/bf16";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::unique_ptr<CopyEngineShardCollective> CopyEngineShardCollective::create(const CeSetup& setup,
+                                                                             bool gather,
+                                                                             std::string* why) {
+  // A reduce-scatter's output is at most 1/size of a source: a slot per peer.
+  std::size_t slot_bytes = 0;
+  if (!gather) {
+    for (const BufferView& b : setup.buffers) {
+      const std::size_t block = (b.bytes() + setup.size - 1) / setup.size;
+      slot_bytes = std::max(slot_bytes, (block + 15) / 16 * 16);
+    }
+  }
+  auto peers = CePeers::create(setup, refusal_of(setup, gather), kFlagSlots,
+                               (setup.size - 1) * slot_bytes, why);
+  if (!peers) return nullptr;
+  return std::unique_ptr<CopyEngineShardCollective>(
+      new CopyEngineShardCollective(setup, gather, slot_bytes, std::move(peers)));
+}
+
+CopyEngineShardCollective::CopyEngineShardCollective(const CeSetup& setup, bool gather,
+                                                     std::size_t slot_bytes,
+                                                     std::shared_ptr<CePeers> peers)
+    : setup_(setup), gather_(gather), slot_bytes_(slot_bytes), peers_(std::move(peers)) {
+  setup_.store = nullptr;  // used only during setup
+}
+
+std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView out,
+                                                     StreamRef caller) {
+  const int n = setup_.size, me = setup_.rank;
+  const char* op = gather_ ? "persistent all_gather" : "persistent reduce_scatter";
+  if (gather_) {
+    validate::all_gather(in, out, n, DeviceType::kCuda);
+  } else {
+    validate::reduce_scatter(in, out, setup_.op, n, DeviceType::kCuda);
+    if (!reducible(in.dtype)) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  std::string(op) + ": copy engines reduce float32 or bfloat16 only");
+    }
+  }
+  const validate::SourcePlace place = validate::shard_source(op, setup_.buffers, in, out, me, n);
+  const std::uint64_t number = setup_.state->record(
+      gather_ ? "persistent_all_gather" : "persistent_reduce_scatter",
+      call_args(in, "source " + std::to_string(place.source) +
+                        (gather_ ? "" : ", " + std::string(to_string(setup_.op)))));
+  UnlaunchedCall unlaunched(setup_.state->recorder(), number);
+  const std::string what = std::string("copy-engine ") +
+                           (gather_ ? "all_gather" : "reduce_scatter") + " #" +
+                           std::to_string(number) + " on rank " + std::to_string(me);
+  if (auto failure = setup_.state->failure()) {
+    throw Error(failure->category(), what + ": " + failure->what(), failure->backend_code());
+  }
+  // Where peer p's input starts, mapped here.
+  auto input_of = [&](int p) {
+    return peers_->peer_buffer(p, place.source) + place.offset +
+           (place.in_place_gather ? p * in.bytes() : 0);
+  };
+  char* own_in = static_cast<char*>(in.data);
+  char* own_out = static_cast<char*>(out.data);
+  // A peer's scratch slot: peers in rank order, skipping this rank.
+  auto slot_of = [&](int p) { return p < me ? p : p - 1; };
+
+  CeCall call(*peers_, *setup_.state, what, ++epoch_);
+  call.start_after(caller);
+  call.tell_peers(kReady);
+  if (gather_) {
+    call.copy_local(own_out + me * in.bytes(), own_in, in.bytes(), "copying my own block");
+    call.copy_with_peers(
+        kReady, [&](int p) { return own_out + p * in.bytes(); }, input_of, in.bytes(),
+        "pulling a peer's input");
+  } else {
+    const std::size_t block = out.bytes();
+    call.copy_with_peers(
+        kReady, [&](int p) { return peers_->scratch() + slot_of(p) * slot_bytes_; },
+        [&](int p) { return input_of(p) + me * block; }, block,
+        "pulling my block of a peer's input");
+    reduce_slots_async(own_out, own_in + me * block, peers_->scratch(),
+                       slot_bytes_ / dtype_size(in.dtype), n - 1, out.count, in.dtype,
+                       setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f, setup_.reduce_blocks,
+                       peers_->stream());
+    call.check_launch("launching the addition");
+  }
+  call.tell_peers(kDone);
+  call.wait_for_all(kDone);
+  auto work = call.finish(setup_.state, number);
+  unlaunched.launched();
+  return work;
+}
+
+}  // namespace rtd::nccl
