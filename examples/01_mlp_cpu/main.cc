@@ -146,6 +146,7 @@ int train_sharded(rtd::Context& ctx, const Flags& f, const Mlp& teacher, Mlp stu
                  {{rtd::view(student.w1.data(), student.w1.size())},
                   {rtd::view(student.w2.data(), student.w2.size())}},
                  options);
+  if (ctx.rank() == 0) std::printf("%s\n", fsdp.describe().c_str());
   auto fetch = [&](int unit, std::vector<float>& w) {
     rtd::BufferView p = fsdp.param(unit, 0);
     std::memcpy(w.data(), p.data, p.bytes());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two hosts in network namespaces joined by a veth pair: dtrun on each, node
 # rank 0 hosting the rendezvous on its veth address. Runs the collective tests
-# across hosts (2 nodes x 2 workers) and the CPU trainer, and checks that a
+# across hosts (2 nodes x 2 workers; FSDP's hybrid tests among them), the CPU
+# trainer (data parallel, and hybrid sharding 2 x 2), and checks that a
 # node started with a different --nproc-per-node fails on both sides.
 # Exits 77 (skipped) where network namespaces cannot be made, saying why.
 set -u
@@ -72,6 +73,28 @@ if [ -n "$two" ] && [ -n "$one" ] && awk -v a="${two##* }" -v b="${one##* }" \
 else
   echo "FAILED: trainer across hosts '$two' vs one worker '$one'"; cat "$out/m0" "$out/m1"; fail=1
 fi
+
+# 2b. Hybrid sharding across the hosts: each host's two workers shard the
+# weights between them (LOCAL_WORLD_SIZE) and the hosts replicate; the loss
+# matches one worker with the whole batch.
+for node in 0 1; do
+  ns=$a; [ $node -eq 1 ] && ns=$b
+  nsenter --net=/run/netns/"$ns" "$dtrun" --nnodes=2 --node-rank=$node --nproc-per-node=2 $rdzv \
+    "$mlp" --steps 30 --batch 8 --log-every 30 --shard hybrid --lr 0.01 >"$out/h$node" 2>&1 &
+  pids="${pids:-} $!"
+done
+wait
+"$dtrun" --nproc-per-node=1 "$mlp" --steps 30 --batch 32 --log-every 30 --shard zero3 --lr 0.01 \
+  >"$out/hsingle" 2>&1
+two=$(grep -o 'step 30 loss [^ ]*' "$out/h0")
+one=$(grep -o 'step 30 loss [^ ]*' "$out/hsingle")
+if [ -n "$two" ] && [ -n "$one" ] && awk -v a="${two##* }" -v b="${one##* }" \
+     'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(d <= 1e-4 * m) }'; then
+  echo "ok: hybrid on 2 hosts x 2 workers ($two) matches one worker ($one)"
+else
+  echo "FAILED: hybrid on 2 hosts x 2 '$two' vs one worker '$one'"; cat "$out/h0" "$out/h1"; fail=1
+fi
+check "hybrid shards within each host and replicates across" "sharded over 2 ranks, replicated over 2 groups" "$out/h0"
 
 # 3. Nodes that disagree fail together, with the reason, on both hosts.
 in_a "$dtrun" --nnodes=2 --node-rank=0 --nproc-per-node=2 $rdzv true >"$out/d0" 2>&1 &
