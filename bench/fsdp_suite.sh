@@ -20,7 +20,7 @@ for shard in ddp ${SHARDS:-zero1 zero2 zero3}; do
   grep -E 'step|error|zero' "$out/mlp_gpu_$shard.log" | head -4
 done
 step fsdp_step 300 "${dt[@]}" --nproc-per-node=$ngpu "$bin/ddp_step" --reduce fp32,bf16 \
-  --overlap-optimizer 1 --copy-engines ${CE:-1,0} --shard ${STEP_SHARDS:-zero1,zero2,zero3,zero3-keep} \
+  --overlap-optimizer 1 --copy-engines ${CE:-1} --update-in-backward ${UB:-0,1} --shard ${STEP_SHARDS:-zero1,zero2,zero3,zero3-keep} \
   --steps ${STEPS:-15} --rounds ${ROUNDS:-1} --json "$out/fsdp_step.json"
 table fsdp_step 14
 ANCHOR_JSON=$out/anchor.json PYTHONUNBUFFERED=1 step torch_anchor 240 torchrun --nproc-per-node=$ngpu "$anchor"

@@ -40,7 +40,8 @@ std::string fingerprint(const std::vector<UnitLayout>& layouts, const FSDPOption
       << a.beta1 << "," << a.beta2 << "," << a.eps << "," << a.weight_decay << "), clip "
       << o.max_grad_norm << ", loss scale "
       << (o.loss_scale.dynamic ? std::to_string(o.loss_scale.initial) : "off")
-      << (o.copy_engines ? ", copy engines" : "");
+      << (o.copy_engines ? ", copy engines" : "")
+      << (o.update_in_backward ? ", update in backward" : "");
   return out.str();
 }
 
@@ -88,6 +89,10 @@ struct FSDP::Impl {
   std::vector<std::unique_ptr<DeviceBuffer>> full_params;  // ZeRO-1/2: per unit
   std::vector<std::unique_ptr<DeviceBuffer>> full_grads;   // ZeRO-1: per unit
   std::unique_ptr<SlotPool> param_slots, grad_slots;       // ZeRO-3/hybrid; ZeRO-2/3 grads
+  // update_in_backward: a unit's reduced gradient shard, until its update
+  // (instead of grad_shard for every unit), and the units waiting for theirs.
+  std::unique_ptr<SlotPool> reduced_slots;
+  std::vector<int> pending;
   // Over the shard group: gathers out of the parameter shards (ZeRO-3) or the
   // full parameters (ZeRO-1/2, in place), reduce-scatters out of the full
   // gradients; set up once over those buffers.
@@ -101,6 +106,17 @@ struct FSDP::Impl {
   float last_norm = 0.0f;
 
   Impl(Communicator& c, FSDPOptions opts) : comm(c), o(opts) {}
+  // No collective may still read or write the buffers when they are freed
+  // (peers read them too, with copy engines). Errors were the caller's to see.
+  ~Impl() {
+    for (auto* works : {&gather_work, &reduce_work})
+      for (auto& w : *works) {
+        try {
+          if (w) w->wait();
+        } catch (const Error&) {
+        }
+      }
+  }
 
   bool shards_params() const {
     return o.strategy == ShardStrategy::kZero3 || o.strategy == ShardStrategy::kHybrid;
@@ -121,6 +137,13 @@ struct FSDP::Impl {
   BufferView at(void* base, DType dtype, std::size_t first, std::size_t count) const {
     return BufferView{static_cast<char*>(base) + first * dtype_size(dtype), count, dtype, device,
                       device_index};
+  }
+  // Unit u's reduced gradient shard, in reduce_dtype.
+  BufferView reduced_grad(int u) const {
+    if (reduced_slots)
+      return at(reduced_slots->data(reduced_slots->slot_of(u)), o.reduce_dtype, 0,
+                layouts[u].shard);
+    return shard_of(*grad_shard, o.reduce_dtype, u);
   }
   // Unit u's shard in one of the shard-space buffers.
   BufferView shard_of(const DeviceBuffer& buf, DType dtype, int u) const {
@@ -160,7 +183,19 @@ struct FSDP::Impl {
   }
   void reduce(int u, StreamRef stream);
   float global_sum_of_squares(StreamRef stream);
-  void update(int u, float grad_scale, StreamRef stream);
+  void update(int u, float grad_scale, int step_number, StreamRef stream);
+  // update_in_backward: the pending units' updates, once their reductions are done.
+  void update_pending(StreamRef stream) {
+    for (int p : pending) {
+      if (reduce_work[p]) complete(*reduce_work[p], device, stream);
+      reduce_work[p] = nullptr;
+      update(p, 1.0f, steps + 1, stream);
+      reduced_slots->release(p);
+      // The next forward starts with unit 0: gather it as soon as it is updated.
+      if (p == 0 && shards_params()) prefetch(0, stream);
+    }
+    pending.clear();
+  }
 };
 
 void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units) {
@@ -180,6 +215,10 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
       }
     }
   }
+  if (o.update_in_backward && (o.max_grad_norm > 0.0f || o.loss_scale.dynamic))
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP: update_in_backward needs max_grad_norm = 0 and no dynamic loss scaling "
+                "(both need every gradient before any update)");
   if (!float32_or_bf16(o.param_dtype) || !float32_or_bf16(o.reduce_dtype))
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP: param_dtype and reduce_dtype must be float32 or bfloat16");
@@ -218,7 +257,16 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
   master = allocate(total_shard, DType::kFloat32);
   m = allocate(total_shard, DType::kFloat32);
   v = allocate(total_shard, DType::kFloat32);
-  grad_shard = allocate(total_shard, o.reduce_dtype);
+  std::size_t largest_shard = 0;
+  for (const UnitLayout& l : layouts) largest_shard = std::max(largest_shard, l.shard);
+  if (o.update_in_backward) {
+    // One being reduced, one waiting for its update.
+    reduced_slots = std::make_unique<SlotPool>(std::min(unit_count(), 2), unit_count(), [&] {
+      return allocate(largest_shard, o.reduce_dtype);
+    });
+  } else {
+    grad_shard = allocate(total_shard, o.reduce_dtype);
+  }
   scalar = allocate(1, DType::kFloat32);
   for (int u = 0; u < unit_count(); ++u) {
     for (const ShardPiece& piece : pieces_in_shard(layouts[u], group_rank())) {
@@ -236,8 +284,10 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
       cast_async(at(*master, DType::kFloat32, 0, total_shard),
                  at(*compute_shard, o.param_dtype, 0, total_shard), {});
     }
-    // Reshard: the unit in use, the one prefetched, and one being released.
-    const int slots = o.reshard_after_forward ? std::min(units_n, 3) : units_n;
+    // Reshard: the unit in use and the one prefetched. A released unit's slot
+    // may be gathered into at once: the gather is ordered after the caller's
+    // stream, so after the products that read the slot.
+    const int slots = o.reshard_after_forward ? std::min(units_n, 2) : units_n;
     param_slots = std::make_unique<SlotPool>(slots, units_n,
                                              [&] { return allocate(largest, o.param_dtype); });
   } else {
@@ -300,8 +350,10 @@ void FSDP::Impl::reduce(int u, StreamRef stream) {
     for (const UnitLayout& each : layouts) largest = std::max(largest, each.shard);
     accum = allocate(largest, o.reduce_dtype);
   }
-  BufferView out = accumulate ? at(*accum, o.reduce_dtype, 0, l.shard)
-                              : shard_of(*grad_shard, o.reduce_dtype, u);
+  if (reduced_slots && reduced_slots->acquire(u, device, stream) < 0)
+    throw Error(ErrorCategory::kInternal,
+                "FSDP: no free buffer for unit " + std::to_string(u) + "'s reduced gradient");
+  BufferView out = accumulate ? at(*accum, o.reduce_dtype, 0, l.shard) : reduced_grad(u);
   std::shared_ptr<Work> work = scatterer->run(in, out, stream);
   if (grad_slots) grad_slots->set_busy(grad_slots->slot_of(u), work);
   if (replica_comm) {
@@ -327,15 +379,15 @@ float FSDP::Impl::global_sum_of_squares(StreamRef stream) {
   return shard::read_float(sum, device);
 }
 
-void FSDP::Impl::update(int u, float grad_scale, StreamRef stream) {
+void FSDP::Impl::update(int u, float grad_scale, int step_number, StreamRef stream) {
   const UnitLayout& l = layouts[u];
   shard::AdamWShard s;
   s.param = shard_of(*master, DType::kFloat32, u);
-  s.grad = shard_of(*grad_shard, o.reduce_dtype, u);
+  s.grad = reduced_grad(u);
   s.m = static_cast<float*>(m->data()) + shard_off[u];
   s.v = static_cast<float*>(v->data()) + shard_off[u];
   s.options = o.adamw;
-  s.step = steps;
+  s.step = step_number;
   s.grad_scale = grad_scale;
   if (shards_params()) {
     if (compute_shard) s.out = shard_of(*compute_shard, o.param_dtype, u);
@@ -442,9 +494,19 @@ void FSDP::post_backward(int u, StreamRef stream) {
   if (s.grad_slots && !s.grad_slots->holds(u))
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP::post_backward: unit " + std::to_string(u) + " had no pre_backward");
+  if (s.reduced_slots && s.reduced[u] > 0)
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP::post_backward: unit " + std::to_string(u) +
+                    " was already reduced this step; update_in_backward takes one micro-step "
+                    "per step (call step() after each backward)");
   s.reduce(u, stream);
   if (s.grad_slots) s.grad_slots->release(u);
   if (s.shards_params()) s.param_slots->release(u);
+  if (s.reduced_slots) {
+    // The units reduced before this one have had its backward to finish.
+    s.update_pending(stream);
+    s.pending.push_back(u);
+  }
 }
 
 bool FSDP::step(StreamRef stream) {
@@ -452,6 +514,14 @@ bool FSDP::step(StreamRef stream) {
   std::vector<int> missing;
   for (int u = 0; u < s.unit_count(); ++u) {
     if (s.reduced[u] == 0) missing.push_back(u);
+  }
+  if (s.reduced_slots && missing.empty()) {
+    s.update_pending(stream);
+    std::fill(s.reduced.begin(), s.reduced.end(), 0);
+    ++s.steps;
+    return true;
+  }
+  for (int u = 0; u < s.unit_count(); ++u) {
     if (s.reduce_work[u]) complete(*s.reduce_work[u], s.device, stream);
     s.reduce_work[u] = nullptr;
   }
@@ -478,7 +548,7 @@ bool FSDP::step(StreamRef stream) {
   }
   ++s.steps;
   for (int u = 0; u < s.unit_count(); ++u) {
-    s.update(u, grad_scale, stream);
+    s.update(u, grad_scale, s.steps, stream);
     // The next forward starts with unit 0: gather it while the others update.
     if (u == 0 && s.shards_params()) s.prefetch(0, stream);
   }

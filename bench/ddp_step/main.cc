@@ -230,7 +230,10 @@ Result run_fsdp(rtd::Context& ctx, mlp::MlpConfig c, const std::string& shard,
   rtd::StreamRef ref{s};
   mlp::LayerHooks hooks = mlp::fsdp_hooks(fsdp, ref);
   PhaseEvents phases(warmup + steps, s);
-  Result r{.mode = shard, .grads = reduce, .reduce = reduce, .method = fsdp.gather_method()};
+  Result r{.mode = shard + (update_in_backward ? "+ub" : ""),
+           .grads = reduce,
+           .reduce = reduce,
+           .method = fsdp.gather_method()};
   time_steps(
       [&](int i) {
         phases.mark(i, PhaseEvents::kStart);
@@ -279,7 +282,8 @@ int main(int argc, char** argv) {
   mlp::MlpConfig c;
   int warmup = 5, steps = 15, rounds = 1;
   std::vector<std::string> grad_dtypes{"fp32"}, buckets{"25"}, reduces{"fp32"}, overlaps{"0", "1"},
-      registers{"0"}, backward_sms{"0"}, copy_engines{"1"}, shards, ddp_modes{"1"};
+      registers{"0"}, backward_sms{"0"}, copy_engines{"1"}, shards, ddp_modes{"1"},
+      update_in_backward{"0"};
   std::string json;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
@@ -311,6 +315,8 @@ int main(int argc, char** argv) {
       copy_engines = split(v);
     else if (f == "--shard")
       shards = split(v);
+    else if (f == "--update-in-backward")
+      update_in_backward = split(v);
     else if (f == "--ddp")
       ddp_modes = split(v);
     else if (f == "--rounds")
@@ -321,10 +327,12 @@ int main(int argc, char** argv) {
                    "--grads fp32,bf16 --bucket-mb 25,100 --reduce fp32,bf16 "
                    "--overlap-optimizer 0,1,serial,comm --register 0,1 "
                    "--backward-sms 0,108 --copy-engines 0,1 --rounds R --json FILE\n"
-                   "                --shard zero1,zero2,zero3,zero3-keep,hybrid --ddp 1|0]\n"
+                   "                --shard zero1,zero2,zero3,zero3-keep,hybrid --ddp 1|0\n"
+                   "                --update-in-backward 0,1]\n"
                    "  --shard: rtd::FSDP rows too, for each --reduce dtype and --copy-engines\n"
                    "  value (bf16 weights; zero3-keep: no reshard after forward); --ddp 0\n"
-                   "  leaves the DDP rows out\n"
+                   "  leaves the DDP rows out; --update-in-backward 1: FSDP updates each\n"
+                   "  unit as its gradient arrives (rows marked +ub)\n"
                    "  --grads bf16: the products write bf16 weight gradients and AdamW reads\n"
                    "  them (DDP's grad_dtype); its efficiency is against a one-GPU step with\n"
                    "  bf16 gradients too. --reduce: the wire dtype (a cast where it differs)\n"
@@ -378,8 +386,11 @@ int main(int argc, char** argv) {
       for (const auto& shard : shards) {
         for (const auto& reduce : reduces) {
           for (const auto& ce : copy_engines) {
-            results.push_back(run_fsdp(*ctx, c, shard, reduce, ce == "1", warmup, steps, s, power));
-            ctx->comm().barrier()->wait();
+            for (const auto& ub : update_in_backward) {
+              results.push_back(
+                  run_fsdp(*ctx, c, shard, reduce, ce == "1", ub == "1", warmup, steps, s, power));
+              ctx->comm().barrier()->wait();
+            }
           }
         }
       }
@@ -400,7 +411,7 @@ int main(int argc, char** argv) {
     std::printf("# rank 0's GPU: power limit %.0f W, idle %.0f W\n", power.limit_watts(),
                 idle_watts);
     std::printf(
-        "%-10s %5s %9s %6s %4s %4s %7s %10s %11s %11s %7s %7s %8s %7s %6s %6s %10s %11s %11s\n",
+        "%-13s %5s %9s %6s %4s %4s %7s %10s %11s %11s %7s %7s %8s %7s %6s %6s %10s %11s %11s\n",
         "mode", "grads", "bucket_mb", "reduce", "via", "reg", "bwd_sms", "step_ms", "efficiency",
         "exposed_ms", "fwd_ms", "bwd_ms", "after_ms", "J/step", "W", "SM_MHz", "model_GiB",
         "device_GiB", "states_GiB");
@@ -417,7 +428,7 @@ int main(int argc, char** argv) {
       const double single = single_ms(r);
       const char* via = r.method == "copy engines" ? "ce" : (r.method == "-" ? "-" : "nccl");
       std::printf(
-          "%-10s %5s %9.0f %6s %4s %4s %7s %10.2f %11.3f %11.2f %7.2f %7.2f %8.2f %7.2f %6.0f "
+          "%-13s %5s %9.0f %6s %4s %4s %7s %10.2f %11.3f %11.2f %7.2f %7.2f %8.2f %7.2f %6.0f "
           "%6.0f %10.2f %11.2f %11.2f\n",
           r.mode.c_str(), r.grads.c_str(), r.bucket_mb, r.reduce.c_str(), via,
           r.registered ? "yes" : "no",

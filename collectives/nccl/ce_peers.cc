@@ -299,8 +299,10 @@ void CeCall::copy_local(void* dst, const void* src, std::size_t bytes, const cha
                  what_ + ": " + step);
 }
 
-void CeCall::check_launch(const char* step) {
-  RTD_CUDA_CHECK(state_.cuda(), cudaGetLastError(), what_ + ": " + step);
+void CeCall::check_launch(const char* step) { check_result(cudaGetLastError(), step); }
+
+void CeCall::check_result(cudaError_t rc, const char* step) {
+  RTD_CUDA_CHECK(state_.cuda(), rc, what_ + ": " + step);
 }
 
 std::shared_ptr<Work> CeCall::finish(std::shared_ptr<CommState> state, std::uint64_t call) {

@@ -106,7 +106,8 @@ class CeCall {
                        const char* step);
   // A copy within this GPU, on the main stream.
   void copy_local(void* dst, const void* src, std::size_t bytes, const char* step);
-  void check_launch(const char* step);  // after a kernel launched on stream()
+  void check_launch(const char* step);                  // after a kernel launched on stream()
+  void check_result(cudaError_t rc, const char* step);  // throws when rc is an error
   std::shared_ptr<Work> finish(std::shared_ptr<CommState> state, std::uint64_t call);
 
  private:

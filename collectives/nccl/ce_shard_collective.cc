@@ -48,6 +48,22 @@ CopyEngineShardCollective::CopyEngineShardCollective(const CeSetup& setup, bool 
   setup_.store = nullptr;  // used only during setup
 }
 
+CopyEngineShardCollective::~CopyEngineShardCollective() {
+  if (in_place_scratch_) {
+    cudaSetDevice(setup_.device);
+    cudaFree(in_place_scratch_);  // waits for the runs that use it
+  }
+}
+
+char* CopyEngineShardCollective::in_place_scratch(CeCall& call) {
+  if (!in_place_scratch_) {
+    const std::size_t bytes = std::max<std::size_t>(16, (setup_.size - 1) * slot_bytes_);
+    call.check_result(cudaMalloc(&in_place_scratch_, bytes),
+                      "allocating scratch for an in-place reduce-scatter");
+  }
+  return static_cast<char*>(in_place_scratch_);
+}
+
 std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView out,
                                                      StreamRef caller) {
   const int n = setup_.size, me = setup_.rank;
@@ -92,16 +108,34 @@ std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView o
         kReady, [&](int p) { return own_out + p * in.bytes(); }, input_of, in.bytes(),
         "pulling a peer's input");
   } else {
+    // The first peer in rotation lands its block in out itself, the others in
+    // scratch slots; then out = scale * (out + own block + slots). Where out is
+    // this rank's own block (in place), every peer lands in scratch.
     const std::size_t block = out.bytes();
+    const bool in_place = own_out == own_in + me * block;
+    char* slots = in_place ? in_place_scratch(call) : peers_->scratch();
+    const int first = (me + 1) % n;
+    auto landing = [&](int p) {
+      if (!in_place && p == first) return own_out;
+      const int k = (p - me + n) % n - (in_place ? 1 : 2);  // rotation order
+      return slots + k * slot_bytes_;
+    };
     call.copy_with_peers(
-        kReady, [&](int p) { return peers_->scratch() + slot_of(p) * slot_bytes_; },
-        [&](int p) { return input_of(p) + me * block; }, block,
+        kReady, landing, [&](int p) { return input_of(p) + me * block; }, block,
         "pulling my block of a peer's input");
-    reduce_slots_async(own_out, own_in + me * block, peers_->scratch(),
-                       slot_bytes_ / dtype_size(in.dtype), n - 1, out.count, in.dtype,
-                       setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f, setup_.reduce_blocks,
-                       peers_->stream());
-    call.check_launch("launching the addition");
+    const std::size_t slot_elems = slot_bytes_ / dtype_size(in.dtype);
+    const float scale = setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f;
+    const int scratch_slots = in_place ? n - 1 : n - 2;
+    if (!in_place) {  // out += own block (as a one-slot scratch)
+      reduce_slots_async(own_out, own_out, own_in + me * block, 0, 1, out.count, in.dtype,
+                         scratch_slots == 0 ? scale : 1.0f, setup_.reduce_blocks, peers_->stream());
+      call.check_launch("launching the addition");
+    }
+    if (scratch_slots > 0) {
+      reduce_slots_async(own_out, own_out, slots, slot_elems, scratch_slots, out.count, in.dtype,
+                         scale, setup_.reduce_blocks, peers_->stream());
+      call.check_launch("launching the addition");
+    }
   }
   call.tell_peers(kDone);
   call.wait_for_all(kDone);

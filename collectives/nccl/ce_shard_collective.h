@@ -9,9 +9,10 @@
 //   1. tells every peer "my input for call e is final" (flag kReady);
 //   2. after each peer's kReady, pulls from that peer's input: all-gather, the
 //      whole of it into block p of out; reduce-scatter, its block `rank` into
-//      a scratch slot;
+//      out itself (the first peer in rotation) or a scratch slot (the others,
+//      and every peer in place);
 //   3. all-gather: copies its own input into its block of out (unless in
-//      place); reduce-scatter: out = scale * (its own block + the slots);
+//      place); reduce-scatter: out = scale * (out + its own block + the slots);
 //   4. tells every peer "done reading you" (kDone) and waits for every peer's
 //      kDone: once the Work is done no peer reads this rank's input any more,
 //      and the caller may write it.
@@ -19,6 +20,7 @@
 // a reduce-scatter (two collectives) may overlap.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -37,9 +39,15 @@ class CopyEngineShardCollective : public PersistentShardCollective {
 
   std::shared_ptr<Work> run(BufferView in, BufferView out, StreamRef stream) override;
   std::string method() const override { return "copy engines"; }
-  std::size_t scratch_bytes() const override { return (setup_.size - 1) * slot_bytes_; }
+  std::size_t scratch_bytes() const override {
+    return std::max(0, setup_.size - 2) * slot_bytes_ +
+           (in_place_scratch_ ? (setup_.size - 1) * slot_bytes_ : 0);
+  }
+  ~CopyEngineShardCollective() override;
 
  private:
+  char* in_place_scratch(CeCall& call);  // allocated at the first in-place reduce-scatter
+
   CopyEngineShardCollective(const CeSetup& setup, bool gather, std::size_t slot_bytes,
                             std::shared_ptr<CePeers> peers);
 
@@ -48,6 +56,7 @@ class CopyEngineShardCollective : public PersistentShardCollective {
   std::size_t slot_bytes_;  // reduce-scatter: bytes per scratch slot
   std::shared_ptr<CePeers> peers_;
   unsigned epoch_ = 0;  // calls so far
+  void* in_place_scratch_ = nullptr;
 };
 
 }  // namespace rtd::nccl

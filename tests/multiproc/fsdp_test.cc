@@ -222,6 +222,53 @@ TEST_F(FSDPTest, EveryStrategyOnNRanksEqualsOneRankWithNTimesTheBatch) {
   }
 }
 
+// Updating each unit during backward, as soon as its gradient is reduced,
+// follows the same trajectory as updating all of them in step().
+TEST_F(FSDPTest, UpdatingInBackwardEqualsUpdatingAtTheStep) {
+  const int n = comm().size();
+  for (ShardStrategy s : kAll) {
+    FSDPOptions o = options_for(s, n);
+    o.update_in_backward = true;
+    FSDP f = make(o);
+    Reference ref;
+    ref.o.lr = 1e-2f;
+    for (int step = 0; step < 4; ++step) {
+      ASSERT_TRUE(train_step(f, 1000 * step, 1));
+      ref.step(1000 * step, n * kSamplesPerRank);
+    }
+    expect_close(params_of(f), ref.p, 2e-5, std::string(to_string(s)) + " updating in backward");
+    EXPECT_EQ(f.steps_taken(), 4);
+  }
+}
+
+TEST_F(FSDPTest, UpdatingInBackwardRefusesWhatNeedsEveryGradientFirst) {
+  for (bool clip : {true, false}) {
+    FSDPOptions o;
+    o.update_in_backward = true;
+    if (clip) o.max_grad_norm = 1.0f;
+    if (!clip) o.loss_scale.dynamic = true;
+    try {
+      make(o);
+      ADD_FAILURE() << "update_in_backward with " << (clip ? "clipping" : "loss scaling");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("update_in_backward"), std::string::npos) << e.what();
+    }
+  }
+  // Two micro-steps: the second backward finds its units already reduced.
+  FSDPOptions o;
+  o.update_in_backward = true;
+  FSDP f = make(o);
+  try {
+    train_step(f, 0, 2);
+    ADD_FAILURE() << "two micro-steps with update_in_backward";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("one micro-step per step"), std::string::npos) << e.what();
+  }
+  comm().barrier()->wait();
+}
+
 TEST_F(FSDPTest, MicroStepsAccumulateIntoOneStep) {
   const int n = comm().size(), micro = 3;
   for (ShardStrategy s : kAll) {

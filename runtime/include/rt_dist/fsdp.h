@@ -77,6 +77,13 @@ struct FSDPOptions {
   // (LOCAL_WORLD_SIZE) where built from a Context, else every rank.
   int shard_group_size = 0;
   bool broadcast_parameters = true;  // rank 0's initial parameters win
+  // Update each unit's shard as soon as its gradient is reduced (during
+  // backward, one unit behind, so that the reduction has finished) instead of
+  // all at step(): no gradient shard then outlives its unit, which saves
+  // (units - 2) gradient shards of memory. Needs max_grad_norm == 0 and no
+  // dynamic loss scaling (both need every gradient before any update) and one
+  // micro-step per step; step() then finishes the last units.
+  bool update_in_backward = false;
   // NCCL, the ranks of a shard group on one host with peer access: gather and
   // reduce-scatter with copy engines, leaving the SMs to forward and backward
   // (persistent_all_gather / persistent_reduce_scatter). Every rank the same.
