@@ -211,10 +211,11 @@ Result run_ddp(rtd::Context& ctx, mlp::MlpConfig c, const DdpRun& run, int warmu
 // reshard after forward) or "hybrid"; bf16 weights gathered from fp32 master
 // shards, gradients written and reduced in `reduce`, one unit per layer.
 Result run_fsdp(rtd::Context& ctx, mlp::MlpConfig c, const std::string& shard,
-                const std::string& reduce, bool copy_engines, int warmup, int steps, cudaStream_t s,
-                rtd::bench::GpuPower& power) {
+                const std::string& reduce, bool copy_engines, bool update_in_backward, int warmup,
+                int steps, cudaStream_t s, rtd::bench::GpuPower& power) {
   rtd::FSDPOptions o;
   o.copy_engines = copy_engines;
+  o.update_in_backward = update_in_backward;
   const bool keep = shard == "zero3-keep";
   if (!rtd::parse_shard_strategy(keep ? "zero3" : shard, &o.strategy))
     throw std::runtime_error("--shard: no strategy '" + shard + "'");
