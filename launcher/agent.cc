@@ -6,6 +6,7 @@
 // without restarts left it becomes the job's ("dtrun/failed").
 #include "launcher/agent.h"
 
+#include <cerrno>
 #include <thread>
 
 #include "launcher/heartbeats.h"
@@ -84,21 +85,31 @@ struct Placement {
 Placement rendezvous(const LaunchOptions& o) {
   Placement p;
   std::string rdzv_ip = resolve(o.rdzv_host);
+  // Without --node-rank, the agent on the host that owns the --rdzv address
+  // hosts it; a second agent on that host finds the port taken and joins.
   bool host = o.node_rank == 0 || (o.node_rank < 0 && (o.nnodes == 1 || is_local_address(rdzv_ip)));
   int port = o.rdzv_port;
   if (host) {
     std::string bind_ip = rdzv_ip;
     if (o.rdzv_bind_all) bind_ip = rdzv_ip.find(':') == std::string::npos ? "0.0.0.0" : "::";
-    p.server = std::make_unique<RendezvousServer>(ServerOptions{
-        .bind_ip = bind_ip,
-        .port = o.rdzv_port,
-        .token = o.token,
-        .nnodes = o.nnodes,
-        .nproc_per_node = o.nproc_per_node,
-        .fingerprint = fingerprint(o),
-        .master_port = free_port(rdzv_ip),
-    });
-    port = p.server->port();
+    try {
+      p.server = std::make_unique<RendezvousServer>(ServerOptions{
+          .bind_ip = bind_ip,
+          .port = o.rdzv_port,
+          .token = o.token,
+          .nnodes = o.nnodes,
+          .nproc_per_node = o.nproc_per_node,
+          .fingerprint = fingerprint(o),
+          .master_port = free_port(rdzv_ip),
+      });
+      port = p.server->port();
+    } catch (const Error& e) {
+      if (o.node_rank >= 0 || o.nnodes == 1 || e.backend_code() != EADDRINUSE) throw;
+      log::get("launcher")
+          ->info("port {} is taken on this host: joining the rendezvous there as a client",
+                 o.rdzv_port);
+      host = false;
+    }
   }
   p.store_addr = join_host_port(rdzv_ip, port);
   p.node_addr = local_address_towards(rdzv_ip, port);
@@ -181,6 +192,7 @@ void leave(Store& store, Heartbeats& heartbeats, int node_rank, int nnodes, int 
 int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const EnvMap& parent_env) {
   auto logger = log::get("launcher");
   std::string program = resolve_program(o.program, env_config.path);
+  if (!o.token_warning.empty()) logger->warn("{}", o.token_warning);
   Placement p = rendezvous(o);
   const int node_rank = p.layout.node_rank();
   log::setup("dtrun node " + std::to_string(node_rank), env_config.log_spec);

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "launcher/agent.h"
+#include "launcher/machine.h"
 #include "launcher/options.h"
 #include "launcher/signals.h"
 #include "rt_dist/error.h"
@@ -19,7 +20,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtrun: %s\n", e.what());
     return 2;
   }
-  launcher::ParseResult parsed = launcher::parse_options(argc, argv, env_config.token);
+  launcher::ParseResult parsed =
+      launcher::parse_options(argc, argv,
+                              {.env_token = env_config.token,
+                               .require_token = env_config.require_token,
+                               .gpus = launcher::visible_gpus(env_config.cuda_visible_devices),
+                               .cpus = launcher::usable_cpus()});
   if (!parsed.options) {
     std::fprintf(parsed.exit_code == 0 ? stdout : stderr, "%s\n", parsed.message.c_str());
     return parsed.exit_code;

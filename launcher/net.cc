@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -90,6 +91,31 @@ std::string resolve(const std::string& host) {
 }
 
 bool is_local_address(const std::string& ip) { return try_bind(ip, 0, nullptr) == 0; }
+
+bool accepts_tcp(const std::string& ip, int port, int timeout_ms) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* result = nullptr;
+  if (getaddrinfo(ip.c_str(), std::to_string(port).c_str(), &hints, &result) != 0) return false;
+  int fd = socket(result->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  bool ok = false;
+  if (fd >= 0) {
+    int rc = connect(fd, result->ai_addr, result->ai_addrlen);
+    if (rc == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ok = poll(&p, 1, timeout_ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+           err == 0;
+    }
+    close(fd);
+  }
+  freeaddrinfo(result);
+  return ok;
+}
 
 void check_bindable(const std::string& ip, int port) {
   int err = try_bind(ip, port, nullptr);

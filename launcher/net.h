@@ -11,6 +11,8 @@ namespace rtd::launcher {
 std::string resolve(const std::string& host);
 // True when ip can be bound on this host (it is one of this host's addresses).
 bool is_local_address(const std::string& ip);
+// Whether something accepts TCP connections at ip:port within timeout_ms.
+bool accepts_tcp(const std::string& ip, int port, int timeout_ms);
 // Throws rtd::Error(kConfig) saying why ip:port cannot be listened on (in use, not local).
 void check_bindable(const std::string& ip, int port);
 // The address of this host's interface that routes to ip (no packet is sent).

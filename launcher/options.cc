@@ -3,6 +3,10 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <set>
 
 #include "launcher/net.h"
@@ -13,22 +17,27 @@ namespace {
 constexpr const char* kExamples = R"(
 Examples:
   dtrun --nproc-per-node=4 ./train --steps 100
-  # two nodes: the same line on each; node rank 0 hosts the rendezvous
-  dtrun --nproc-per-node=8 --nnodes=2 --node-rank=0 --rdzv=10.0.0.1:29500 --token=$TOK ./train
-  dtrun --nproc-per-node=8 --nnodes=2 --node-rank=1 --rdzv=10.0.0.1:29500 --token=$TOK ./train
-  dtrun --nproc-per-node=2 --env NCCL_DEBUG=INFO --max-restarts=3 ./train
+  # two nodes: the same line on each; the node that owns the --rdzv address hosts it
+  dtrun --nproc-per-node=8 --nnodes=2 --rdzv=10.0.0.1:29500 ./train
+  # the same, authenticated (a secret every node knows; or DTRUN_TOKEN, --token-file)
+  dtrun --nproc-per-node=8 --nnodes=2 --rdzv=10.0.0.1:29500 --token=$TOK ./train
+  dtrun --nproc-per-node=gpu --env NCCL_DEBUG=INFO --max-restarts=3 ./train
 
 Workers get torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...)
 plus DTRUN_STORE, DTRUN_TOKEN and DTRUN_ROUND. Exit status: the first failing
 worker's exit code; 2 for bad flags; 1 for a failed rendezvous.)";
 
 // Flags that take a value as the next argument when written without '='.
-const std::set<std::string> kValueFlags = {
-    "--nproc-per-node",    "--nproc_per_node", "--nnodes",        "--node-rank",
-    "--node_rank",         "--rdzv",           "--rdzv-endpoint", "--rdzv_endpoint",
-    "--rdzv-timeout",      "--rdzv_timeout",   "--max-restarts",  "--max_restarts",
-    "--grace-period",      "--log-dir",        "--log_dir",       "--env",
-    "--heartbeat-timeout", "--token"};
+const std::set<std::string> kValueFlags = {"--nproc-per-node", "--nproc_per_node",
+                                           "--nnodes",         "--node-rank",
+                                           "--node_rank",      "--rdzv",
+                                           "--rdzv-endpoint",  "--rdzv_endpoint",
+                                           "--rdzv-timeout",   "--rdzv_timeout",
+                                           "--max-restarts",   "--max_restarts",
+                                           "--grace-period",   "--log-dir",
+                                           "--log_dir",        "--env",
+                                           "--token",          "--heartbeat-timeout",
+                                           "--token-file"};
 
 // Index of the first argument that belongs to the program (or of "--").
 int find_program(int argc, const char* const* argv) {
@@ -39,6 +48,81 @@ int find_program(int argc, const char* const* argv) {
     i += (a.find('=') == std::string::npos && kValueFlags.count(a)) ? 2 : 1;
   }
   return std::min(i, argc);
+}
+
+// An empty value must not let the next argument stand in for it:
+// `--token=$TOK --nnodes=2` with TOK unset would otherwise run a job whose
+// token is "--nnodes=2". Checks dtrun's own arguments [1, end).
+std::string check_values_present(int end, const char* const* argv) {
+  for (int i = 1; i < end; ++i) {
+    const std::string a = argv[i];
+    const auto eq = a.find('=');
+    const std::string name = a.substr(0, eq);
+    if (!kValueFlags.count(name)) continue;
+    if (eq != std::string::npos) {
+      if (eq + 1 == a.size())
+        return name +
+               "= has an empty value (an unset shell variable?); give it a value or "
+               "leave the flag out";
+      continue;
+    }
+    if (i + 1 >= end) return name + " needs a value";
+    const std::string next = argv[i + 1];
+    if (next.empty())
+      return name +
+             " has an empty value (an unset shell variable?); give it a value or "
+             "leave the flag out";
+    if (next.rfind("--", 0) == 0)
+      return name + " needs a value but is followed by the flag " + next +
+             " (an unset shell variable?)";
+    ++i;
+  }
+  return "";
+}
+
+// A whole number in [lo, hi], or why not, naming the flag.
+std::string to_count(const char* flag, const std::string& text, int lo, int hi, int* out) {
+  int value = 0;
+  try {
+    size_t used = 0;
+    value = std::stoi(text, &used);
+    if (used != text.size()) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    return std::string(flag) + "=" + text + ": not a number";
+  }
+  if (value < lo || value > hi) {
+    return std::string(flag) + "=" + text + ": must be in " + std::to_string(lo) + ".." +
+           std::to_string(hi);
+  }
+  *out = value;
+  return "";
+}
+
+// --nproc-per-node: a number, or gpu / cpu / auto (the GPUs if any, else the CPUs).
+std::string to_nproc(const std::string& text, const ParseContext& c, int* out) {
+  if (text == "gpu" || (text == "auto" && c.gpus > 0)) {
+    if (c.gpus == 0)
+      return "--nproc-per-node=gpu: this node has no GPU that dtrun can see (no /dev/nvidiaN, or "
+             "CUDA_VISIBLE_DEVICES empty); give a number, or cpu";
+    *out = c.gpus;
+    return "";
+  }
+  if (text == "cpu" || text == "auto") {
+    *out = c.cpus;
+    return "";
+  }
+  return to_count("--nproc-per-node", text, 1, 1024, out);
+}
+
+// The first line of a token file, or why it cannot be used.
+std::string read_token_file(const std::string& path, std::string* token) {
+  std::ifstream in(path);
+  if (!in) return "--token-file=" + path + ": cannot read it (" + std::strerror(errno) + ")";
+  std::getline(in, *token);
+  while (!token->empty() && std::isspace(static_cast<unsigned char>(token->back())))
+    token->pop_back();
+  if (token->empty()) return "--token-file=" + path + ": the file is empty";
+  return "";
 }
 
 std::string parse_endpoint(const std::string& text, LaunchOptions& o) {
@@ -66,8 +150,35 @@ std::string parse_endpoint(const std::string& text, LaunchOptions& o) {
   return "";
 }
 
-std::string check(LaunchOptions& o, const std::string& rdzv, const std::vector<std::string>& env,
-                  const std::string& env_token) {
+// The flags CLI11 reads as text, checked and converted with messages that name them.
+struct RawFlags {
+  std::string nproc = "1", nnodes = "1", node_rank, rdzv_timeout = "600", max_restarts = "0",
+              grace = "5", heartbeat = "30", rdzv, token_file;
+  std::vector<std::string> env;
+};
+
+std::string convert(const RawFlags& f, const ParseContext& c, LaunchOptions& o) {
+  int rdzv_timeout = 0, grace = 0, heartbeat = 0;
+  for (std::string err :
+       {to_nproc(f.nproc, c, &o.nproc_per_node),
+        to_count("--nnodes", f.nnodes, 1, 65536, &o.nnodes),
+        f.node_rank.empty() ? std::string()
+                            : to_count("--node-rank", f.node_rank, 0, 65535, &o.node_rank),
+        to_count("--rdzv-timeout", f.rdzv_timeout, 1, 86400, &rdzv_timeout),
+        to_count("--max-restarts", f.max_restarts, 0, 1000, &o.max_restarts),
+        to_count("--grace-period", f.grace, 0, 3600, &grace),
+        to_count("--heartbeat-timeout", f.heartbeat, 1, 86400, &heartbeat)}) {
+    if (!err.empty()) return err;
+  }
+  o.rdzv_timeout = std::chrono::seconds(rdzv_timeout);
+  o.grace_period = std::chrono::seconds(grace);
+  o.heartbeat_timeout = std::chrono::seconds(heartbeat);
+  return "";
+}
+
+std::string check(LaunchOptions& o, const RawFlags& f, const ParseContext& c) {
+  const std::string& rdzv = f.rdzv;
+  const std::vector<std::string>& env = f.env;
   if (!rdzv.empty()) {
     std::string err = parse_endpoint(rdzv, o);
     if (!err.empty()) return err;
@@ -85,58 +196,70 @@ std::string check(LaunchOptions& o, const std::string& rdzv, const std::vector<s
     if (eq == std::string::npos || eq == 0) return "--env '" + kv + "' must be KEY=VALUE";
     o.env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
   }
-  if (o.token.empty()) o.token = env_token;
+  if (!f.token_file.empty()) {
+    if (!o.token.empty()) return "give --token or --token-file, not both";
+    std::string err = read_token_file(f.token_file, &o.token);
+    if (!err.empty()) return err;
+  }
+  if (o.token.empty()) o.token = c.env_token;
   if (o.token.empty()) {
-    if (o.nnodes > 1) {
-      return "--nnodes > 1 needs a job token shared by every node: pass --token=SECRET "
-             "(or set DTRUN_TOKEN) on each node";
+    if (o.nnodes == 1) {
+      o.token = random_token();  // every caller is on this host: nothing to share
+    } else if (c.require_token) {
+      return "--nnodes > 1 needs a job token shared by every node (--require-token or "
+             "DTRUN_REQUIRE_TOKEN=1): pass --token=SECRET, --token-file=FILE or set DTRUN_TOKEN "
+             "on each node";
+    } else {
+      o.token_warning =
+          "the control plane is unauthenticated: anyone who can reach " + rdzv +
+          " can join this job or read its store. Give every node the same secret with "
+          "--token=SECRET, --token-file=FILE or DTRUN_TOKEN; --require-token (or "
+          "DTRUN_REQUIRE_TOKEN=1) makes one mandatory";
     }
-    o.token = random_token();
   }
   return "";
 }
 
 }  // namespace
 
-ParseResult parse_options(int argc, const char* const* argv, const std::string& env_token) {
+ParseResult parse_options(int argc, const char* const* argv, const ParseContext& context) {
   LaunchOptions o;
-  std::string rdzv;
-  std::vector<std::string> env;
-  int rdzv_timeout_s = 600;
-  int grace_s = 5;
-  int heartbeat_s = 30;
+  RawFlags f;
+  bool require_token = false;
 
   CLI::App app{"dtrun: start one worker per GPU (or CPU slot) on each node and supervise them",
                "dtrun"};
   app.footer(kExamples);
-  app.add_option("--nproc-per-node,--nproc_per_node", o.nproc_per_node, "workers on this node")
-      ->check(CLI::Range(1, 1024));
-  app.add_option("--nnodes", o.nnodes, "nodes in the job")->check(CLI::Range(1, 65536));
-  app.add_option("--node-rank,--node_rank", o.node_rank,
-                 "this node's rank; node rank 0 hosts the rendezvous")
-      ->check(CLI::Range(0, 65535));
-  app.add_option("--rdzv,--rdzv-endpoint,--rdzv_endpoint", rdzv,
-                 "host:port of the rendezvous (node rank 0's address)");
+  app.add_option("--nproc-per-node,--nproc_per_node", f.nproc,
+                 "workers on this node: a number, gpu, cpu or auto (GPUs if any, else CPUs)");
+  app.add_option("--nnodes", f.nnodes, "nodes in the job");
+  app.add_option("--node-rank,--node_rank", f.node_rank,
+                 "this node's rank (default: the node owning the --rdzv address is 0, the "
+                 "others are numbered by address)");
+  app.add_option("--rdzv,--rdzv-endpoint,--rdzv_endpoint", f.rdzv,
+                 "host:port of the rendezvous (an address of the node that hosts it)");
   app.add_flag("--rdzv-bind-all", o.rdzv_bind_all,
-               "node rank 0 listens on every interface, not only the --rdzv host's");
-  app.add_option("--rdzv-timeout,--rdzv_timeout", rdzv_timeout_s,
-                 "seconds to wait for every node to join")
-      ->check(CLI::Range(1, 86400));
-  app.add_option("--max-restarts,--max_restarts", o.max_restarts,
-                 "restarts of all local workers after a failure")
-      ->check(CLI::Range(0, 1000));
-  app.add_option("--grace-period", grace_s,
-                 "seconds between SIGTERM and SIGKILL when stopping workers")
-      ->check(CLI::Range(0, 3600));
-  app.add_option("--heartbeat-timeout", heartbeat_s,
-                 "seconds node rank 0 waits on a node it no longer hears from")
-      ->check(CLI::Range(1, 86400));
+               "the hosting node listens on every interface, not only the --rdzv host's");
+  app.add_option("--rdzv-timeout,--rdzv_timeout", f.rdzv_timeout,
+                 "seconds to wait for every node to join");
+  app.add_option("--max-restarts,--max_restarts", f.max_restarts,
+                 "restarts of all local workers after a failure");
+  app.add_option("--grace-period", f.grace,
+                 "seconds between SIGTERM and SIGKILL when stopping workers (a second Ctrl-C "
+                 "skips it)");
+  app.add_option("--heartbeat-timeout", f.heartbeat,
+                 "seconds after which a node that is no longer heard from is lost");
   app.add_option("--log-dir,--log_dir", o.log_dir, "also write each worker's output to files here");
-  app.add_option("--env", env, "KEY=VALUE for every worker (repeatable)");
+  app.add_option("--env", f.env, "KEY=VALUE for every worker (repeatable)");
   app.add_option("--token", o.token, "job token every control-plane call carries (DTRUN_TOKEN)");
+  app.add_option("--token-file", f.token_file, "read the job token from this file's first line");
+  app.add_flag("--require-token", require_token,
+               "refuse to run several nodes without a token (DTRUN_REQUIRE_TOKEN=1)");
 
   // dtrun's flags end where the program begins; CLI11 sees only dtrun's part.
   const int program_at = find_program(argc, argv);
+  if (std::string err = check_values_present(program_at, argv); !err.empty())
+    return ParseResult{.exit_code = 2, .message = "dtrun: " + err + "\nRun dtrun --help."};
   try {
     app.parse(program_at, argv);
   } catch (const CLI::CallForHelp&) {
@@ -155,10 +278,10 @@ ParseResult parse_options(int argc, const char* const* argv, const std::string& 
   }
   o.program = rest.front();
   o.args.assign(rest.begin() + 1, rest.end());
-  o.rdzv_timeout = std::chrono::seconds(rdzv_timeout_s);
-  o.grace_period = std::chrono::seconds(grace_s);
-  o.heartbeat_timeout = std::chrono::seconds(heartbeat_s);
-  std::string err = check(o, rdzv, env, env_token);
+  ParseContext c = context;
+  c.require_token = c.require_token || require_token;
+  std::string err = convert(f, c, o);
+  if (err.empty()) err = check(o, f, c);
   if (!err.empty()) return ParseResult{.exit_code = 2, .message = "dtrun: " + err};
   return ParseResult{.options = std::move(o)};
 }

@@ -24,7 +24,11 @@ struct LaunchOptions {
   int max_restarts = 0;
   std::string log_dir;
   std::vector<std::pair<std::string, std::string>> env;
-  std::string token;  // from --token, else DTRUN_TOKEN, else generated (1 node)
+  // From --token, --token-file or DTRUN_TOKEN; else generated (1 node) or
+  // empty: several nodes without a token run unauthenticated (token_warning
+  // says so), unless --require-token / DTRUN_REQUIRE_TOKEN=1.
+  std::string token;
+  std::string token_warning;
   std::string program;
   std::vector<std::string> args;
 };
@@ -35,7 +39,15 @@ struct ParseResult {
   std::string message;                   // help text or the error, for the caller to print
 };
 
-// env_token: DTRUN_TOKEN as read by the configuration module.
-ParseResult parse_options(int argc, const char* const* argv, const std::string& env_token);
+// What the parser takes from the environment and the machine (read by the
+// configuration module and the caller, so that parsing stays pure).
+struct ParseContext {
+  std::string env_token;       // DTRUN_TOKEN
+  bool require_token = false;  // DTRUN_REQUIRE_TOKEN
+  int gpus = 0;                // GPUs this node's workers may use (--nproc-per-node=gpu)
+  int cpus = 1;                // CPUs (--nproc-per-node=cpu)
+};
+
+ParseResult parse_options(int argc, const char* const* argv, const ParseContext& context);
 
 }  // namespace rtd::launcher

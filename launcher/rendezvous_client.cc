@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "launcher/net.h"
 #include "rendezvous.grpc.pb.h"
 #include "rt_dist/error.h"
 #include "runtime/core/store/grpc_status.h"
@@ -16,6 +17,15 @@ proto::JoinResponse join_rendezvous(const std::string& address, const std::strin
   auto deadline = std::chrono::system_clock::now() + timeout;
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   if (!channel->WaitForConnected(deadline)) {
+    const auto colon = address.rfind(':');
+    std::string ip = address.substr(0, colon);
+    if (ip.size() > 2 && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
+    if (accepts_tcp(ip, std::stoi(address.substr(colon + 1)), 2000)) {
+      throw Error(ErrorCategory::kConfig,
+                  "something at " + address +
+                      " accepts connections but does not answer as a dtrun rendezvous (gRPC); "
+                      "another program holds that port: pick another port in --rdzv");
+    }
     throw Error(ErrorCategory::kUnavailable,
                 "could not reach the rendezvous at " + address + " within " +
                     std::to_string(timeout.count()) +

@@ -62,6 +62,8 @@ RendezvousServer::RendezvousServer(const ServerOptions& o) : impl_(std::make_uni
   builder.RegisterService(impl_->rendezvous.get());
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || impl_->port == 0) {
+    // Another process may have taken the port since the check above: say so.
+    if (o.port != 0) check_bindable(o.bind_ip, o.port);
     throw Error(ErrorCategory::kConfig, "cannot host the rendezvous on " +
                                             join_host_port(o.bind_ip, o.port) +
                                             ": gRPC could not listen there");

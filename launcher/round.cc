@@ -39,16 +39,23 @@ void Round::close_locked() {
   for (const auto& [id, j] : joined_) {
     if (j.node_rank() >= 0) taken[j.node_rank()] = true;
   }
-  std::vector<proto::JoinRequest> by_rank(config_.nnodes);
-  int next_free = 0;
-  for (auto& [id, j] : joined_) {
-    if (j.node_rank() < 0) {
-      while (taken[next_free]) ++next_free;
-      taken[next_free] = true;
-      j.set_node_rank(next_free);
-    }
-    by_rank[j.node_rank()] = j;
+  // Nodes without --node-rank take the free ranks in a stable order: by
+  // address, then by arrival.
+  std::vector<Joined*> unranked;
+  for (auto& j : joined_) {
+    if (j.request.node_rank() < 0) unranked.push_back(&j);
   }
+  std::stable_sort(unranked.begin(), unranked.end(), [](const Joined* a, const Joined* b) {
+    return a->request.host() < b->request.host();
+  });
+  int next_free = 0;
+  for (Joined* j : unranked) {
+    while (taken[next_free]) ++next_free;
+    taken[next_free] = true;
+    j->request.set_node_rank(next_free);
+  }
+  std::vector<proto::JoinRequest> by_rank(config_.nnodes);
+  for (const auto& [id, j] : joined_) by_rank[j.node_rank()] = j;
   layout_.set_world_size(config_.nnodes * config_.nproc_per_node);
   layout_.set_master_addr(by_rank[0].host());
   layout_.set_master_port(config_.master_port);

@@ -30,6 +30,9 @@ constexpr ConfigVar kVars[] = {
     {"SLURM_NODEID", "", "node rank under srun"},
     {"DTRUN_STORE", "", "host:port of dtrun's gRPC store"},
     {"DTRUN_TOKEN", "", "job token that every control-plane call carries"},
+    {"DTRUN_REQUIRE_TOKEN", "0",
+     "1: dtrun refuses a job of several nodes without a token (--require-token)"},
+    {"CUDA_VISIBLE_DEVICES", "", "GPUs dtrun counts for --nproc-per-node=gpu|auto"},
     {"DTRUN_ROUND", "0", "rendezvous round; store keys of a round live under its prefix"},
     {"DTRUN_ADDR", "", "address this node's workers listen on for CPU collectives"},
     {"RTD_LOG", "info", "log levels: 'debug' or per component 'store:debug,gloo:info'"},
@@ -157,8 +160,11 @@ Config Config::from_env(const EnvMap& env) {
 LauncherConfig launcher_config_from_env(const EnvMap& env) {
   LauncherConfig c;
   c.token = parse_string(env, "DTRUN_TOKEN", "");
+  c.require_token = parse_int(env, "DTRUN_REQUIRE_TOKEN", 0).value_or(0) != 0;
   c.log_spec = parse_string(env, "RTD_LOG", "info");
   c.path = parse_string(env, "PATH", "/usr/local/bin:/usr/bin:/bin");
+  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end())
+    c.cuda_visible_devices = it->second;
   return c;
 }
 

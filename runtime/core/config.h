@@ -59,7 +59,10 @@ struct Config {
 // What dtrun itself reads: only these, so that a worker's variables (RANK, ...)
 // in the caller's shell never make the launcher fail.
 struct LauncherConfig {
-  std::string token;              // DTRUN_TOKEN
+  std::string token;           // DTRUN_TOKEN
+  bool require_token = false;  // DTRUN_REQUIRE_TOKEN=1
+  // CUDA_VISIBLE_DEVICES as set (empty set: no GPU), or nullopt when unset.
+  std::optional<std::string> cuda_visible_devices;
   std::string log_spec = "info";  // RTD_LOG
   std::string path;               // PATH, to find the program
 };

@@ -180,6 +180,44 @@ TEST(Dtrun, RendezvousPortInUseIsAClearError) {
   EXPECT_TRUE(contains(r.output, "already in use")) << r.output;
 }
 
+// Without --node-rank, a port held by something that is not a dtrun is
+// named as such, not "could not reach".
+TEST(Dtrun, RendezvousPortHeldByAnotherProgramIsNamed) {
+  HeldPort held;
+  auto r = run_command(
+      dtrun("--nnodes=2 --rdzv=127.0.0.1:" + std::to_string(held.port) + " --rdzv-timeout=2 true"),
+      30);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "does not answer as a dtrun rendezvous")) << r.output;
+}
+
+// The usage line as typed on each node: no --node-rank, no token. Two agents
+// on one host: the first to bind hosts, the other joins; the job runs, and
+// both say that the control plane is unauthenticated.
+TEST(Dtrun, TheUsageLineAsTypedRunsOnTwoAgents) {
+  const std::string line =
+      dtrun("--nproc-per-node=2 --nnodes=2 --rdzv=127.0.0.1:" + std::to_string(unused_port()) +
+            " sh -c \"echo rank \\$RANK of \\$WORLD_SIZE\"");
+  auto r = run_command(line + " > /tmp/u0.$$ 2>&1 & p0=$!; " + line +
+                           "; echo second_rc=$?; wait $p0; echo first_rc=$?; cat /tmp/u0.$$; "
+                           "rm -f /tmp/u0.$$",
+                       60);
+  EXPECT_TRUE(contains(r.output, "second_rc=0")) << r.output;
+  EXPECT_TRUE(contains(r.output, "first_rc=0")) << r.output;
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_TRUE(contains(r.output, "rank " + std::to_string(rank) + " of 4")) << r.output;
+  std::size_t warnings = 0;
+  for (std::size_t at = 0; (at = r.output.find("unauthenticated", at)) != std::string::npos; ++at)
+    ++warnings;
+  EXPECT_EQ(warnings, 2u) << "once per agent\n" << r.output;
+}
+
+TEST(Dtrun, AnEmptyTokenDoesNotSwallowTheNextFlag) {
+  auto r = run_command(dtrun("--token= --nnodes=2 true"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "--token= has an empty value")) << r.output;
+}
+
 // Two agents on this host, as two nodes; returns both outputs and exit codes.
 std::string two_nodes(const std::string& node0, const std::string& node1, int port) {
   std::string rdzv = " --rdzv=127.0.0.1:" + std::to_string(port) + " ";

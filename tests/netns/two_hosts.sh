@@ -116,5 +116,21 @@ in_a "$dtrun" --nnodes=2 --node-rank=1 --nproc-per-node=1 --rdzv=127.0.0.1:29401
 wait $p0
 check "loopback of the rendezvous host is refused" "could not reach the rendezvous at 127.0.0.1:29401" "$out/b1"
 
+# 5. The usage line as typed on each host: no --node-rank, no token. The host
+# that owns the --rdzv address hosts it; both warn once that the control
+# plane is unauthenticated.
+usage="--nproc-per-node=2 --nnodes=2 --rdzv=10.213.7.1:29402 --rdzv-timeout=30"
+show='echo rank $RANK of $WORLD_SIZE on node $GROUP_RANK'
+in_b "$dtrun" $usage sh -c "$show" >"$out/u1" 2>&1 &
+p1=$!; pids="${pids:-} $p1"
+in_a "$dtrun" $usage sh -c "$show" >"$out/u0" 2>&1
+rc0=$?
+wait $p1; rc1=$?
+[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || { echo "FAILED: the usage line as typed exited $rc0/$rc1"; cat "$out/u0" "$out/u1"; fail=1; }
+check "the host owning --rdzv is node 0" "rank 0 of 4 on node 0" "$out/u0"
+check "the other host joins as node 1" "rank 3 of 4 on node 1" "$out/u1"
+check "host 0 warns about the token" "unauthenticated" "$out/u0"
+check "host 1 warns about the token" "unauthenticated" "$out/u1"
+
 rm -rf "$out"
 exit $fail

@@ -25,6 +25,11 @@ Error error_from_grpc(const grpc::Status& status, const std::string& what,
     case grpc::StatusCode::INVALID_ARGUMENT:
     case grpc::StatusCode::FAILED_PRECONDITION:
       return Error(ErrorCategory::kConfig, prefix + detail, status.error_code());
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return Error(ErrorCategory::kConfig,
+                   prefix + "the server there is not a dtrun of this version (" + detail +
+                       "); is another program using that port?",
+                   status.error_code());
     default:
       return Error(ErrorCategory::kBackend, prefix + detail, status.error_code());
   }

@@ -2,18 +2,21 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <vector>
 
 namespace rtd::launcher {
 namespace {
 
-ParseResult parse(std::vector<const char*> args, const std::string& env_token = "") {
+ParseResult parse(std::vector<const char*> args, ParseContext context = {}) {
   args.insert(args.begin(), "dtrun");
-  return parse_options(static_cast<int>(args.size()), args.data(), env_token);
+  return parse_options(static_cast<int>(args.size()), args.data(), context);
 }
 
-void expect_error(std::vector<const char*> args, const std::string& needle) {
-  ParseResult r = parse(args);
+void expect_error(std::vector<const char*> args, const std::string& needle,
+                  ParseContext context = {}) {
+  ParseResult r = parse(args, context);
   EXPECT_FALSE(r.options.has_value());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.message.find(needle), std::string::npos) << r.message;
@@ -59,7 +62,7 @@ TEST(Options, SingleNodeGetsAGeneratedToken) {
   ASSERT_TRUE(r.options.has_value());
   EXPECT_EQ(r.options->token.size(), 32u);
   EXPECT_EQ(r.options->rdzv_port, 0) << "single node: any free port";
-  ParseResult from_env = parse({"prog"}, "envtoken");
+  ParseResult from_env = parse({"prog"}, {.env_token = "envtoken"});
   EXPECT_EQ(from_env.options->token, "envtoken");
 }
 
@@ -81,9 +84,69 @@ TEST(Options, MalformedInputNamesTheProblem) {
   expect_error({"--rdzv=h:12ab", "prog"}, "is not a number");
   expect_error({"--env", "NOEQUALS", "prog"}, "must be KEY=VALUE");
   expect_error({"--nnodes=2", "prog"}, "needs --rdzv");
-  expect_error({"--nnodes=2", "--rdzv=h:1", "prog"}, "needs a job token");
+  expect_error({"--nnodes=2", "--rdzv=h:1", "--require-token", "prog"}, "needs a job token");
+  expect_error({"--nnodes=2", "--rdzv=h:1", "prog"}, "needs a job token", {.require_token = true});
   expect_error({"--nnodes=2", "--node-rank=2", "--rdzv=h:1", "--token=t", "prog"},
                "must be less than --nnodes=2");
+}
+
+// An empty value (an unset shell variable) is an error naming the flag; the
+// next argument never stands in for it.
+TEST(Options, EmptyValuesAreErrorsNotTheNextArgument) {
+  expect_error({"--token=", "--nnodes=2", "prog"}, "--token= has an empty value");
+  expect_error({"--log-dir=", "--nproc-per-node=2", "prog"}, "--log-dir= has an empty value");
+  expect_error({"--token", "--nnodes=2", "prog"},
+               "--token needs a value but is followed by the flag --nnodes=2");
+  expect_error({"--token", "", "--nnodes=2", "prog"}, "--token has an empty value");
+  expect_error({"--nproc-per-node", "", "prog"}, "--nproc-per-node has an empty value");
+  expect_error({"--env="}, "--env= has an empty value");
+}
+
+TEST(Options, NumbersAreCheckedWithMessagesThatSayWhatIsWrong) {
+  expect_error({"--nproc-per-node=abc", "prog"}, "--nproc-per-node=abc: not a number");
+  expect_error({"--nproc-per-node=0", "prog"}, "--nproc-per-node=0: must be in 1..1024");
+  expect_error({"--nnodes=two", "prog"}, "--nnodes=two: not a number");
+  expect_error({"--max-restarts=-1", "prog"}, "--max-restarts=-1: must be in 0..1000");
+  expect_error({"--heartbeat-timeout=5s", "prog"}, "--heartbeat-timeout=5s: not a number");
+}
+
+TEST(Options, NprocPerNodeGpuCpuAuto) {
+  ParseContext machine{.gpus = 4, .cpus = 16};
+  EXPECT_EQ(parse({"--nproc-per-node=gpu", "prog"}, machine).options->nproc_per_node, 4);
+  EXPECT_EQ(parse({"--nproc-per-node=cpu", "prog"}, machine).options->nproc_per_node, 16);
+  EXPECT_EQ(parse({"--nproc-per-node=auto", "prog"}, machine).options->nproc_per_node, 4);
+  ParseContext no_gpu{.gpus = 0, .cpus = 2};
+  EXPECT_EQ(parse({"--nproc-per-node=auto", "prog"}, no_gpu).options->nproc_per_node, 2);
+  expect_error({"--nproc-per-node=gpu", "prog"}, "no GPU that dtrun can see", no_gpu);
+}
+
+// The usage line as typed: several nodes, no token, no node rank.
+TEST(Options, SeveralNodesWithoutATokenRunUnauthenticatedAndSaySo) {
+  ParseResult r = parse({"--nproc-per-node=4", "--nnodes=2", "--rdzv=master:29500", "./train"});
+  ASSERT_TRUE(r.options.has_value()) << r.message;
+  EXPECT_EQ(r.options->node_rank, -1);
+  EXPECT_TRUE(r.options->token.empty());
+  EXPECT_NE(r.options->token_warning.find("unauthenticated"), std::string::npos);
+  EXPECT_NE(r.options->token_warning.find("--token-file"), std::string::npos);
+  ParseResult with = parse({"--nnodes=2", "--rdzv=master:29500", "--token=s", "./train"});
+  ASSERT_TRUE(with.options.has_value());
+  EXPECT_TRUE(with.options->token_warning.empty());
+}
+
+TEST(Options, TokenFile) {
+  const std::string path = ::testing::TempDir() + "dtrun_token_test";
+  {
+    std::ofstream out(path);
+    out << "s3cret \nsecond line\n";
+  }
+  ParseResult r = parse({"--nnodes=2", "--rdzv=h:1", "--token-file", path.c_str(), "prog"});
+  ASSERT_TRUE(r.options.has_value()) << r.message;
+  EXPECT_EQ(r.options->token, "s3cret");
+  expect_error({"--token-file=/nonexistent/dtrun_token", "prog"}, "cannot read it");
+  expect_error({"--token=a", "--token-file", path.c_str(), "prog"}, "not both");
+  { std::ofstream(path).flush(); }
+  expect_error({"--token-file", path.c_str(), "prog"}, "the file is empty");
+  std::remove(path.c_str());
 }
 
 }  // namespace

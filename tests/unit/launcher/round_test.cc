@@ -45,6 +45,25 @@ TEST(Round, TwoNodesGetTheSameLayoutAndTheirRanks) {
   EXPECT_EQ(other.nodes(1).first_rank(), 4);
 }
 
+// Nodes without --node-rank are numbered by address, whatever their arrival order.
+TEST(Round, NodesWithoutARankAreNumberedByAddress) {
+  RoundConfig c = config();
+  c.nnodes = 4;
+  Round round(c);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  std::vector<std::future<proto::JoinResponse>> joins;
+  for (const char* host : {"10.0.0.9", "10.0.0.3", "10.0.0.5"}) {
+    joins.push_back(std::async(std::launch::async,
+                               [&, host] { return round.join(request(host, -1, 4), deadline); }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  proto::JoinResponse host = round.join(request("10.0.0.7", 0, 4), deadline);
+  EXPECT_EQ(host.node_rank(), 0);
+  EXPECT_EQ(joins[1].get().node_rank(), 1);  // 10.0.0.3
+  EXPECT_EQ(joins[2].get().node_rank(), 2);  // 10.0.0.5
+  EXPECT_EQ(joins[0].get().node_rank(), 3);  // 10.0.0.9, first to arrive
+}
+
 void expect_round_fails(proto::JoinRequest bad, const std::string& needle) {
   Round round(config());
   auto deadline = Clock::now() + std::chrono::seconds(10);
