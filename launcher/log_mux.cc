@@ -1,5 +1,5 @@
-// LogMux: poll(2) over the worker pipes; whole lines are written at once so that
-// lines of different ranks never interleave mid-line.
+// LogMux: poll(2) over the worker pipes; whole lines are written at once, to
+// the terminal and to the log files, so that lines never interleave mid-line.
 #include "launcher/log_mux.h"
 
 #include <poll.h>
@@ -27,21 +27,27 @@ void LogMux::join() {
   if (thread_.joinable()) thread_.join();
 }
 
-void LogMux::emit(Stream& s, const char* data, std::size_t len) {
-  if (s.log_fd >= 0) {
-    std::size_t off = 0;
-    while (off < len) {
-      ssize_t n = write(s.log_fd, data + off, len - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      off += static_cast<std::size_t>(n);
-    }
+namespace {
+void write_all(int fd, const char* data, std::size_t len) {
+  std::size_t off = 0;
+  while (off < len) {
+    ssize_t n = write(fd, data + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    off += static_cast<std::size_t>(n);
   }
+}
+}  // namespace
+
+void LogMux::emit(Stream& s, const char* data, std::size_t len) {
   s.partial.append(data, len);
   std::size_t start = 0;
   for (;;) {
     std::size_t nl = s.partial.find('\n', start);
     if (nl == std::string::npos) break;
+    // Whole lines, to the file as to the terminal: a rank's stdout and stderr
+    // share its file, and a line of one must not split a line of the other.
+    if (s.log_fd >= 0) write_all(s.log_fd, s.partial.data() + start, nl - start + 1);
     std::string line = s.prefix + s.partial.substr(start, nl - start + 1);
     {
       std::lock_guard<std::mutex> lock(g_out_mu);

@@ -143,6 +143,20 @@ TEST(Dtrun, LogDirHoldsEachRanksOutput) {
   EXPECT_TRUE(contains(r.output, "err-1\n")) << r.output;
 }
 
+// A stderr line written while a stdout line is half done must not land in
+// the middle of it, in the file as on the terminal.
+TEST(Dtrun, LogDirFilesHoldWholeLines) {
+  std::string dir = ::testing::TempDir() + "dtrun_lines_" + std::to_string(getpid());
+  auto r = run_command(dtrun("--nproc-per-node=1 --log-dir=" + dir +
+                             " sh -c \"printf half-; sleep 0.3; echo err-line >&2; sleep 0.3; "
+                             "echo done\"") +
+                       " && cat " + dir + "/attempt_0/rank_0.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank 0]: half-done\n")) << r.output;
+  EXPECT_TRUE(contains(r.output, "\nhalf-done\n")) << "the file\n" << r.output;
+  EXPECT_TRUE(contains(r.output, "\nerr-line\n")) << r.output;
+}
+
 TEST(Dtrun, MissingProgramIsAClearError) {
   auto r = run_command(dtrun("--nproc-per-node=2 ./no-such-trainer"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
