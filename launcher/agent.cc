@@ -75,6 +75,53 @@ std::optional<Outcome> check_peers(Store& store, Heartbeats& heartbeats, int nod
   return std::nullopt;
 }
 
+// A worker failed on this node. A worker on another node may have failed
+// first and caused it (a collective across nodes aborts on every rank), so
+// every node that saw a failure records when (wall clock, in ms) under
+// attempt_key(N, "failure/<node>"), waits kCauseWait for the others' records,
+// and names the earliest as the cause.
+constexpr std::chrono::milliseconds kCauseWait{1000};
+
+Outcome first_cause(Store& store, int attempt, int node_rank, int nnodes, Outcome mine) {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  const long long my_ms = duration_cast<milliseconds>(mine.failed_at.time_since_epoch()).count();
+  const std::string prefix = attempt_key(attempt, "failure/");
+  store.set(prefix + std::to_string(node_rank),
+            std::to_string(my_ms) + "|" + std::to_string(mine.exit_code) + "|" + mine.reason);
+  long long best_ms = my_ms;
+  int best_node = node_rank, best_code = mine.exit_code;
+  std::string best_reason;
+  const auto give_up = std::chrono::steady_clock::now() + kCauseWait;
+  do {
+    std::this_thread::sleep_for(kCauseWait / 10);
+    for (int n = 0; n < nnodes; ++n) {
+      if (n == node_rank) continue;
+      auto record = store.try_get(prefix + std::to_string(n));
+      if (!record) continue;
+      const auto bar1 = record->find('|'), bar2 = record->find('|', bar1 + 1);
+      if (bar1 == std::string::npos || bar2 == std::string::npos) continue;
+      try {
+        const long long ms = std::stoll(record->substr(0, bar1));
+        if (ms < best_ms) {
+          best_ms = ms;
+          best_node = n;
+          best_code = std::stoi(record->substr(bar1 + 1, bar2 - bar1 - 1));
+          best_reason = record->substr(bar2 + 1);
+        }
+      } catch (const std::exception&) {
+      }
+    }
+  } while (std::chrono::steady_clock::now() < give_up);
+  if (best_node == node_rank) return mine;
+  Outcome out = mine;
+  out.exit_code = best_code;
+  out.reason = "node " + std::to_string(best_node) + " failed first: " + best_reason +
+               "; on this node, " + mine.reason + " " + std::to_string(my_ms - best_ms) +
+               " ms later";
+  return out;
+}
+
 struct Placement {
   proto::JoinResponse layout;
   std::string store_addr;
@@ -228,6 +275,13 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
       break;
     }
     const bool failed_here = out.ending == Ending::kWorkerFailed;
+    if (failed_here && many) {
+      try {
+        out = first_cause(*store, attempt, node_rank, o.nnodes, out);
+      } catch (const Error& e) {
+        logger->warn("could not compare this failure with the other nodes': {}", e.what());
+      }
+    }
     if ((failed_here || out.restart) && attempt < o.max_restarts) {
       logger->warn("{}; restarting all workers ({} of {} restarts)", out.reason, attempt + 1,
                    o.max_restarts);

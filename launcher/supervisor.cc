@@ -2,12 +2,15 @@
 #include "launcher/supervisor.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -20,6 +23,8 @@
 
 namespace rtd::launcher {
 namespace {
+
+constexpr std::chrono::milliseconds kSettle{200};
 
 bool is_executable_file(const std::string& path) {
   struct stat st {};
@@ -114,13 +119,14 @@ void Supervisor::spawn(const WorkerSpec& spec) {
     _exit(127);
   }
   setpgid(pid, pid);  // also from the parent, so that the group exists before any kill
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   close(out[1]);
   close(err[1]);
   close(fail[1]);
   int exec_errno = 0;
   ssize_t got = read(fail[0], &exec_errno, sizeof(exec_errno));
   close(fail[0]);
-  children_.push_back(Child{pid, spec.global_rank, true, 0});
+  children_.push_back(Child{.pid = pid, .rank = spec.global_rank, .running = true, .pidfd = pidfd});
   if (got == static_cast<ssize_t>(sizeof(exec_errno))) {
     close(out[0]);
     close(err[0]);
@@ -147,6 +153,7 @@ void Supervisor::start(const std::vector<WorkerSpec>& workers) {
 
 int Supervisor::reap(bool block) {
   int reaped = 0;
+  const int batch = ++batches_;
   for (auto& c : children_) {
     if (!c.running) continue;
     int status = 0;
@@ -154,10 +161,73 @@ int Supervisor::reap(bool block) {
     if (r == c.pid) {
       c.running = false;
       c.status = status;
+      c.batch = batch;
+      c.ended = std::chrono::steady_clock::now();
+      c.ended_wall = std::chrono::system_clock::now();
+      if (c.pidfd >= 0) close(c.pidfd);
+      c.pidfd = -1;
       ++reaped;
     }
   }
   return reaped;
+}
+
+void Supervisor::wait_for_exit(std::chrono::milliseconds timeout) {
+  std::vector<pollfd> fds;
+  for (const auto& c : children_) {
+    if (c.running && c.pidfd >= 0) fds.push_back(pollfd{c.pidfd, POLLIN, 0});
+  }
+  if (fds.empty()) {
+    std::this_thread::sleep_for(timeout);
+    return;
+  }
+  poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
+}
+
+namespace {
+// 0: the likeliest first cause of a failure seen together with others.
+int consequence_rank(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return sig == SIGABRT || sig == SIGTERM ? 2 : 0;
+  }
+  return 1;
+}
+}  // namespace
+
+const Supervisor::Child* Supervisor::first_failure() const {
+  const Child* first = nullptr;
+  for (const auto& c : children_) {
+    if (c.running || exit_code_of(c.status) == 0) continue;
+    if (!first || c.batch < first->batch ||
+        (c.batch == first->batch && consequence_rank(c.status) < consequence_rank(first->status)))
+      first = &c;
+  }
+  return first;
+}
+
+Outcome Supervisor::failure_outcome(const Child& first,
+                                    std::chrono::steady_clock::time_point stop) const {
+  Outcome out{Ending::kWorkerFailed, exit_code_of(first.status), first.rank,
+              "worker rank " + std::to_string(first.rank) + " " + describe(first.status)};
+  out.failed_at = first.ended_wall;
+  // Workers that failed after it, before anything was stopped: most likely
+  // its consequences (a peer's collective aborting), so they come after it.
+  std::vector<const Child*> then;
+  for (const auto& c : children_) {
+    if (&c != &first && !c.running && exit_code_of(c.status) != 0 && c.ended <= stop)
+      then.push_back(&c);
+  }
+  std::sort(then.begin(), then.end(),
+            [](const Child* a, const Child* b) { return a->ended < b->ended; });
+  for (const Child* c : then) {
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(c->ended - first.ended).count();
+    out.reason += "; then rank " + std::to_string(c->rank) + " " + describe(c->status) +
+                  (c->batch == first.batch ? " (seen at the same time)"
+                                           : " (" + std::to_string(ms) + " ms later)");
+  }
+  return out;
 }
 
 bool Supervisor::any_running() const {
@@ -172,14 +242,21 @@ void Supervisor::stop_all(int sig) {
     if (c.running) kill(-c.pid, sig);
   }
   auto deadline = std::chrono::steady_clock::now() + options_.grace_period;
-  while (any_running() && std::chrono::steady_clock::now() < deadline) {
+  int again = 0;  // a Ctrl-C or SIGTERM during the grace period ends it at once
+  while (any_running() && std::chrono::steady_clock::now() < deadline &&
+         (again = take_pending_signal()) == 0) {
     reap(false);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    wait_for_exit(std::chrono::milliseconds(20));
   }
+  reap(false);
   if (any_running()) {
-    log::get("launcher")
-        ->warn("workers still running {} s after signal {}; sending SIGKILL",
-               options_.grace_period.count(), sig);
+    if (again) {
+      log::get("launcher")->warn("received {} again; killing the workers now", strsignal(again));
+    } else {
+      log::get("launcher")
+          ->warn("workers still running {} s after signal {}; sending SIGKILL",
+                 options_.grace_period.count(), sig);
+    }
     for (const auto& c : children_) {
       if (c.running) kill(-c.pid, SIGKILL);
     }
@@ -194,10 +271,15 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
   auto next_check = std::chrono::steady_clock::now() + poll_every;
   for (;;) {
     reap(false);
-    for (const auto& c : children_) {
-      if (c.running || exit_code_of(c.status) == 0) continue;
-      Outcome out{Ending::kWorkerFailed, exit_code_of(c.status), c.rank,
-                  "worker rank " + std::to_string(c.rank) + " " + describe(c.status)};
+    if (first_failure()) {
+      // A moment for the failures it causes (peers aborting their collectives)
+      // to show, so that they are reported as its consequences, not as causes.
+      const auto settle = std::chrono::steady_clock::now() + kSettle;
+      while (any_running() && std::chrono::steady_clock::now() < settle) {
+        wait_for_exit(kSettle / 10);
+        reap(false);
+      }
+      Outcome out = failure_outcome(*first_failure(), std::chrono::steady_clock::now());
       logger->error("{}; stopping the other workers", out.reason);
       stop_all(SIGTERM);
       mux_.join();
@@ -227,7 +309,7 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
         return *stop;
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    wait_for_exit(std::chrono::milliseconds(20));
   }
 }
 

@@ -35,6 +35,8 @@ struct Outcome {
   int exit_code = 0;  // the failing worker's code (128+N for signal N), or 128+signal
   int failed_rank = -1;
   std::string reason;
+  // kWorkerFailed: when the first worker ended (wall clock, comparable across nodes).
+  std::chrono::system_clock::time_point failed_at{};
   // kStopRequested because another node's worker failed in this attempt:
   // the job restarts where restarts are left.
   bool restart = false;
@@ -61,14 +63,27 @@ class Supervisor {
     int rank = 0;
     bool running = false;
     int status = 0;
+    int pidfd = -1;  // readable when the worker ends (-1: kernel without pidfd_open)
+    int batch = 0;   // which reap saw it end: workers seen together ended together
+    std::chrono::steady_clock::time_point ended;
+    std::chrono::system_clock::time_point ended_wall;
   };
   void spawn(const WorkerSpec& spec);
   int reap(bool block);  // returns number reaped
+  // Waits up to `timeout` for a worker to end, waking at once when one does.
+  void wait_for_exit(std::chrono::milliseconds timeout);
+  // The first worker to end with a failure: the earliest reap, and within it
+  // the likeliest cause (killed by a signal other than SIGABRT/SIGTERM, then
+  // a non-zero exit, then an abort: what a peer's failure typically causes);
+  // nullptr: none.
+  const Child* first_failure() const;
+  Outcome failure_outcome(const Child& first, std::chrono::steady_clock::time_point stop) const;
   void stop_all(int sig);
   bool any_running() const;
 
   SupervisorOptions options_;
   std::vector<Child> children_;
+  int batches_ = 0;
   LogMux mux_;
 };
 

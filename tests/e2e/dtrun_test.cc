@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "tests/testing/run_command.h"
 
 namespace rtd {
@@ -113,6 +115,59 @@ TEST(Dtrun, WorkerIgnoringSigtermIsKilledAfterTheGracePeriod) {
                        30);
   EXPECT_TRUE(contains(r.output, "sending SIGKILL")) << r.output;
   EXPECT_TRUE(contains(r.output, "dtrun_rc=143")) << r.output;
+}
+
+// A second Ctrl-C (or SIGTERM) during the grace period kills the workers at
+// once: with --grace-period=60 and workers ignoring SIGTERM, only that ends
+// dtrun within the command's limit.
+TEST(Dtrun, ASecondSignalEndsTheGracePeriodAtOnce) {
+  auto r = run_command(
+      dtrun("--nproc-per-node=2 --grace-period=60 sh -c \"trap \\\"\\\" TERM INT; echo ready; "
+            "while true; do sleep 0.1; done\"") +
+          " > /tmp/sig.$$ 2>&1 & pid=$!; " + kWaitForTwoReady +
+          "kill -INT $pid; sleep 1; kill -INT $pid; wait $pid; echo dtrun_rc=$?; "
+          "cat /tmp/sig.$$; rm -f /tmp/sig.$$",
+      30);
+  EXPECT_TRUE(contains(r.output, "dtrun_rc=130")) << r.output;
+  EXPECT_TRUE(contains(r.output, "killing the workers now")) << r.output;
+}
+
+// When rank 1 is killed and rank 0 aborts a moment later (as a peer's
+// collective does), rank 1 is the cause and rank 0 its consequence.
+TEST(Dtrun, TheFirstFailureIsBlamedAndTheOthersListedAfterIt) {
+  const std::string script =
+      "f=/tmp/p1.\\$DTRUN_STORE; if [ \\$RANK = 1 ]; then echo \\$\\$ > \\$f.tmp; "
+      "mv \\$f.tmp \\$f; sleep 0.3; kill -9 \\$\\$; fi; while [ ! -s \\$f ]; do :; done; "
+      "p=\\$(cat \\$f); while [ -e /proc/\\$p ]; do :; done; rm -f \\$f; "
+      "[ \\$RANK = 2 ] && sleep 30; kill -ABRT \\$\\$";
+  for (int run = 0; run < 3; ++run) {
+    auto r = run_command(dtrun("--nproc-per-node=3 sh -c \"" + script + "\""), 40);
+    EXPECT_EQ(r.exit_code, 137) << r.output;
+    EXPECT_TRUE(contains(r.output,
+                         "job failed: worker rank 1 was killed by signal 9 (Killed); then rank 0 "
+                         "was killed by signal 6 (Aborted)"))
+        << r.output;
+    EXPECT_FALSE(contains(r.output, "then rank 2")) << "rank 2 was stopped, not failed\n"
+                                                    << r.output;
+  }
+}
+
+// Stopping a worker stops its whole process group: a wrapper script's
+// children do not outlive it.
+TEST(Dtrun, StoppedWorkersTakeTheirChildrenWithThem) {
+  // Rank 0 is a wrapper whose child (a sleep) writes its pid to a file.
+  const std::string pids = ::testing::TempDir() + "dtrun_grandchild_" + std::to_string(getpid());
+  auto r = run_command(
+      dtrun(R"(--nproc-per-node=2 sh -c "if [ \$RANK = 1 ]; then sleep 0.5; exit 3; fi; )"
+            R"(sh -c \"echo \\\$\\\$ > )" +
+            pids + R"(; exec sleep 300\"")") +
+          // Gone, or a zombie (dead; this container's init may not reap it).
+          "; echo dtrun_rc=$?; sleep 0.2; s=$(cut -d\" \" -f3 /proc/$(cat " + pids +
+          ")/stat 2>/dev/null); if [ -z \"$s\" ] || [ \"$s\" = Z ]; then echo none-left; fi",
+      30);
+  std::remove(pids.c_str());
+  EXPECT_TRUE(contains(r.output, "dtrun_rc=3")) << r.output;
+  EXPECT_TRUE(contains(r.output, "none-left")) << r.output;
 }
 
 TEST(Dtrun, MaxRestartsRestartsTheWorkersAfterAFailure) {
@@ -292,6 +347,28 @@ TEST(Dtrun, TwoNodesOnOneHostRunOneWorldAndAFailurePropagates) {
   EXPECT_TRUE(contains(bad.output, "node1_rc=5")) << bad.output;
   EXPECT_TRUE(contains(bad.output, "node0_rc=5")) << bad.output;
   EXPECT_TRUE(contains(bad.output, "another node failed")) << bad.output;
+}
+
+// Rank 3 (node 1) is killed and rank 0 (node 0) aborts a moment later, as a
+// collective across nodes would: node 0 names node 1's worker as the cause,
+// not its own rank 0.
+TEST(Dtrun, AcrossNodesTheFirstFailureIsTheCause) {
+  const std::string pid_file =
+      ::testing::TempDir() + "dtrun_rank3_" + std::to_string(getpid()) + ".pid";
+  const std::string script =
+      R"(sh -c "f=)" + pid_file +
+      R"(; if [ \$RANK = 3 ]; then echo \$\$ > \$f.tmp; mv \$f.tmp \$f; sleep 0.5; kill -9 \$\$; fi; )"
+      R"(while [ ! -s \$f ]; do :; done; p=\$(cat \$f); while [ -e /proc/\$p ]; do :; done; )"
+      R"([ \$RANK = 0 ] && kill -ABRT \$\$; sleep 30")";
+  auto r = run_command(
+      two_nodes("--nproc-per-node=2 " + script, "--nproc-per-node=2 " + script, unused_port()), 60);
+  std::remove(pid_file.c_str());
+  EXPECT_TRUE(contains(r.output, "node1_rc=137")) << r.output;
+  EXPECT_TRUE(contains(r.output, "node0_rc=137")) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "node 1 failed first: worker rank 3 was killed by signal 9 (Killed); on "
+                       "this node, worker rank 0 was killed by signal 6 (Aborted)"))
+      << r.output;
 }
 
 // --max-restarts with two nodes: a worker failing on one node stops every
