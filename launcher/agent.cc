@@ -249,7 +249,10 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
   // Until now a signal ends dtrun at once (nothing to stop); from here on it is
   // forwarded to the workers.
   install_signal_handlers();
-  auto store = make_grpc_store(p.store_addr, o.token);
+  // Every call gives up after --heartbeat-timeout: a node that loses the
+  // rendezvous host (killed, or partitioned away) notices within it, as node 0
+  // notices a silent node.
+  auto store = make_grpc_store(p.store_addr, o.token)->bounded(o.heartbeat_timeout);
   Heartbeats heartbeats(o.nnodes, o.heartbeat_timeout);
   const bool many = o.nnodes > 1;
 

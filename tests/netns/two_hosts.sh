@@ -132,5 +132,23 @@ check "the other host joins as node 1" "rank 3 of 4 on node 1" "$out/u1"
 check "host 0 warns about the token" "unauthenticated" "$out/u0"
 check "host 1 warns about the token" "unauthenticated" "$out/u1"
 
+# 6. A partition: the link goes down under a running job. Each side notices
+# within --heartbeat-timeout (3 s here; the command limit is 40 s, and the
+# gRPC call deadline alone would be 60 s).
+hb="--nproc-per-node=1 --nnodes=2 --rdzv=10.213.7.1:29403 --token=t --heartbeat-timeout=3"
+in_a timeout -k 5 40 "$dtrun" $hb sleep 120 >"$out/p0" 2>&1 &
+p0=$!; pids="${pids:-} $p0"
+in_b timeout -k 5 40 "$dtrun" $hb sleep 120 >"$out/p1" 2>&1 &
+p1=$!; pids="${pids:-} $p1"
+for i in $(seq 50); do grep -q joined "$out/p1" && grep -q joined "$out/p0" && break; sleep 0.2; done
+sleep 1
+in_b ip link set "v${tag}b" down
+wait $p1; rc1=$?
+wait $p0; rc0=$?
+[ $rc1 -ne 124 ] && [ $rc1 -ne 0 ] || { echo "FAILED: node 1 did not notice the partition (rc $rc1)"; cat "$out/p1"; fail=1; }
+[ $rc0 -ne 124 ] && [ $rc0 -ne 0 ] || { echo "FAILED: node 0 did not notice the partition (rc $rc0)"; cat "$out/p0"; fail=1; }
+check "node 1 says it lost the rendezvous host" "lost contact with the rendezvous host" "$out/p1"
+check "node 0 says node 1 went silent" "node 1 has not been heard from" "$out/p0"
+
 rm -rf "$out"
 exit $fail
