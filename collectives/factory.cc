@@ -16,6 +16,7 @@ std::unique_ptr<Communicator> make_backend(const CommunicatorOptions& options) {
   if (options.backend == "gloo") {
     return std::make_unique<gloo_backend::GlooCommunicator>(gloo_backend::GlooOptions{
         .store = options.store,
+        .name = options.name,
         .rank = options.rank,
         .size = options.size,
         .host = options.host,
@@ -27,6 +28,7 @@ std::unique_ptr<Communicator> make_backend(const CommunicatorOptions& options) {
   if (options.backend == "nccl") {
     return std::make_unique<nccl::NcclCommunicator>(nccl::NcclOptions{
         .store = options.store,
+        .name = options.name,
         .rank = options.rank,
         .size = options.size,
         .device = options.device,

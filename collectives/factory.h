@@ -15,6 +15,7 @@ namespace rtd {
 struct CommunicatorOptions {
   std::string backend = "gloo";  // "gloo" or "nccl"
   std::shared_ptr<Store> store;  // scoped to this communicator by the caller
+  std::string name = "default";  // in messages
   int rank = 0;
   int size = 1;
   std::string host = "127.0.0.1";  // Gloo: the address this rank listens on

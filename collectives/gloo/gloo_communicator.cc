@@ -80,7 +80,10 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& options)
     auto device = ::gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_);
     context->setTimeout(timeout_);
-    GlooStoreAdapter store(options.store, timeout_);
+    GlooStoreAdapter store(options.store, JoinWait{.communicator = options.name,
+                                                   .rank = rank_,
+                                                   .timeout = timeout_,
+                                                   .warn_every = options.flight.hang_warn});
     context->connectFullMesh(store, device);
     context_ = context;
     recorder_ = std::make_unique<FlightRecorder>(
@@ -266,6 +269,7 @@ std::unique_ptr<Communicator> GlooCommunicator::split(int color, int key) {
   int new_rank = 0;
   while (members[new_rank].second != rank_) ++new_rank;
   GlooOptions sub = options_;
+  sub.name = options_.name + "/split" + std::to_string(seq) + "/color" + std::to_string(color);
   sub.store = make_prefix_store("split" + std::to_string(seq) + "/color" + std::to_string(color),
                                 options_.store);
   sub.rank = new_rank;

@@ -17,6 +17,7 @@ namespace rtd::gloo_backend {
 
 struct GlooOptions {
   std::shared_ptr<Store> store;  // already scoped to this communicator
+  std::string name = "default";  // in messages
   int rank = 0;
   int size = 1;
   std::string host = "127.0.0.1";  // address this rank listens on

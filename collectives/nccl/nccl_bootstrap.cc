@@ -7,8 +7,8 @@
 
 namespace rtd::nccl {
 
-ncclUniqueId exchange_unique_id(Store& store, NcclApi& api, int rank,
-                                std::chrono::milliseconds timeout) {
+ncclUniqueId exchange_unique_id(Store& store, NcclApi& api, const JoinWait& wait) {
+  const int rank = wait.rank;
   constexpr const char* kKey = "nccl_unique_id";
   ncclUniqueId id{};
   if (rank == 0) {
@@ -17,7 +17,7 @@ ncclUniqueId exchange_unique_id(Store& store, NcclApi& api, int rank,
     store.set(kKey, std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
     return id;
   }
-  std::string bytes = store.get(kKey, timeout);
+  std::string bytes = await_join(store, kKey, wait);
   if (bytes.size() != sizeof(id)) {
     throw Error(ErrorCategory::kInternal, "NCCL unique id in the store has " +
                                               std::to_string(bytes.size()) + " bytes, expected " +

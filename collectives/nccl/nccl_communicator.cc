@@ -87,7 +87,12 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   create_stream_and_scratch();
   const std::string who = "rank " + std::to_string(rank_);
   auto deadline = deadline_after(options_.timeout);
-  ncclUniqueId id = exchange_unique_id(*options_.store, *options_.nccl, rank_, options_.timeout);
+  ncclUniqueId id = exchange_unique_id(*options_.store, *options_.nccl,
+                                       JoinWait{.communicator = options_.name,
+                                                .rank = rank_,
+                                                .peer = "rank 0",
+                                                .timeout = options_.timeout,
+                                                .warn_every = options_.flight.hang_warn});
   ncclConfig_t init_config = make_config(false);
   ncclComm_t init_comm = nullptr;
   ncclResult_t rc =
@@ -357,6 +362,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   }
   // The child's keys (flight recorder, copy-engine setup) in a scope of its own.
   NcclOptions sub = options_;
+  sub.name = options_.name + "/split" + std::to_string(split) + "/color" + std::to_string(color);
   sub.store = make_prefix_store("split" + std::to_string(split) + "/color" + std::to_string(color),
                                 options_.store);
   return std::unique_ptr<Communicator>(

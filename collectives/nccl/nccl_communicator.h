@@ -17,6 +17,7 @@ namespace rtd::nccl {
 
 struct NcclOptions {
   std::shared_ptr<Store> store;  // scoped to this communicator
+  std::string name = "default";  // in messages
   int rank = 0;
   int size = 1;
   int device = 0;

@@ -25,6 +25,26 @@ std::map<int, double> loss_curve(int workers, int batch, const std::string& extr
   return curve;
 }
 
+// A rank that never creates its communicator (it hangs before init): the
+// others warn while they wait, and then say which rank never joined which
+// communicator and for how long they waited.
+TEST(MlpCpu, ARankThatNeverJoinsIsNamed) {
+  auto r = testing_util::run_command(
+      std::string(DTRUN_PATH) +
+          " --nproc-per-node=2 --env RTD_TIMEOUT_S=3 --env RTD_HANG_WARN_S=1 --grace-period=1 "
+          "sh -c \"if [ \\$RANK = 1 ]; then sleep 60; fi; exec " +
+          MLP_PATH + " --steps 1\"",
+      60);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(testing_util::contains(r.output,
+                                     "rank 0: still waiting for rank 1 to join communicator "
+                                     "'default'"))
+      << r.output;
+  EXPECT_TRUE(testing_util::contains(
+      r.output, "rank 0: rank 1 never joined communicator 'default' (waited 3 s"))
+      << r.output;
+}
+
 TEST(MlpCpu, NWorkersMatchOneWorkerWithNTimesTheBatchAndLossFalls) {
   auto one = loss_curve(1, 24);
   ASSERT_EQ(one.size(), 13u) << "steps 1, 5, 10, ..., 60";

@@ -348,22 +348,29 @@ TEST(NcclBootstrap, RankZeroPublishesAndOthersReadTheSameId) {
   CallLog log;
   FakeNcclApi api(&log);
   auto store = make_memory_store();
-  ncclUniqueId a = exchange_unique_id(*store, api, 0, std::chrono::seconds(1));
-  ncclUniqueId b = exchange_unique_id(*store, api, 1, std::chrono::seconds(1));
+  ncclUniqueId a = exchange_unique_id(*store, api, {.rank = 0, .timeout = std::chrono::seconds(1)});
+  ncclUniqueId b = exchange_unique_id(*store, api, {.rank = 1, .timeout = std::chrono::seconds(1)});
   EXPECT_EQ(std::string(a.internal, sizeof(a.internal)),
             std::string(b.internal, sizeof(b.internal)));
 }
 
-TEST(NcclBootstrap, MissingRankZeroIsATimeoutNamingTheKey) {
+TEST(NcclBootstrap, MissingRankZeroIsATimeoutSayingItNeverJoined) {
   CallLog log;
   FakeNcclApi api(&log);
   auto store = make_memory_store();
   try {
-    exchange_unique_id(*store, api, 1, std::chrono::milliseconds(50));
+    exchange_unique_id(*store, api,
+                       {.communicator = "default",
+                        .rank = 1,
+                        .peer = "rank 0",
+                        .timeout = std::chrono::milliseconds(50),
+                        .warn_every = std::chrono::milliseconds(20)});
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
-    EXPECT_NE(std::string(e.what()).find("nccl_unique_id"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1: rank 0 never joined communicator 'default'"),
+              std::string::npos)
+        << e.what();
   }
 }
 
