@@ -35,7 +35,8 @@ std::string attempt_key(int attempt, const char* what) {
 }
 
 std::string fingerprint(const LaunchOptions& o) {
-  return "max_restarts=" + std::to_string(o.max_restarts);
+  return "max_restarts=" + std::to_string(o.max_restarts) +
+         (o.rdzv_id.empty() ? "" : ", rdzv_id=" + o.rdzv_id);
 }
 
 // "code|reason", as written under kFailedKey and attempt_key(N, "failed").
@@ -177,6 +178,7 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
   for (int local = 0; local < node.nproc(); ++local) {
     specs.push_back(WorkerSpec{
         .global_rank = node.first_rank() + local,
+        .local_rank = local,
         .env = build_worker_env(WorkerEnvInput{
             .parent = &parent_env,
             .layout = &p.layout,
@@ -261,6 +263,9 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
         .program_path = program,
         .args = o.args,
         .log_dir = o.log_dir,
+        .console_stdout = (o.redirects & 1) == 0,
+        .console_stderr = (o.redirects & 2) == 0,
+        .console_local_ranks = o.local_ranks_filter,
         .attempt = attempt,
         .grace_period = o.grace_period,
     });

@@ -49,7 +49,7 @@ void LogMux::emit(Stream& s, const char* data, std::size_t len) {
     // share its file, and a line of one must not split a line of the other.
     if (s.log_fd >= 0) write_all(s.log_fd, s.partial.data() + start, nl - start + 1);
     std::string line = s.prefix + s.partial.substr(start, nl - start + 1);
-    {
+    if (s.out != nullptr) {
       std::lock_guard<std::mutex> lock(g_out_mu);
       std::fwrite(line.data(), 1, line.size(), s.out);
       std::fflush(s.out);

@@ -14,7 +14,7 @@ class LogMux {
  public:
   ~LogMux();
   // Before start(): read fd (closed at EOF), prefix its lines, write them to out
-  // and, if log_fd >= 0, to log_fd (owned by the mux).
+  // (unless nullptr) and, if log_fd >= 0, to log_fd (owned by the mux).
   void add(int fd, std::string prefix, std::FILE* out, int log_fd);
   void start();
   // Returns when every added fd reached EOF.

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "launcher/net.h"
 
@@ -28,16 +29,37 @@ plus DTRUN_STORE, DTRUN_TOKEN and DTRUN_ROUND. Exit status: the first failing
 worker's exit code; 2 for bad flags; 1 for a failed rendezvous.)";
 
 // Flags that take a value as the next argument when written without '='.
-const std::set<std::string> kValueFlags = {"--nproc-per-node", "--nproc_per_node",
-                                           "--nnodes",         "--node-rank",
-                                           "--node_rank",      "--rdzv",
-                                           "--rdzv-endpoint",  "--rdzv_endpoint",
-                                           "--rdzv-timeout",   "--rdzv_timeout",
-                                           "--max-restarts",   "--max_restarts",
-                                           "--grace-period",   "--log-dir",
-                                           "--log_dir",        "--env",
-                                           "--token",          "--heartbeat-timeout",
-                                           "--token-file"};
+const std::set<std::string> kValueFlags = {"--nproc-per-node",
+                                           "--nproc_per_node",
+                                           "--nnodes",
+                                           "--node-rank",
+                                           "--node_rank",
+                                           "--rdzv",
+                                           "--rdzv-endpoint",
+                                           "--rdzv_endpoint",
+                                           "--rdzv-timeout",
+                                           "--rdzv_timeout",
+                                           "--max-restarts",
+                                           "--max_restarts",
+                                           "--grace-period",
+                                           "--log-dir",
+                                           "--log_dir",
+                                           "--env",
+                                           "--token",
+                                           "--heartbeat-timeout",
+                                           "--token-file",
+                                           "--rdzv-id",
+                                           "--rdzv_id",
+                                           "--rdzv-backend",
+                                           "--rdzv_backend",
+                                           "--master-addr",
+                                           "--master_addr",
+                                           "--master-port",
+                                           "--master_port",
+                                           "--redirects",
+                                           "--tee",
+                                           "--local-ranks-filter",
+                                           "--local_ranks_filter"};
 
 // Index of the first argument that belongs to the program (or of "--").
 int find_program(int argc, const char* const* argv) {
@@ -155,7 +177,63 @@ struct RawFlags {
   std::string nproc = "1", nnodes = "1", node_rank, rdzv_timeout = "600", max_restarts = "0",
               grace = "5", heartbeat = "30", rdzv, token_file;
   std::vector<std::string> env;
+  // torchrun's names for what dtrun does its own way.
+  std::string rdzv_backend, master_addr, master_port, redirects, tee, local_ranks;
+  bool standalone = false, module = false, no_python = false;
 };
+
+// torchrun's --redirects/--tee value: 0 none, 1 stdout, 2 stderr, 3 both.
+std::string to_streams(const char* flag, const std::string& text, int* out) {
+  if (text.empty()) return "";
+  if (text.find(':') != std::string::npos)
+    return std::string(flag) + "=" + text +
+           ": per-rank values are not supported; give 0, 1, 2 or 3 for every rank";
+  return to_count(flag, text, 0, 3, out);
+}
+
+// torchrun's launch flags, mapped onto dtrun's: the rendezvous, how the
+// program runs, what reaches the console.
+std::string torchrun_compat(const RawFlags& f, LaunchOptions& o, std::string* rdzv) {
+  if (!f.rdzv_backend.empty() && f.rdzv_backend != "c10d" && f.rdzv_backend != "static")
+    return "--rdzv-backend=" + f.rdzv_backend +
+           ": dtrun has its own rendezvous (gRPC); it accepts c10d and static, which both mean "
+           "it";
+  if (f.rdzv_backend == "static" && o.nnodes > 1 && o.node_rank < 0)
+    return "--rdzv-backend=static needs --node-rank on every node (or leave it out: dtrun "
+           "numbers the nodes itself)";
+  if (!f.master_addr.empty() || !f.master_port.empty()) {
+    if (!rdzv->empty()) return "give --rdzv or --master-addr/--master-port, not both";
+    *rdzv = (f.master_addr.empty() ? "127.0.0.1" : f.master_addr) + ":" +
+            (f.master_port.empty() ? "29500" : f.master_port);
+  }
+  if (f.standalone) {
+    if (o.nnodes > 1) return "--standalone runs one node; leave out --nnodes=" + f.nnodes;
+    rdzv->clear();  // a local rendezvous on a free port
+  }
+  int tee = 0;
+  if (std::string err = to_streams("--redirects", f.redirects, &o.redirects); !err.empty())
+    return err;
+  if (std::string err = to_streams("--tee", f.tee, &tee); !err.empty()) return err;
+  if ((o.redirects || tee) && o.log_dir.empty())
+    return "--redirects and --tee write the workers' output to files: give --log-dir=DIR";
+  o.redirects &= ~tee;  // tee'd streams reach the console too
+  std::stringstream ranks(f.local_ranks);
+  for (std::string item; std::getline(ranks, item, ',');) {
+    int r = 0;
+    if (std::string err = to_count("--local-ranks-filter", item, 0, 65535, &r); !err.empty())
+      return err;
+    o.local_ranks_filter.push_back(r);
+  }
+  // torchrun runs Python: a module with -m, a .py script with the interpreter
+  // (unless --no-python); anything else runs as it is.
+  const bool script = o.program.size() > 3 && o.program.ends_with(".py");
+  if (f.module || (script && !f.no_python)) {
+    o.args.insert(o.args.begin(), o.program);
+    if (f.module) o.args.insert(o.args.begin(), "-m");
+    o.program = "python3";
+  }
+  return "";
+}
 
 std::string convert(const RawFlags& f, const ParseContext& c, LaunchOptions& o) {
   int rdzv_timeout = 0, grace = 0, heartbeat = 0;
@@ -255,6 +333,32 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
   app.add_option("--token-file", f.token_file, "read the job token from this file's first line");
   app.add_flag("--require-token", require_token,
                "refuse to run several nodes without a token (DTRUN_REQUIRE_TOKEN=1)");
+  const char* torchrun = "torchrun's flags";
+  app.add_flag("--standalone", f.standalone, "one node, a local rendezvous on a free port")
+      ->group(torchrun);
+  app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id, "job id; every node must give the same")
+      ->group(torchrun);
+  app.add_option("--rdzv-backend,--rdzv_backend", f.rdzv_backend,
+                 "c10d or static: both mean dtrun's own rendezvous")
+      ->group(torchrun);
+  app.add_option("--master-addr,--master_addr", f.master_addr,
+                 "with --master-port: the rendezvous address (as --rdzv=ADDR:PORT)")
+      ->group(torchrun);
+  app.add_option("--master-port,--master_port", f.master_port, "see --master-addr (default 29500)")
+      ->group(torchrun);
+  app.add_flag("-m,--module", f.module, "the program is a Python module: python3 -m PROGRAM")
+      ->group(torchrun);
+  app.add_flag("--no-python,--no_python", f.no_python,
+               "run a .py program as it is, not with python3")
+      ->group(torchrun);
+  app.add_option("--redirects", f.redirects,
+                 "0-3: workers' stdout (1), stderr (2) or both (3) to the --log-dir files only")
+      ->group(torchrun);
+  app.add_option("--tee", f.tee, "0-3: these streams to the files and the console")
+      ->group(torchrun);
+  app.add_option("--local-ranks-filter,--local_ranks_filter", f.local_ranks,
+                 "comma-separated local ranks whose output reaches the console")
+      ->group(torchrun);
 
   // dtrun's flags end where the program begins; CLI11 sees only dtrun's part.
   const int program_at = find_program(argc, argv);
@@ -281,6 +385,7 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
   ParseContext c = context;
   c.require_token = c.require_token || require_token;
   std::string err = convert(f, c, o);
+  if (err.empty()) err = torchrun_compat(f, o, &f.rdzv);
   if (err.empty()) err = check(o, f, c);
   if (!err.empty()) return ParseResult{.exit_code = 2, .message = "dtrun: " + err};
   return ParseResult{.options = std::move(o)};

@@ -23,6 +23,11 @@ struct LaunchOptions {
   std::chrono::seconds heartbeat_timeout{30};  // node 0 gives up on a silent node
   int max_restarts = 0;
   std::string log_dir;
+  // torchrun's --redirects: 1 stdout, 2 stderr, 3 both go to the --log-dir
+  // files only, not to dtrun's console (--tee: both, as --log-dir does anyway).
+  int redirects = 0;
+  std::vector<int> local_ranks_filter;  // console output of these local ranks only
+  std::string rdzv_id;                  // every node must give the same (or none)
   std::vector<std::pair<std::string, std::string>> env;
   // From --token, --token-file or DTRUN_TOKEN; else generated (1 node) or
   // empty: several nodes without a token run unauthenticated (token_warning

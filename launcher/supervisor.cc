@@ -136,8 +136,12 @@ void Supervisor::spawn(const WorkerSpec& spec) {
                                             std::strerror(exec_errno));
   }
   std::string prefix = "[rank " + std::to_string(spec.global_rank) + "]: ";
-  mux_.add(out[0], prefix, stdout, log_fd);
-  mux_.add(err[0], prefix, stderr, log_fd >= 0 ? dup(log_fd) : -1);
+  const auto& shown = options_.console_local_ranks;
+  const bool console =
+      shown.empty() || std::find(shown.begin(), shown.end(), spec.local_rank) != shown.end();
+  mux_.add(out[0], prefix, console && options_.console_stdout ? stdout : nullptr, log_fd);
+  mux_.add(err[0], prefix, console && options_.console_stderr ? stderr : nullptr,
+           log_fd >= 0 ? dup(log_fd) : -1);
 }
 
 void Supervisor::start(const std::vector<WorkerSpec>& workers) {

@@ -17,6 +17,7 @@ namespace rtd::launcher {
 
 struct WorkerSpec {
   int global_rank = 0;
+  int local_rank = 0;
   std::vector<std::string> env;  // KEY=VALUE, the whole environment
 };
 
@@ -24,6 +25,11 @@ struct SupervisorOptions {
   std::string program_path;  // resolved, executable
   std::vector<std::string> args;
   std::string log_dir;  // empty: no files
+  // What reaches dtrun's own stdout/stderr (with log_dir, files get it all):
+  // torchrun's --redirects, and --local-ranks-filter (empty: every local rank).
+  bool console_stdout = true;
+  bool console_stderr = true;
+  std::vector<int> console_local_ranks;
   int attempt = 0;
   std::chrono::seconds grace_period{5};
 };

@@ -212,6 +212,20 @@ TEST(Dtrun, LogDirFilesHoldWholeLines) {
   EXPECT_TRUE(contains(r.output, "\nerr-line\n")) << r.output;
 }
 
+// torchrun's console flags: --local-ranks-filter shows only those ranks, and
+// --redirects keeps a stream in the --log-dir files only.
+TEST(Dtrun, LocalRanksFilterAndRedirects) {
+  std::string dir = ::testing::TempDir() + "dtrun_redirects_" + std::to_string(getpid());
+  auto r = run_command(dtrun("--nproc-per-node=2 --local-ranks-filter=1 --log-dir=" + dir +
+                             " --redirects=2 sh -c \"echo out-\\$RANK; echo err-\\$RANK >&2\"") +
+                       " && cat " + dir + "/attempt_0/rank_0.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank 1]: out-1")) << r.output;
+  EXPECT_FALSE(contains(r.output, "[rank 0]: out-0")) << r.output;
+  EXPECT_FALSE(contains(r.output, "[rank 1]: err-1")) << "stderr redirected\n" << r.output;
+  EXPECT_TRUE(contains(r.output, "\nerr-0\n")) << "the file has it all\n" << r.output;
+}
+
 TEST(Dtrun, MissingProgramIsAClearError) {
   auto r = run_command(dtrun("--nproc-per-node=2 ./no-such-trainer"));
   EXPECT_EQ(r.exit_code, 1) << r.output;

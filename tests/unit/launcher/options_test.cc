@@ -133,6 +133,46 @@ TEST(Options, SeveralNodesWithoutATokenRunUnauthenticatedAndSaySo) {
   EXPECT_TRUE(with.options->token_warning.empty());
 }
 
+TEST(Options, TorchrunsFlagsMapOntoDtruns) {
+  ParseResult r =
+      parse({"--master-addr=10.0.0.2", "--master-port=29511", "--nnodes=2", "--node-rank=1",
+             "--rdzv-backend=static", "--rdzv-id=job7", "--token=t", "prog"});
+  ASSERT_TRUE(r.options.has_value()) << r.message;
+  EXPECT_EQ(r.options->rdzv_host, "10.0.0.2");
+  EXPECT_EQ(r.options->rdzv_port, 29511);
+  EXPECT_EQ(r.options->rdzv_id, "job7");
+  ParseResult standalone = parse({"--standalone", "--rdzv-backend=c10d", "prog"});
+  ASSERT_TRUE(standalone.options.has_value()) << standalone.message;
+  EXPECT_EQ(standalone.options->rdzv_port, 0);
+  expect_error({"--standalone", "--nnodes=2", "prog"}, "--standalone runs one node");
+  expect_error({"--rdzv-backend=etcd", "prog"}, "accepts c10d and static");
+  expect_error({"--rdzv-backend=static", "--nnodes=2", "--rdzv=h:1", "prog"},
+               "static needs --node-rank");
+  expect_error({"--rdzv=h:1", "--master-addr=h", "prog"}, "not both");
+}
+
+TEST(Options, PythonProgramsRunAsTorchrunRunsThem) {
+  ParseResult script = parse({"train.py", "--lr", "1"});
+  EXPECT_EQ(script.options->program, "python3");
+  EXPECT_EQ(script.options->args, (std::vector<std::string>{"train.py", "--lr", "1"}));
+  ParseResult module = parse({"-m", "pkg.train", "--lr", "1"});
+  EXPECT_EQ(module.options->program, "python3");
+  EXPECT_EQ(module.options->args, (std::vector<std::string>{"-m", "pkg.train", "--lr", "1"}));
+  ParseResult as_is = parse({"--no-python", "./train.py"});
+  EXPECT_EQ(as_is.options->program, "./train.py");
+}
+
+TEST(Options, RedirectsTeeAndLocalRanksFilter) {
+  ParseResult r =
+      parse({"--log-dir=/tmp/x", "--redirects=3", "--tee=2", "--local-ranks-filter=0,2", "prog"});
+  ASSERT_TRUE(r.options.has_value()) << r.message;
+  EXPECT_EQ(r.options->redirects, 1) << "stderr is tee'd: only stdout stays off the console";
+  EXPECT_EQ(r.options->local_ranks_filter, (std::vector<int>{0, 2}));
+  expect_error({"--redirects=3", "prog"}, "give --log-dir");
+  expect_error({"--log-dir=/tmp/x", "--redirects=0:3,1:0", "prog"}, "per-rank values");
+  expect_error({"--local-ranks-filter=0,x", "prog"}, "--local-ranks-filter=x: not a number");
+}
+
 TEST(Options, TokenFile) {
   const std::string path = ::testing::TempDir() + "dtrun_token_test";
   {
