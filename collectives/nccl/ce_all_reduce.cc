@@ -47,15 +47,10 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
     throw Error(ErrorCategory::kInvalidArgument,
                 "PersistentAllReduce::run: no buffer " + std::to_string(i));
   }
-  const std::uint64_t number = setup_.state->record(
-      "persistent_all_reduce", call_args(setup_.buffers[i], "buffer " + std::to_string(i) + ", " +
-                                                                std::string(to_string(setup_.op))));
-  UnlaunchedCall unlaunched(setup_.state->recorder(), number);
-  const std::string what = "copy-engine all_reduce #" + std::to_string(number) + " (buffer " +
-                           std::to_string(i) + ") on rank " + std::to_string(setup_.rank);
-  if (auto failure = setup_.state->failure()) {
-    throw Error(failure->category(), what + ": " + failure->what(), failure->backend_code());
-  }
+  CeCall call(*peers_, setup_.state, "persistent_all_reduce",
+              call_args(setup_.buffers[i],
+                        "buffer " + std::to_string(i) + ", " + std::string(to_string(setup_.op))),
+              "copy-engine all_reduce", " (buffer " + std::to_string(i) + ")", epoch_[i]);
   const BufferView& buf = setup_.buffers[i];
   const std::size_t esize = dtype_size(buf.dtype);
   const int n = setup_.size, me = setup_.rank;
@@ -67,7 +62,6 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   // A peer's scratch slot: peers in rank order, skipping this rank.
   auto slot_of = [&](int p) { return p < me ? p : p - 1; };
 
-  CeCall call(*peers_, *setup_.state, what, ++epoch_[i]);
   call.start_after(caller);
   call.tell_peers(final_slot);
   call.copy_with_peers(  // pull every peer's copy of my chunk into scratch
@@ -85,9 +79,7 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
       bytes, "pushing my reduced chunk");
   call.tell_peers(reduced_slot);
   call.wait_for_all(reduced_slot);
-  auto work = call.finish(setup_.state, number);
-  unlaunched.launched();
-  return work;
+  return call.finish();
 }
 
 }  // namespace rtd::nccl

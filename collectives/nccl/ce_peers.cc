@@ -204,8 +204,20 @@ std::shared_ptr<CePeers> CePeers::create(const CeSetup& setup, const std::string
   return res;
 }
 
-CeCall::CeCall(CePeers& peers, CommState& state, std::string what, unsigned epoch)
-    : peers_(peers), state_(state), what_(std::move(what)), epoch_(epoch) {}
+CeCall::CeCall(CePeers& peers, std::shared_ptr<CommState> state, const std::string& op,
+               std::string args, const std::string& name, const std::string& detail,
+               unsigned& epoch)
+    : peers_(peers),
+      state_(std::move(state)),
+      number_(state_->record(op, std::move(args))),
+      unlaunched_(state_->recorder(), number_),
+      what_(name + " #" + std::to_string(number_) + detail + " on rank " +
+            std::to_string(peers.rank())) {
+  if (auto failure = state_->failure()) {
+    throw Error(failure->category(), what_ + ": " + failure->what(), failure->backend_code());
+  }
+  epoch_ = ++epoch;
+}
 
 namespace {
 void check_cu(CUresult rc, const std::string& what, const char* step) {
@@ -218,7 +230,7 @@ void check_cu(CUresult rc, const std::string& what, const char* step) {
 }  // namespace
 
 void CeCall::start_after(StreamRef caller) {
-  CudaApi& cuda = state_.cuda();
+  CudaApi& cuda = state_->cuda();
   RTD_CUDA_CHECK(cuda, cudaSetDevice(peers_.device_), what_ + ": selecting the GPU");
   RTD_CUDA_CHECK(cuda,
                  cudaEventRecord(peers_.start_, static_cast<cudaStream_t>(caller.cuda_stream)),
@@ -254,7 +266,7 @@ void CeCall::wait_for_all(int slot) {
 
 void CeCall::copy_with_peers(int wait_slot, const Where& dst, const Where& src, std::size_t bytes,
                              const char* step) {
-  CudaApi& cuda = state_.cuda();
+  CudaApi& cuda = state_->cuda();
   const int n = peers_.size_, me = peers_.rank_;
   cudaStream_t s = peers_.stream_;
   // With copy streams, `s` forks to them, the copies (in `parts` pieces per
@@ -294,7 +306,7 @@ void CeCall::copy_with_peers(int wait_slot, const Where& dst, const Where& src, 
 
 void CeCall::copy_local(void* dst, const void* src, std::size_t bytes, const char* step) {
   if (bytes == 0 || dst == src) return;
-  RTD_CUDA_CHECK(state_.cuda(),
+  RTD_CUDA_CHECK(state_->cuda(),
                  cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, peers_.stream_),
                  what_ + ": " + step);
 }
@@ -302,15 +314,16 @@ void CeCall::copy_local(void* dst, const void* src, std::size_t bytes, const cha
 void CeCall::check_launch(const char* step) { check_result(cudaGetLastError(), step); }
 
 void CeCall::check_result(cudaError_t rc, const char* step) {
-  RTD_CUDA_CHECK(state_.cuda(), rc, what_ + ": " + step);
+  RTD_CUDA_CHECK(state_->cuda(), rc, what_ + ": " + step);
 }
 
-std::shared_ptr<Work> CeCall::finish(std::shared_ptr<CommState> state, std::uint64_t call) {
-  std::shared_ptr<cudaEvent_t> end = state->take_end_event();
-  RTD_CUDA_CHECK(state->cuda(), cudaEventRecord(*end, peers_.stream_),
+std::shared_ptr<Work> CeCall::finish() {
+  std::shared_ptr<cudaEvent_t> end = state_->take_end_event();
+  RTD_CUDA_CHECK(state_->cuda(), cudaEventRecord(*end, peers_.stream_),
                  what_ + ": recording the end event");
-  state->watch(peers_.stream_, end, what_, {call});
-  return std::make_shared<NcclWork>(std::move(state), std::move(end), what_, call);
+  state_->watch(peers_.stream_, end, what_, {number_});
+  unlaunched_.launched();
+  return std::make_shared<NcclWork>(state_, std::move(end), what_, number_);
 }
 
 }  // namespace rtd::nccl

@@ -86,12 +86,15 @@ class CePeers {
   std::vector<void*> opened_;                     // IPC mappings to close
 };
 
-// One call of a copy-engine collective, numbered `call` in the flight recorder
-// and named `what` in errors. Every step is enqueued on the collective's
-// stream (or its copy streams); nothing blocks the host.
+// One call of a copy-engine collective: recorded in the flight recorder as
+// `op` with `args`, named "<name> #<number><detail> on rank R" in errors, and
+// refused when the communicator has failed; then ++epoch is its flags' value.
+// Every step is enqueued on the collective's stream (or its copy streams);
+// nothing blocks the host.
 class CeCall {
  public:
-  CeCall(CePeers& peers, CommState& state, std::string what, unsigned epoch);
+  CeCall(CePeers& peers, std::shared_ptr<CommState> state, const std::string& op, std::string args,
+         const std::string& name, const std::string& detail, unsigned& epoch);
 
   void start_after(StreamRef caller);
   void tell_peers(int slot);                           // flag (slot, me) := epoch in every peer
@@ -108,13 +111,16 @@ class CeCall {
   void copy_local(void* dst, const void* src, std::size_t bytes, const char* step);
   void check_launch(const char* step);                  // after a kernel launched on stream()
   void check_result(cudaError_t rc, const char* step);  // throws when rc is an error
-  std::shared_ptr<Work> finish(std::shared_ptr<CommState> state, std::uint64_t call);
+  // The Work of the call, once every step is enqueued.
+  std::shared_ptr<Work> finish();
 
  private:
   CePeers& peers_;
-  CommState& state_;
+  std::shared_ptr<CommState> state_;
+  std::uint64_t number_;
+  UnlaunchedCall unlaunched_;
   std::string what_;
-  unsigned epoch_;
+  unsigned epoch_ = 0;
 };
 
 // Waits for work queued on stream without cuda*Synchronize (polls an event).

@@ -78,17 +78,11 @@ std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView o
     }
   }
   const validate::SourcePlace place = validate::shard_source(op, setup_.buffers, in, out, me, n);
-  const std::uint64_t number = setup_.state->record(
-      gather_ ? "persistent_all_gather" : "persistent_reduce_scatter",
-      call_args(in, "source " + std::to_string(place.source) +
-                        (gather_ ? "" : ", " + std::string(to_string(setup_.op)))));
-  UnlaunchedCall unlaunched(setup_.state->recorder(), number);
-  const std::string what = std::string("copy-engine ") +
-                           (gather_ ? "all_gather" : "reduce_scatter") + " #" +
-                           std::to_string(number) + " on rank " + std::to_string(me);
-  if (auto failure = setup_.state->failure()) {
-    throw Error(failure->category(), what + ": " + failure->what(), failure->backend_code());
-  }
+  CeCall call(*peers_, setup_.state,
+              gather_ ? "persistent_all_gather" : "persistent_reduce_scatter",
+              call_args(in, "source " + std::to_string(place.source) +
+                                (gather_ ? "" : ", " + std::string(to_string(setup_.op)))),
+              gather_ ? "copy-engine all_gather" : "copy-engine reduce_scatter", "", epoch_);
   // Where peer p's input starts, mapped here.
   auto input_of = [&](int p) {
     return peers_->peer_buffer(p, place.source) + place.offset +
@@ -99,7 +93,6 @@ std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView o
   // A peer's scratch slot: peers in rank order, skipping this rank.
   auto slot_of = [&](int p) { return p < me ? p : p - 1; };
 
-  CeCall call(*peers_, *setup_.state, what, ++epoch_);
   call.start_after(caller);
   call.tell_peers(kReady);
   if (gather_) {
@@ -139,9 +132,7 @@ std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView o
   }
   call.tell_peers(kDone);
   call.wait_for_all(kDone);
-  auto work = call.finish(setup_.state, number);
-  unlaunched.launched();
-  return work;
+  return call.finish();
 }
 
 }  // namespace rtd::nccl

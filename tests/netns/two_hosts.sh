@@ -42,6 +42,19 @@ fail=0
 check() {  # name, expected substring, file
   if grep -qF -- "$2" "$3"; then echo "ok: $1"; else echo "FAILED: $1 (no '$2')"; cat "$3"; fail=1; fi
 }
+# name, the job's log (node 0), the one-worker log, the other node's log:
+# the loss after 30 steps agrees to 1e-4.
+same_loss() {
+  local two one
+  two=$(grep -o 'step 30 loss [^ ]*' "$2")
+  one=$(grep -o 'step 30 loss [^ ]*' "$3")
+  if [ -n "$two" ] && [ -n "$one" ] && awk -v a="${two##* }" -v b="${one##* }" \
+       'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(d <= 1e-4 * m) }'; then
+    echo "ok: $1 ($two) matches one worker ($one)"
+  else
+    echo "FAILED: $1 '$two' vs one worker '$one'"; cat "$2" "$4"; fail=1
+  fi
+}
 out=$(mktemp -d)
 rdzv="--rdzv=10.213.7.1:29400 --token=netns-test --rdzv-timeout=60"
 
@@ -65,14 +78,7 @@ in_b "$dtrun" --nnodes=2 --node-rank=1 --nproc-per-node=1 $rdzv \
   "$mlp" --steps 30 --batch 16 --log-every 30 >"$out/m1" 2>&1
 wait $p0
 "$dtrun" --nproc-per-node=1 "$mlp" --steps 30 --batch 32 --log-every 30 >"$out/single" 2>&1
-two=$(grep -o 'step 30 loss [^ ]*' "$out/m0")
-one=$(grep -o 'step 30 loss [^ ]*' "$out/single")
-if [ -n "$two" ] && [ -n "$one" ] && awk -v a="${two##* }" -v b="${one##* }" \
-     'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(d <= 1e-4 * m) }'; then
-  echo "ok: trainer across hosts ($two) matches one worker ($one)"
-else
-  echo "FAILED: trainer across hosts '$two' vs one worker '$one'"; cat "$out/m0" "$out/m1"; fail=1
-fi
+same_loss "trainer across hosts" "$out/m0" "$out/single" "$out/m1"
 
 # 2b. Hybrid sharding across the hosts: each host's two workers shard the
 # weights between them (LOCAL_WORLD_SIZE) and the hosts replicate; the loss
@@ -86,14 +92,7 @@ done
 wait
 "$dtrun" --nproc-per-node=1 "$mlp" --steps 30 --batch 32 --log-every 30 --shard zero3 --lr 0.01 \
   >"$out/hsingle" 2>&1
-two=$(grep -o 'step 30 loss [^ ]*' "$out/h0")
-one=$(grep -o 'step 30 loss [^ ]*' "$out/hsingle")
-if [ -n "$two" ] && [ -n "$one" ] && awk -v a="${two##* }" -v b="${one##* }" \
-     'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(d <= 1e-4 * m) }'; then
-  echo "ok: hybrid on 2 hosts x 2 workers ($two) matches one worker ($one)"
-else
-  echo "FAILED: hybrid on 2 hosts x 2 '$two' vs one worker '$one'"; cat "$out/h0" "$out/h1"; fail=1
-fi
+same_loss "hybrid on 2 hosts x 2 workers" "$out/h0" "$out/hsingle" "$out/h1"
 check "hybrid shards within each host and replicates across" "sharded over 2 ranks, replicated over 2 groups" "$out/h0"
 
 # 3. Nodes that disagree fail together, with the reason, on both hosts.
