@@ -53,12 +53,16 @@ std::string ip_of(const sockaddr_storage& ss) {
 }
 
 // Binds a TCP socket to ip:port; returns errno (0 on success) and the bound port.
+// With SO_REUSEADDR, as gRPC's listener has: connections of a job that just
+// ended (TIME_WAIT) do not make the port look taken; a listener still does.
 int try_bind(const std::string& ip, int port, int* bound_port) {
   socklen_t len = 0;
   sockaddr_storage addr = to_sockaddr(ip, port, &len);
   Socket s;
   s.fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s.fd < 0) return errno;
+  const int on = 1;
+  setsockopt(s.fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
   if (bind(s.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) return errno;
   if (bound_port) {
     sockaddr_storage got{};
