@@ -41,16 +41,24 @@ void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream) 
   if (src.device == DeviceType::kCuda) return gpu::cast_async(src, dst, stream);
   if (src.dtype == dst.dtype) {
     std::memmove(dst.data, src.data, src.bytes());
-  } else if (src.dtype == DType::kFloat32 && dst.dtype == DType::kBFloat16) {
-    auto* in = static_cast<const float*>(src.data);
-    auto* out = static_cast<std::uint16_t*>(dst.data);
-    for (std::size_t i = 0; i < src.count; ++i) out[i] = float_to_bf16(in[i]);
-  } else if (src.dtype == DType::kBFloat16 && dst.dtype == DType::kFloat32) {
-    auto* in = static_cast<const std::uint16_t*>(src.data);
-    auto* out = static_cast<float*>(dst.data);
-    for (std::size_t i = 0; i < src.count; ++i) out[i] = bf16_to_float(in[i]);
-  } else {
-    throw Error(ErrorCategory::kInvalidArgument, "cast: only float32 <-> bfloat16");
+    return;
+  }
+  if (!is_float_type(src.dtype) || !is_float_type(dst.dtype))
+    throw Error(ErrorCategory::kInvalidArgument,
+                "cast: only between float32, bfloat16 and float16");
+  auto widen = [&](std::size_t i) {
+    const void* p = src.data;
+    if (src.dtype == DType::kFloat32) return static_cast<const float*>(p)[i];
+    const std::uint16_t bits = static_cast<const std::uint16_t*>(p)[i];
+    return src.dtype == DType::kBFloat16 ? bf16_to_float(bits) : f16_to_float(bits);
+  };
+  for (std::size_t i = 0; i < src.count; ++i) {
+    const float v = widen(i);
+    if (dst.dtype == DType::kFloat32)
+      static_cast<float*>(dst.data)[i] = v;
+    else
+      static_cast<std::uint16_t*>(dst.data)[i] =
+          dst.dtype == DType::kBFloat16 ? float_to_bf16(v) : float_to_f16(v);
   }
 }
 

@@ -23,8 +23,6 @@ namespace {
 
 std::atomic<int> g_instances{0};  // every rank builds its FSDPs in the same order
 
-bool float32_or_bf16(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; }
-
 std::string fingerprint(const std::vector<UnitLayout>& layouts, const FSDPOptions& o, int group) {
   std::ostringstream out;
   out << to_string(o.strategy) << " over groups of " << group << ", " << layouts.size()
@@ -219,9 +217,9 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP: update_in_backward needs max_grad_norm = 0 and no dynamic loss scaling "
                 "(both need every gradient before any update)");
-  if (!float32_or_bf16(o.param_dtype) || !float32_or_bf16(o.reduce_dtype))
+  if (!is_float_type(o.param_dtype) || !is_float_type(o.reduce_dtype))
     throw Error(ErrorCategory::kInvalidArgument,
-                "FSDP: param_dtype and reduce_dtype must be float32 or bfloat16");
+                "FSDP: param_dtype and reduce_dtype must be float32, bfloat16 or float16");
   int group = comm.size();
   if (o.strategy == ShardStrategy::kHybrid && o.shard_group_size > 0) group = o.shard_group_size;
   if (group > comm.size() || comm.size() % group != 0) {

@@ -11,21 +11,22 @@ namespace rtd::shard {
 namespace {
 
 float load(const BufferView& b, std::size_t j) {
-  if (b.dtype == DType::kBFloat16)
-    return bf16_to_float(static_cast<const std::uint16_t*>(b.data)[j]);
-  return static_cast<const float*>(b.data)[j];
+  if (b.dtype == DType::kFloat32) return static_cast<const float*>(b.data)[j];
+  const std::uint16_t bits = static_cast<const std::uint16_t*>(b.data)[j];
+  return b.dtype == DType::kBFloat16 ? bf16_to_float(bits) : f16_to_float(bits);
 }
 void store(const BufferView& b, std::size_t j, float value) {
-  if (b.dtype == DType::kBFloat16)
-    static_cast<std::uint16_t*>(b.data)[j] = float_to_bf16(value);
-  else
+  if (b.dtype == DType::kFloat32)
     static_cast<float*>(b.data)[j] = value;
+  else
+    static_cast<std::uint16_t*>(b.data)[j] =
+        b.dtype == DType::kBFloat16 ? float_to_bf16(value) : float_to_f16(value);
 }
 void check_float(const BufferView& b, const char* what) {
-  if (b.dtype != DType::kFloat32 && b.dtype != DType::kBFloat16) {
-    throw Error(
-        ErrorCategory::kInvalidArgument,
-        std::string(what) + ": float32 or bfloat16 only, not " + std::string(to_string(b.dtype)));
+  if (!is_float_type(b.dtype)) {
+    throw Error(ErrorCategory::kInvalidArgument, std::string(what) +
+                                                     ": float32, bfloat16 or float16 only, not " +
+                                                     std::string(to_string(b.dtype)));
   }
 }
 

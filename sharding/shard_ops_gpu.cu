@@ -2,9 +2,11 @@
 // Shards are multiples of 64 elements on 256-byte boundaries (shard_layout.h),
 // but nothing here relies on it: every kernel is grid-stride over elements.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <type_traits>
 
 #include "rt_dist/error.h"
 #include "sharding/shard_ops.h"
@@ -28,8 +30,21 @@ cudaStream_t raw(StreamRef s) { return static_cast<cudaStream_t>(s.cuda_stream);
 
 __device__ float load(const float* p, std::size_t i) { return p[i]; }
 __device__ float load(const __nv_bfloat16* p, std::size_t i) { return __bfloat162float(p[i]); }
+__device__ float load(const __half* p, std::size_t i) { return __half2float(p[i]); }
 __device__ void store(float* p, std::size_t i, float v) { p[i] = v; }
 __device__ void store(__nv_bfloat16* p, std::size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ void store(__half* p, std::size_t i, float v) { p[i] = __float2half_rn(v); }
+
+// fn(typed pointer) for a float32, bfloat16 or float16 buffer.
+template <typename Fn>
+void typed(const BufferView& b, Fn&& fn) {
+  if (b.dtype == DType::kBFloat16)
+    fn(static_cast<__nv_bfloat16*>(b.data));
+  else if (b.dtype == DType::kFloat16)
+    fn(static_cast<__half*>(b.data));
+  else
+    fn(static_cast<float*>(b.data));
+}
 struct NoOut {};
 __device__ void store(NoOut*, std::size_t, float) {}
 
@@ -63,10 +78,8 @@ template <typename G>
 void adamw_to(const AdamWShard& s, const G* g, cudaStream_t stream) {
   if (s.out.data == nullptr)
     launch_adamw(s, g, static_cast<NoOut*>(nullptr), stream);
-  else if (s.out.dtype == DType::kBFloat16)
-    launch_adamw(s, g, static_cast<__nv_bfloat16*>(s.out.data), stream);
   else
-    launch_adamw(s, g, static_cast<float*>(s.out.data), stream);
+    typed(s.out, [&](auto* out) { launch_adamw(s, g, out, stream); });
 }
 
 template <typename T>
@@ -100,10 +113,7 @@ __global__ void k_add_into(T* dst, const T* src, std::size_t n) {
 
 void adamw_async(const AdamWShard& s, StreamRef stream) {
   if (s.param.count == 0) return;
-  if (s.grad.dtype == DType::kBFloat16)
-    adamw_to(s, static_cast<const __nv_bfloat16*>(s.grad.data), raw(stream));
-  else
-    adamw_to(s, static_cast<const float*>(s.grad.data), raw(stream));
+  typed(s.grad, [&](const auto* g) { adamw_to(s, g, raw(stream)); });
   check(cudaGetLastError(), "launching the AdamW step");
 }
 
@@ -111,24 +121,19 @@ void sum_squares_async(const BufferView& g, float* out, StreamRef stream) {
   check(cudaMemsetAsync(out, 0, sizeof(float), raw(stream)), "zeroing the sum of squares");
   if (g.count == 0) return;
   const unsigned blocks = grid(g.count) < 1024 ? grid(g.count) : 1024;
-  if (g.dtype == DType::kBFloat16)
-    k_sum_squares<<<blocks, kThreads, 0, raw(stream)>>>(static_cast<const __nv_bfloat16*>(g.data),
-                                                        g.count, out);
-  else
-    k_sum_squares<<<blocks, kThreads, 0, raw(stream)>>>(static_cast<const float*>(g.data), g.count,
-                                                        out);
+  typed(g, [&](const auto* p) {
+    k_sum_squares<<<blocks, kThreads, 0, raw(stream)>>>(p, g.count, out);
+  });
   check(cudaGetLastError(), "launching the sum of squares");
 }
 
 void add_into_async(const BufferView& dst, const BufferView& src, StreamRef stream) {
   if (dst.count == 0) return;
-  if (dst.dtype == DType::kBFloat16)
-    k_add_into<<<grid(dst.count), kThreads, 0, raw(stream)>>>(
-        static_cast<__nv_bfloat16*>(dst.data), static_cast<const __nv_bfloat16*>(src.data),
-        dst.count);
-  else
-    k_add_into<<<grid(dst.count), kThreads, 0, raw(stream)>>>(
-        static_cast<float*>(dst.data), static_cast<const float*>(src.data), dst.count);
+  typed(dst, [&](auto* d) {
+    using T = std::remove_pointer_t<decltype(d)>;
+    k_add_into<<<grid(dst.count), kThreads, 0, raw(stream)>>>(d, static_cast<const T*>(src.data),
+                                                              dst.count);
+  });
   check(cudaGetLastError(), "launching the gradient accumulation");
 }
 

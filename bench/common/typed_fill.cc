@@ -33,8 +33,10 @@ void fill_value(void* host, DType dtype, std::size_t count, double value) {
       return fill_typed<std::int32_t>(host, count, value);
     case DType::kInt64:
       return fill_typed<std::int64_t>(host, count, value);
-    case DType::kBFloat16: {
-      std::uint16_t bits = float_to_bf16(static_cast<float>(value));
+    case DType::kBFloat16:
+    case DType::kFloat16: {
+      const float f = static_cast<float>(value);
+      std::uint16_t bits = dtype == DType::kBFloat16 ? float_to_bf16(f) : float_to_f16(f);
       auto* p = static_cast<std::uint16_t*>(host);
       for (std::size_t i = 0; i < count; ++i) p[i] = bits;
       return;
@@ -53,10 +55,12 @@ long long count_wrong(const void* host, DType dtype, std::size_t count,
       return wrong_typed<std::int32_t>(host, count, expected);
     case DType::kInt64:
       return wrong_typed<std::int64_t>(host, count, expected);
-    case DType::kBFloat16: {
+    case DType::kBFloat16:
+    case DType::kFloat16: {
       const auto* p = static_cast<const std::uint16_t*>(host);
+      auto widen = dtype == DType::kBFloat16 ? bf16_to_float : f16_to_float;
       long long wrong = 0;
-      for (std::size_t i = 0; i < count; ++i) wrong += bf16_to_float(p[i]) != expected(i);
+      for (std::size_t i = 0; i < count; ++i) wrong += widen(p[i]) != expected(i);
       return wrong;
     }
   }

@@ -1,5 +1,5 @@
 // Typed Gloo calls: reduction functions per dtype, avg as sum then scale, and
-// bfloat16 through float32.
+// bfloat16 and float16 through float32.
 #include "collectives/gloo/gloo_ops.h"
 
 #include <gloo/allgather.h>
@@ -45,13 +45,15 @@ void typed_all_reduce(const OpArgs& args, const T* in, T* out, std::size_t count
   }
 }
 
-void bf16_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out, ReduceOp op) {
+// bfloat16 or float16: reduced in float32, rounded once at the end.
+void half_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out, ReduceOp op,
+                     float (*widen)(std::uint16_t), std::uint16_t (*narrow)(float)) {
   const auto* src = static_cast<const std::uint16_t*>(in.data);
   std::vector<float> wide(in.count);
-  for (std::size_t i = 0; i < in.count; ++i) wide[i] = bf16_to_float(src[i]);
+  for (std::size_t i = 0; i < in.count; ++i) wide[i] = widen(src[i]);
   typed_all_reduce<float>(args, wide.data(), wide.data(), wide.size(), op);
   auto* dst = static_cast<std::uint16_t*>(out.data);
-  for (std::size_t i = 0; i < out.count; ++i) dst[i] = float_to_bf16(wide[i]);
+  for (std::size_t i = 0; i < out.count; ++i) dst[i] = narrow(wide[i]);
 }
 
 }  // namespace
@@ -71,7 +73,9 @@ void run_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& 
       return typed_all_reduce(args, static_cast<const std::int64_t*>(in.data),
                               static_cast<std::int64_t*>(out.data), in.count, op);
     case DType::kBFloat16:
-      return bf16_all_reduce(args, in, out, op);
+      return half_all_reduce(args, in, out, op, bf16_to_float, float_to_bf16);
+    case DType::kFloat16:
+      return half_all_reduce(args, in, out, op, f16_to_float, float_to_f16);
   }
 }
 

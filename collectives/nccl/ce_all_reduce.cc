@@ -13,7 +13,7 @@ enum FlagKind { kFinal = 0, kReduced = 1, kFlagKinds = 2 };
 std::string refusal_of(const CeSetup& setup) {
   if (setup.op != ReduceOp::kSum && setup.op != ReduceOp::kAvg) return "op is not sum or average";
   for (const BufferView& b : setup.buffers) {
-    if (b.dtype != DType::kFloat32 && b.dtype != DType::kBFloat16) return "dtype not f32/bf16";
+    if (!is_float_type(b.dtype)) return "dtype not float32, bfloat16 or float16";
   }
   return "";
 }

@@ -34,7 +34,7 @@ class CopyEngineAllReduce : public PersistentAllReduce {
  public:
   // Collective. nullptr on every rank, with *why, when any rank cannot take
   // part (ranks on several hosts, no peer access, an op other than sum or
-  // average, a dtype other than float32 or bfloat16, memory that cannot be
+  // average, a dtype other than float32, bfloat16 or float16, memory that cannot be
   // shared, the driver's stream memory operations missing); then the caller
   // falls back to all_reduce on every rank alike.
   static std::unique_ptr<CopyEngineAllReduce> create(const CeSetup& setup, std::string* why);

@@ -10,13 +10,13 @@ namespace {
 
 enum FlagSlot { kReady = 0, kDone = 1, kFlagSlots = 2 };
 
-bool reducible(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kBFloat16; }
+bool reducible(DType dtype) { return is_float_type(dtype); }
 
 std::string refusal_of(const CeSetup& setup, bool gather) {
   if (gather) return "";
   if (setup.op != ReduceOp::kSum && setup.op != ReduceOp::kAvg) return "op is not sum or average";
   for (const BufferView& b : setup.buffers) {
-    if (!reducible(b.dtype)) return "dtype not f32/bf16";
+    if (!reducible(b.dtype)) return "dtype not float32, bfloat16 or float16";
   }
   return "";
 }
@@ -74,7 +74,7 @@ std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView o
     validate::reduce_scatter(in, out, setup_.op, n, DeviceType::kCuda);
     if (!reducible(in.dtype)) {
       throw Error(ErrorCategory::kInvalidArgument,
-                  std::string(op) + ": copy engines reduce float32 or bfloat16 only");
+                  std::string(op) + ": copy engines reduce float32, bfloat16 or float16 only");
     }
   }
   const validate::SourcePlace place = validate::shard_source(op, setup_.buffers, in, out, me, n);
@@ -90,8 +90,6 @@ std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView o
   };
   char* own_in = static_cast<char*>(in.data);
   char* own_out = static_cast<char*>(out.data);
-  // A peer's scratch slot: peers in rank order, skipping this rank.
-  auto slot_of = [&](int p) { return p < me ? p : p - 1; };
 
   call.start_after(caller);
   call.tell_peers(kReady);

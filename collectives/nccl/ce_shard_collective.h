@@ -32,7 +32,7 @@ namespace rtd::nccl {
 class CopyEngineShardCollective : public PersistentShardCollective {
  public:
   // Collective. gather: all-gather, else reduce-scatter with setup.op (sum or
-  // average, float32 or bfloat16 sources). nullptr on every rank, with *why,
+  // average, float32, bfloat16 or float16 sources). nullptr on every rank, with *why,
   // when any rank cannot take part; then the caller falls back to NCCL.
   static std::unique_ptr<CopyEngineShardCollective> create(const CeSetup& setup, bool gather,
                                                            std::string* why);

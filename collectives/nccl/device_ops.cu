@@ -1,6 +1,7 @@
 // GPU halves of DeviceBuffer, zero and cast (collectives/device_memory.h), and
 // the copy-engine all-reduce's addition (collectives/nccl/ce_kernels.h).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -8,6 +9,20 @@
 #include "collectives/device_memory.h"
 #include "collectives/nccl/ce_kernels.h"
 #include "rt_dist/error.h"
+
+namespace rtd {
+namespace {
+
+// An element as float32, and back (float32, bfloat16 or float16).
+__device__ float load_f32(const float* p, size_t i) { return p[i]; }
+__device__ float load_f32(const __nv_bfloat16* p, size_t i) { return __bfloat162float(p[i]); }
+__device__ float load_f32(const __half* p, size_t i) { return __half2float(p[i]); }
+__device__ void store_f32(float* p, size_t i, float v) { p[i] = v; }
+__device__ void store_f32(__nv_bfloat16* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ void store_f32(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
+
+}  // namespace
+}  // namespace rtd
 
 namespace rtd::gpu {
 namespace {
@@ -19,17 +34,11 @@ void check(cudaError_t rc, const char* what) {
   }
 }
 
-__global__ void f32_to_bf16(const float* in, __nv_bfloat16* out, size_t n) {
+template <typename In, typename Out>
+__global__ void k_cast(const In* in, Out* out, size_t n) {
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    out[i] = __float2bfloat16_rn(in[i]);
-  }
-}
-
-__global__ void bf16_to_f32(const __nv_bfloat16* in, float* out, size_t n) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    out[i] = __bfloat162float(in[i]);
+    store_f32(out, i, load_f32(in, i));
   }
 }
 
@@ -64,15 +73,25 @@ void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream) 
     check(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, s), "copying");
     return;
   }
-  if (src.dtype == DType::kFloat32 && dst.dtype == DType::kBFloat16) {
-    f32_to_bf16<<<blocks_for(src.count), 256, 0, s>>>(
-        static_cast<const float*>(src.data), static_cast<__nv_bfloat16*>(dst.data), src.count);
-  } else if (src.dtype == DType::kBFloat16 && dst.dtype == DType::kFloat32) {
-    bf16_to_f32<<<blocks_for(src.count), 256, 0, s>>>(static_cast<const __nv_bfloat16*>(src.data),
-                                                      static_cast<float*>(dst.data), src.count);
-  } else {
-    throw Error(ErrorCategory::kInvalidArgument, "cast: only float32 <-> bfloat16");
-  }
+  if (!is_float_type(src.dtype) || !is_float_type(dst.dtype))
+    throw Error(ErrorCategory::kInvalidArgument,
+                "cast: only between float32, bfloat16 and float16");
+  // Every pair of the three types: dispatch on the input, then the output.
+  auto launch = [&](const auto* in) {
+    const unsigned grid = blocks_for(src.count);
+    if (dst.dtype == DType::kFloat32)
+      k_cast<<<grid, 256, 0, s>>>(in, static_cast<float*>(dst.data), src.count);
+    else if (dst.dtype == DType::kBFloat16)
+      k_cast<<<grid, 256, 0, s>>>(in, static_cast<__nv_bfloat16*>(dst.data), src.count);
+    else
+      k_cast<<<grid, 256, 0, s>>>(in, static_cast<__half*>(dst.data), src.count);
+  };
+  if (src.dtype == DType::kFloat32)
+    launch(static_cast<const float*>(src.data));
+  else if (src.dtype == DType::kBFloat16)
+    launch(static_cast<const __nv_bfloat16*>(src.data));
+  else
+    launch(static_cast<const __half*>(src.data));
   check(cudaGetLastError(), "launching a cast kernel");
 }
 
@@ -81,19 +100,6 @@ void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream) 
 // The copy-engine all-reduce's addition (collectives/nccl/ce_kernels.h).
 namespace rtd::nccl {
 namespace {
-
-template <typename T>
-__device__ float load_f32(const T* p, size_t i);
-template <>
-__device__ float load_f32<float>(const float* p, size_t i) {
-  return p[i];
-}
-template <>
-__device__ float load_f32<__nv_bfloat16>(const __nv_bfloat16* p, size_t i) {
-  return __bfloat162float(p[i]);
-}
-__device__ void store_f32(float* p, size_t i, float v) { p[i] = v; }
-__device__ void store_f32(__nv_bfloat16* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
 template <typename T>
 __global__ void k_reduce_slots(T* dst, const T* src, const T* scratch, size_t slot_elems, int slots,
@@ -189,6 +195,12 @@ void reduce_slots_async(void* dst, const void* src, const void* scratch, std::si
                         int slots, std::size_t n, DType dtype, float scale, int blocks,
                         cudaStream_t stream) {
   if (n == 0) return;
+  if (dtype == DType::kFloat16) {  // element by element (no 16-byte path for float16 yet)
+    k_reduce_slots<<<grid_for(n, blocks), 256, 0, stream>>>(
+        static_cast<__half*>(dst), static_cast<const __half*>(src),
+        static_cast<const __half*>(scratch), slot_elems, slots, n, scale);
+    return;
+  }
   if (dtype == DType::kBFloat16) {
     reduce<__nv_bfloat16, uint4, 8>(
         static_cast<__nv_bfloat16*>(dst), static_cast<const __nv_bfloat16*>(src),

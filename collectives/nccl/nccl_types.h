@@ -19,6 +19,8 @@ inline ncclDataType_t to_nccl(DType dtype) {
       return ncclInt64;
     case DType::kBFloat16:
       return ncclBfloat16;
+    case DType::kFloat16:
+      return ncclFloat16;
   }
   return ncclFloat32;
 }

@@ -18,8 +18,8 @@
 namespace rtd::testing_util {
 namespace {
 
-const DType kDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64,
-                         DType::kBFloat16};
+const DType kDTypes[] = {DType::kFloat32, DType::kFloat64,  DType::kInt32,
+                         DType::kInt64,   DType::kBFloat16, DType::kFloat16};
 const std::size_t kCounts[] = {0, 1, 7, 1000, 65537};
 
 using ReduceParam = std::tuple<DType, ReduceOp, std::size_t, bool>;
@@ -483,7 +483,8 @@ TEST_F(PersistentReduce, EachRunReducesThatRunsValues) {
   const std::vector<std::pair<DType, std::size_t>> shapes = {{DType::kFloat32, 1},
                                                              {DType::kFloat32, 3},
                                                              {DType::kFloat32, 4097},
-                                                             {DType::kBFloat16, 1001}};
+                                                             {DType::kBFloat16, 1001},
+                                                             {DType::kFloat16, 999}};
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
     for (bool copy_engines : {true, false}) {
       std::vector<std::unique_ptr<Placed>> bufs;
@@ -521,7 +522,7 @@ TEST_F(PersistentReduce, EachRunReducesThatRunsValues) {
             double want = 0;
             for (int k = 0; k < n; ++k) want += value(k, j);
             if (op == ReduceOp::kAvg) want /= n;
-            const double tol = bufs[i]->host.dtype == DType::kBFloat16 ? 0.02 * want : 1e-5 * want;
+            const double tol = dtype_size(bufs[i]->host.dtype) == 2 ? 0.02 * want : 1e-5 * want;
             ASSERT_NEAR(bufs[i]->host.get(j), want, tol)
                 << reducer->method() << " run " << run << " buffer " << i << " element " << j;
           }

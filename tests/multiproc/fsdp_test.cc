@@ -129,7 +129,8 @@ class FSDPTest : public WorldTest {
     }
     std::vector<std::uint16_t> bits(b.count);
     test_memory().to_host(bits.data(), b.data, b.bytes());
-    for (std::size_t j = 0; j < bits.size(); ++j) out[j] = bf16_to_float(bits[j]);
+    for (std::size_t j = 0; j < bits.size(); ++j)
+      out[j] = b.dtype == DType::kBFloat16 ? bf16_to_float(bits[j]) : f16_to_float(bits[j]);
     return out;
   }
   void write(const BufferView& b, const std::vector<float>& values) {
@@ -138,7 +139,8 @@ class FSDPTest : public WorldTest {
       return;
     }
     std::vector<std::uint16_t> bits(values.size());
-    for (std::size_t j = 0; j < bits.size(); ++j) bits[j] = float_to_bf16(values[j]);
+    for (std::size_t j = 0; j < bits.size(); ++j)
+      bits[j] = b.dtype == DType::kBFloat16 ? float_to_bf16(values[j]) : float_to_f16(values[j]);
     test_memory().to_device(b.data, bits.data(), b.bytes());
   }
   // One step of `micro` micro-steps; this rank's samples of micro-step k start
@@ -343,6 +345,34 @@ TEST_F(FSDPTest, Bf16ParametersAndReductionStayCloseToFloat32) {
       ref.step(1000 * step, n * kSamplesPerRank);
     }
     expect_close(params_of(f), ref.p, 2e-2, std::string(to_string(s)) + " in bf16");
+  }
+}
+
+// float16 with dynamic loss scaling, as AMP runs it: a scale of 2^17 makes
+// gradients of about 1 overflow float16, so the first step is skipped on every
+// rank and the scale backs off; the steps after it follow float32 closely.
+TEST_F(FSDPTest, Fp16WithLossScalingSkipsTheOverflowAndStaysCloseToFloat32) {
+  const int n = comm().size();
+  for (ShardStrategy s : kAll) {
+    FSDPOptions o = options_for(s, n);
+    o.param_dtype = DType::kFloat16;
+    o.reduce_dtype = DType::kFloat16;
+    o.loss_scale = {
+        .dynamic = true, .initial = 131072.0f, .growth_interval = 1000, .backoff = 0.25f};
+    FSDP f = make(o);
+    f.pre_forward(0);
+    EXPECT_EQ(f.param(0, 0).dtype, DType::kFloat16);
+    f.post_forward(0);
+    EXPECT_FALSE(train_step(f, 0, 1)) << "gradients times 2^17 overflow float16";
+    EXPECT_EQ(f.loss_scale(), 32768.0f);
+    EXPECT_EQ(f.steps_taken(), 0);
+    Reference ref;
+    ref.o.lr = 1e-2f;
+    for (int step = 1; step <= 3; ++step) {
+      ASSERT_TRUE(train_step(f, 1000 * step, 1)) << "step " << step;
+      ref.step(1000 * step, n * kSamplesPerRank);
+    }
+    expect_close(params_of(f), ref.p, 2e-2, std::string(to_string(s)) + " in float16");
   }
 }
 

@@ -37,6 +37,8 @@ inline double round_to(DType dtype, double v) {
       return static_cast<float>(v);
     case DType::kBFloat16:
       return bf16_to_float(float_to_bf16(static_cast<float>(v)));
+    case DType::kFloat16:
+      return f16_to_float(float_to_f16(static_cast<float>(v)));
     default:
       return v;
   }
@@ -44,6 +46,7 @@ inline double round_to(DType dtype, double v) {
 
 inline double tolerance(DType dtype, double expected) {
   if (dtype == DType::kBFloat16) return std::fabs(expected) / 128.0 + 1e-6;
+  if (dtype == DType::kFloat16) return std::fabs(expected) / 1024.0 + 1e-6;
   if (dtype == DType::kFloat32) return std::fabs(expected) * 1e-6 + 1e-6;
   return 1e-9;
 }
@@ -77,8 +80,10 @@ struct Buffer {
         std::memcpy(at(i), &x, 8);
         break;
       }
-      case DType::kBFloat16: {
-        std::uint16_t x = float_to_bf16(static_cast<float>(v));
+      case DType::kBFloat16:
+      case DType::kFloat16: {
+        const float f = static_cast<float>(v);
+        std::uint16_t x = dtype == DType::kBFloat16 ? float_to_bf16(f) : float_to_f16(f);
         std::memcpy(at(i), &x, 2);
         break;
       }
@@ -107,10 +112,11 @@ struct Buffer {
         std::memcpy(&x, p, 8);
         return x;
       }
-      case DType::kBFloat16: {
+      case DType::kBFloat16:
+      case DType::kFloat16: {
         std::uint16_t x;
         std::memcpy(&x, p, 2);
-        return bf16_to_float(x);
+        return dtype == DType::kBFloat16 ? bf16_to_float(x) : f16_to_float(x);
       }
     }
     return 0;

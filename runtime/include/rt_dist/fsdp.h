@@ -65,10 +65,11 @@ struct FSDPOptions {
   // gather them again for its backward. false keeps them from forward to
   // backward (ZeRO-2's memory for fewer gathers).
   bool reshard_after_forward = true;
-  // The parameters the trainer computes with (param(u, i)): float32 or bfloat16,
+  // The parameters the trainer computes with (param(u, i)): float32, bfloat16 or float16,
   // cast from the fp32 master shards.
   DType param_dtype = DType::kFloat32;
-  // The gradients the trainer writes (grad(u, i)) and the wire: float32 or bfloat16.
+  // The gradients the trainer writes (grad(u, i)) and the wire: float32, bfloat16
+  // or float16 (with float16, use loss_scale.dynamic: small gradients underflow).
   DType reduce_dtype = DType::kFloat32;
   AdamWOptions adamw;
   float max_grad_norm = 0.0f;  // > 0: clip by the global norm over every shard

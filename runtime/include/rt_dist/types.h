@@ -8,7 +8,7 @@
 
 namespace rtd {
 
-enum class DType { kFloat32, kFloat64, kInt32, kInt64, kBFloat16 };
+enum class DType { kFloat32, kFloat64, kInt32, kInt64, kBFloat16, kFloat16 };
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 enum class DeviceType { kCpu, kCuda };
 
@@ -50,8 +50,15 @@ BufferView view(T* data, std::size_t count) {
   return BufferView{.data = data, .count = count, .dtype = dtype_of<T>()};
 }
 
-// bfloat16 is stored as its 16 raw bits; conversions round to nearest even.
+// bfloat16 and float16 (IEEE binary16) are stored as their 16 raw bits;
+// conversions round to nearest even and keep infinities and NaNs.
 std::uint16_t float_to_bf16(float value);
 float bf16_to_float(std::uint16_t bits);
+std::uint16_t float_to_f16(float value);
+float f16_to_float(std::uint16_t bits);
+// float32, bfloat16 or float16: what the reductions of a model's values take.
+inline bool is_float_type(DType d) {
+  return d == DType::kFloat32 || d == DType::kBFloat16 || d == DType::kFloat16;
+}
 
 }  // namespace rtd
