@@ -19,9 +19,12 @@ for shard in ddp ${SHARDS:-zero1 zero2 zero3}; do
   step mlp_gpu_$shard 90 "${dt[@]}" --nproc-per-node=$ngpu "$bin/mlp_gpu" --steps 20 --shard $shard
   grep -E 'step|error|zero' "$out/mlp_gpu_$shard.log" | head -4
 done
+step mlp_gpu_zero3_fp16 90 "${dt[@]}" --nproc-per-node=$ngpu "$bin/mlp_gpu" --steps 20 \
+  --shard zero3 --fp16 1
+grep -E 'step|error|zero|scale' "$out/mlp_gpu_zero3_fp16.log" | head -5
 step fsdp_step 300 "${dt[@]}" --nproc-per-node=$ngpu "$bin/ddp_step" --reduce fp32,bf16 \
-  --overlap-optimizer 1 --copy-engines ${CE:-1} --update-in-backward ${UB:-0,1} --shard ${STEP_SHARDS:-zero1,zero2,zero3,zero3-keep} \
+  --overlap-optimizer 1 --copy-engines ${CE:-1} --update-in-backward ${UB:-0,1} --fp16 ${FP16:-0,1} --shard ${STEP_SHARDS:-zero1,zero2,zero3,zero3-keep} \
   --steps ${STEPS:-15} --rounds ${ROUNDS:-1} --json "$out/fsdp_step.json"
-table fsdp_step 14
+table fsdp_step ${TABLE_ROWS:-40}
 ANCHOR_JSON=$out/anchor.json PYTHONUNBUFFERED=1 step torch_anchor 240 torchrun --nproc-per-node=$ngpu "$anchor"
 grep -E 'step|FSDP|zero|fsdp' "$out/torch_anchor.log"

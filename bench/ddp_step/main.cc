@@ -56,7 +56,16 @@ struct Result {
   double model_gib = 0;   // what the model and DDP (or FSDP) allocated
   double states_gib = 0;  // the model states by the ZeRO arithmetic (0: not a sharded row)
   double device_gib = 0;  // device memory in use (cudaMemGetInfo): adds NCCL, cuBLAS, the context
+  int skipped = 0;        // float16: steps the loss scale skipped (an overflow)
+  float loss_scale = 0;   // float16: the scale at the end
 };
+
+// float16 rows: the mode says so, and their efficiency is against the
+// one-GPU float16 step.
+std::string precision_suffix(const mlp::MlpConfig& c) { return c.fp16 ? "/fp16" : ""; }
+std::string precision_suffix(const Result& r) { return r.mode.ends_with("/fp16") ? "/fp16" : ""; }
+// The one-GPU float16 step scales its loss by a fixed 2^16, as AMP starts.
+constexpr float kFp16Scale = 65536.0f;
 
 Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s,
                   rtd::bench::GpuPower& power) {
@@ -66,7 +75,10 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
   cudaMalloc(reinterpret_cast<void**>(&grads), grad_bytes);
   auto grad = [&](int l) { return grads + l * model.layer_elems() * model.grad_elem_bytes(); };
   PhaseEvents phases(warmup + steps, s);
-  Result r{.mode = "one GPU", .grads = c.bf16_grads ? "bf16" : "fp32", .reduce = "-"};
+  Result r{.mode = "one GPU" + precision_suffix(c),
+           .grads = c.half_grads ? (c.fp16 ? "fp16" : "bf16") : "fp32",
+           .reduce = "-"};
+  if (c.fp16) model.set_loss_scale(kFp16Scale);
   time_steps(
       [&](int i) {
         phases.mark(i, PhaseEvents::kStart);
@@ -92,7 +104,7 @@ Result run_single(const mlp::MlpConfig& c, int warmup, int steps, cudaStream_t s
 // communication time; "comm" the buckets' reduction alone, no model (its time
 // and energy).
 struct DdpRun {
-  bool bf16_grads = false;
+  bool half_grads = false;
   bool copy_engines = true;
   int backward_sms = 0;
   bool register_buckets = false;
@@ -114,7 +126,7 @@ std::vector<DdpRun> ddp_runs(const std::vector<std::vector<std::string>>& lists)
       pick[i] = lists[i][rest % lists[i].size()];
       rest /= lists[i].size();
     }
-    runs.push_back(DdpRun{.bf16_grads = pick[0] == "bf16",
+    runs.push_back(DdpRun{.half_grads = pick[0] == "bf16",
                           .copy_engines = pick[1] == "1",
                           .backward_sms = std::stoi(pick[2]),
                           .register_buckets = pick[3] == "1",
@@ -127,7 +139,7 @@ std::vector<DdpRun> ddp_runs(const std::vector<std::vector<std::string>>& lists)
 
 Result run_ddp(rtd::Context& ctx, mlp::MlpConfig c, const DdpRun& run, int warmup, int steps,
                cudaStream_t s, rtd::bench::GpuPower& power) {
-  c.bf16_grads = run.bf16_grads;
+  c.half_grads = run.half_grads;
   const std::string& overlap = run.overlap;
   const std::string& reduce = run.reduce;
   const bool overlap_optimizer = overlap == "1", serial = overlap == "serial",
@@ -142,7 +154,7 @@ Result run_ddp(rtd::Context& ctx, mlp::MlpConfig c, const DdpRun& run, int warmu
   cudaStreamSynchronize(s);
   rtd::DDP ddp(ctx, params,
                {.bucket_mb = run.bucket_mb,
-                .grad_dtype = c.bf16_grads ? rtd::DType::kBFloat16 : rtd::DType::kFloat32,
+                .grad_dtype = c.half_grads ? rtd::DType::kBFloat16 : rtd::DType::kFloat32,
                 .reduce_dtype = reduce == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32,
                 .register_buckets = run.register_buckets,
                 .copy_engines = run.copy_engines});
@@ -153,7 +165,7 @@ Result run_ddp(rtd::Context& ctx, mlp::MlpConfig c, const DdpRun& run, int warmu
   PhaseEvents phases(warmup + steps, s);
   Result r{
       .mode = overlap_optimizer ? "DDP+opt" : (serial ? "serial" : (comm_only ? "comm" : "DDP")),
-      .grads = c.bf16_grads ? "bf16" : "fp32",
+      .grads = c.half_grads ? "bf16" : "fp32",
       .bucket_mb = run.bucket_mb,
       .reduce = reduce,
       .registered = ddp.buckets_registered(),
@@ -196,7 +208,7 @@ Result run_ddp(rtd::Context& ctx, mlp::MlpConfig c, const DdpRun& run, int warmu
       },
       warmup, steps, s, power, r);
   std::size_t bucket_bytes = 0;
-  const bool cast_wire = (reduce == "bf16") != c.bf16_grads;  // a wire copy beside the buckets
+  const bool cast_wire = (reduce == "bf16") != c.half_grads;  // a wire copy beside the buckets
   for (int b = 0; b < ddp.bucket_count(); ++b) {
     const std::size_t elems = ddp.bucket_bytes(b) / model.grad_elem_bytes();
     bucket_bytes += ddp.bucket_bytes(b) + (cast_wire ? elems * (reduce == "bf16" ? 2 : 4) : 0);
@@ -220,9 +232,13 @@ Result run_fsdp(rtd::Context& ctx, mlp::MlpConfig c, const std::string& shard,
   if (!rtd::parse_shard_strategy(keep ? "zero3" : shard, &o.strategy))
     throw std::runtime_error("--shard: no strategy '" + shard + "'");
   o.reshard_after_forward = !keep;
-  o.param_dtype = rtd::DType::kBFloat16;
-  o.reduce_dtype = reduce == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32;
-  c.bf16_grads = reduce == "bf16";
+  // 16-bit rows reduce in the products' type: bf16, or float16 with --fp16.
+  const rtd::DType half = c.fp16 ? rtd::DType::kFloat16 : rtd::DType::kBFloat16;
+  o.param_dtype = half;
+  c.half_grads = reduce == "bf16";
+  o.reduce_dtype = c.half_grads ? half : rtd::DType::kFloat32;
+  if (c.fp16) o.loss_scale.dynamic = true;
+  const std::string wire = c.half_grads ? (c.fp16 ? "fp16" : "bf16") : "fp32";
   c.external_weights = true;
   mlp::Model model(c, s);
   const std::size_t n = model.layer_elems();
@@ -231,23 +247,25 @@ Result run_fsdp(rtd::Context& ctx, mlp::MlpConfig c, const std::string& shard,
   rtd::StreamRef ref{s};
   mlp::LayerHooks hooks = mlp::fsdp_hooks(fsdp, ref);
   PhaseEvents phases(warmup + steps, s);
-  Result r{.mode = shard + (update_in_backward ? "+ub" : ""),
-           .grads = reduce,
-           .reduce = reduce,
+  Result r{.mode = shard + (update_in_backward ? "+ub" : "") + precision_suffix(c),
+           .grads = wire,
+           .reduce = wire,
            .method = fsdp.gather_method()};
   time_steps(
       [&](int i) {
         phases.mark(i, PhaseEvents::kStart);
+        model.set_loss_scale(fsdp.loss_scale());
         model.forward(s, &hooks);
         phases.mark(i, PhaseEvents::kForward);
         model.backward([&](int l) { return fsdp.grad(l, 0).data; },
                        [&](int l) { fsdp.post_backward(l, ref); }, s, &hooks);
         phases.mark(i, PhaseEvents::kBackward);
-        fsdp.step(ref);
+        if (!fsdp.step(ref)) ++r.skipped;
         phases.mark(i, PhaseEvents::kEnd);
       },
       warmup, steps, s, power, r);
   phases.fill(r, warmup, steps);
+  r.loss_scale = fsdp.loss_scale();
   r.model_gib = static_cast<double>(model.bytes() + fsdp.state_bytes()) / (1 << 30);
   r.device_gib = device_used_gib();
   // Bytes per parameter: bf16 weights, gradients in `reduce`, and 12 of
@@ -284,7 +302,7 @@ int main(int argc, char** argv) {
   int warmup = 5, steps = 15, rounds = 1;
   std::vector<std::string> grad_dtypes{"fp32"}, buckets{"25"}, reduces{"fp32"}, overlaps{"0", "1"},
       registers{"0"}, backward_sms{"0"}, copy_engines{"1"}, shards, ddp_modes{"1"},
-      update_in_backward{"0"};
+      update_in_backward{"0"}, precisions{"0"};
   std::string json;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
@@ -318,6 +336,8 @@ int main(int argc, char** argv) {
       shards = split(v);
     else if (f == "--update-in-backward")
       update_in_backward = split(v);
+    else if (f == "--fp16")
+      precisions = split(v);
     else if (f == "--ddp")
       ddp_modes = split(v);
     else if (f == "--rounds")
@@ -329,11 +349,12 @@ int main(int argc, char** argv) {
                    "--overlap-optimizer 0,1,serial,comm --register 0,1 "
                    "--backward-sms 0,108 --copy-engines 0,1 --rounds R --json FILE\n"
                    "                --shard zero1,zero2,zero3,zero3-keep,hybrid --ddp 1|0\n"
-                   "                --update-in-backward 0,1]\n"
+                   "                --update-in-backward 0,1 --fp16 0,1]\n"
                    "  --shard: rtd::FSDP rows too, for each --reduce dtype and --copy-engines\n"
                    "  value (bf16 weights; zero3-keep: no reshard after forward); --ddp 0\n"
                    "  leaves the DDP rows out; --update-in-backward 1: FSDP updates each\n"
-                   "  unit as its gradient arrives (rows marked +ub)\n"
+                   "  unit as its gradient arrives (rows marked +ub); --fp16 1: the one-GPU\n"
+                   "  and sharded rows again in float16 with loss scaling (marked /fp16)\n"
                    "  --grads bf16: the products write bf16 weight gradients and AdamW reads\n"
                    "  them (DDP's grad_dtype); its efficiency is against a one-GPU step with\n"
                    "  bf16 gradients too. --reduce: the wire dtype (a cast where it differs)\n"
@@ -374,27 +395,35 @@ int main(int argc, char** argv) {
     std::vector<std::vector<Result>> by_round;
     for (int round = 0; round < rounds; ++round) {
       std::vector<Result> results;
-      for (const auto& g : grad_dtypes) {
-        c.bf16_grads = g == "bf16";
-        results.push_back(run_single(c, warmup, steps, s, power));
-        ctx->comm().barrier()->wait();
+      for (const auto& fp16 : precisions) {
+        c.fp16 = fp16 == "1";
+        for (const auto& g : grad_dtypes) {
+          c.half_grads = g == "bf16";
+          results.push_back(run_single(c, warmup, steps, s, power));
+          ctx->comm().barrier()->wait();
+        }
       }
+      c.fp16 = false;  // DDP rows: bfloat16 products only
       for (const DdpRun& run : runs) {
         if (ddp_modes[0] == "0") break;
         results.push_back(run_ddp(*ctx, c, run, warmup, steps, s, power));
         ctx->comm().barrier()->wait();
       }
-      for (const auto& shard : shards) {
-        for (const auto& reduce : reduces) {
-          for (const auto& ce : copy_engines) {
-            for (const auto& ub : update_in_backward) {
-              results.push_back(
-                  run_fsdp(*ctx, c, shard, reduce, ce == "1", ub == "1", warmup, steps, s, power));
-              ctx->comm().barrier()->wait();
+      for (const auto& fp16 : precisions) {
+        c.fp16 = fp16 == "1";
+        for (const auto& shard : shards) {
+          for (const auto& reduce : reduces) {
+            for (const auto& ce : copy_engines) {
+              for (const auto& ub : update_in_backward) {
+                results.push_back(run_fsdp(*ctx, c, shard, reduce, ce == "1", ub == "1", warmup,
+                                           steps, s, power));
+                ctx->comm().barrier()->wait();
+              }
             }
           }
         }
       }
+      c.fp16 = false;
       by_round.push_back(std::move(results));
     }
     const std::vector<Result> results = median_rounds(by_round);
@@ -402,7 +431,7 @@ int main(int argc, char** argv) {
     // Efficiency against the one-GPU step with the same gradient dtype.
     auto single_ms = [&](const Result& r) {
       for (const Result& one : results)
-        if (one.mode == "one GPU" && one.grads == r.grads) return one.step_ms;
+        if (one.mode == "one GPU" + precision_suffix(r) && one.grads == r.grads) return one.step_ms;
       return results[0].step_ms;
     };
     std::printf(
@@ -436,6 +465,9 @@ int main(int argc, char** argv) {
           r.backward_sms ? std::to_string(r.backward_sms).c_str() : "all", r.step_ms,
           single / r.step_ms, r.step_ms - single, r.forward_ms, r.backward_ms, r.after_ms, r.joules,
           r.watts, r.sm_mhz, r.model_gib, r.device_gib, r.states_gib);
+      if (r.loss_scale > 0)
+        std::printf("#   %s: %d of %d steps skipped by the loss scale, %.0f at the end\n",
+                    r.mode.c_str(), r.skipped, warmup + steps, r.loss_scale);
       if (out) {
         out << "  {\"mode\": \"" << r.mode << "\", \"grads\": \"" << r.grads
             << "\", \"bucket_mb\": " << r.bucket_mb << ", \"reduce\": \"" << r.reduce
@@ -447,6 +479,7 @@ int main(int argc, char** argv) {
             << ", \"exposed_ms\": " << r.step_ms - single
             << ", \"joules_per_step\": " << json_number(r.joules)
             << ", \"watts\": " << json_number(r.watts) << ", \"sm_mhz\": " << json_number(r.sm_mhz)
+            << ", \"skipped_steps\": " << r.skipped << ", \"loss_scale\": " << r.loss_scale
             << ", \"model_gib\": " << r.model_gib << ", \"device_gib\": " << r.device_gib
             << ", \"states_gib\": " << r.states_gib << "}"
             << (i + 1 < results.size() ? ",\n" : "\n");

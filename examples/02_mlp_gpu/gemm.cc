@@ -41,12 +41,11 @@ void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const void* a, i
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms));
   }
   cublasLtMatrixLayout_t la, lb, lc;
-  check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, trans_a ? k : m, trans_a ? m : k, lda),
-        "layout a");
-  check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, trans_b ? n : k, trans_b ? k : n, ldb),
-        "layout b");
+  check(cublasLtMatrixLayoutCreate(&la, type_, trans_a ? k : m, trans_a ? m : k, lda), "layout a");
+  check(cublasLtMatrixLayoutCreate(&lb, type_, trans_b ? n : k, trans_b ? k : n, ldb), "layout b");
   check(cublasLtMatrixLayoutCreate(&lc, c_type, m, n, ldc), "layout c");
-  auto key = std::make_tuple(trans_a, trans_b, m, n, k, static_cast<int>(c_type), sm_target_);
+  auto key =
+      std::make_tuple(trans_a, trans_b, m, n, k, static_cast<int>(c_type) * 64 + type_, sm_target_);
   auto it = algos_.find(key);
   if (it == algos_.end()) {
     cublasLtMatmulPreference_t pref;
@@ -72,27 +71,21 @@ void Gemm::run(bool trans_a, bool trans_b, int m, int n, int k, const void* a, i
 }
 
 // Row-major R (r x c) is column-major R^T (c x r) with leading dimension c.
-void Gemm::forward(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int b, int in,
-                   int out, cudaStream_t s) {
+void Gemm::forward(const void* x, const void* w, void* y, int b, int in, int out, cudaStream_t s) {
   // y^T (out x b) = w (out x in) * x^T (in x b); w's buffer is w^T column-major.
-  run(true, false, out, b, in, w, in, x, in, y, out, CUDA_R_16BF, s);
+  run(true, false, out, b, in, w, in, x, in, y, out, type_, s);
 }
 
-void Gemm::grad_input(const __nv_bfloat16* dy, const __nv_bfloat16* w, __nv_bfloat16* dx, int b,
-                      int in, int out, cudaStream_t s) {
+void Gemm::grad_input(const void* dy, const void* w, void* dx, int b, int in, int out,
+                      cudaStream_t s) {
   // dx^T (in x b) = w^T (in x out) * dy^T (out x b)
-  run(false, false, in, b, out, w, in, dy, out, dx, in, CUDA_R_16BF, s);
+  run(false, false, in, b, out, w, in, dy, out, dx, in, type_, s);
 }
 
-void Gemm::grad_weight(const __nv_bfloat16* dy, const __nv_bfloat16* x, float* dw, int b, int in,
+void Gemm::grad_weight(const void* dy, const void* x, void* dw, bool dw_is_16bit, int b, int in,
                        int out, cudaStream_t s) {
   // dw^T (in x out) = x^T (in x b) * dy (b x out)
-  run(false, true, in, out, b, x, in, dy, out, dw, in, CUDA_R_32F, s);
-}
-
-void Gemm::grad_weight(const __nv_bfloat16* dy, const __nv_bfloat16* x, __nv_bfloat16* dw, int b,
-                       int in, int out, cudaStream_t s) {
-  run(false, true, in, out, b, x, in, dy, out, dw, in, CUDA_R_16BF, s);
+  run(false, true, in, out, b, x, in, dy, out, dw, in, dw_is_16bit ? type_ : CUDA_R_32F, s);
 }
 
 }  // namespace mlp

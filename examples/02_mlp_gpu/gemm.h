@@ -1,5 +1,6 @@
-// bf16 matrix products through cuBLASLt with fp32 accumulation, in the three
-// shapes a Linear layer needs; row-major matrices as PyTorch lays them out.
+// 16-bit (bfloat16 or float16) matrix products through cuBLASLt with fp32
+// accumulation, in the three shapes a Linear layer needs; row-major matrices
+// as PyTorch lays them out. Operands are raw pointers to elements of type().
 #pragma once
 
 #include <cublasLt.h>
@@ -19,19 +20,19 @@ class Gemm {
   // Products after this call are planned for this many SMs (cuBLASLt's SM count
   // target), leaving the rest to kernels running beside them; 0: all SMs.
   void set_sm_count_target(int sms) { sm_target_ = sms; }
+  // CUDA_R_16BF (the default) or CUDA_R_16F: the inputs, and the 16-bit outputs.
+  void set_type(cudaDataType_t type) { type_ = type; }
+  cudaDataType_t type() const { return type_; }
 
   // y[b, out] = x[b, in] * w[out, in]^T            (forward)
-  void forward(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int b, int in,
-               int out, cudaStream_t s);
+  void forward(const void* x, const void* w, void* y, int b, int in, int out, cudaStream_t s);
   // dx[b, in] = dy[b, out] * w[out, in]            (input gradient)
-  void grad_input(const __nv_bfloat16* dy, const __nv_bfloat16* w, __nv_bfloat16* dx, int b, int in,
-                  int out, cudaStream_t s);
+  void grad_input(const void* dy, const void* w, void* dx, int b, int in, int out, cudaStream_t s);
   // dw[out, in] = dy[b, out]^T * x[b, in]          (weight gradient, into DDP's bucket)
-  // accumulated in fp32 and written as fp32, or rounded once to bf16.
-  void grad_weight(const __nv_bfloat16* dy, const __nv_bfloat16* x, float* dw, int b, int in,
+  // accumulated in fp32 and written as fp32 (dw_is_16bit false) or rounded
+  // once to type().
+  void grad_weight(const void* dy, const void* x, void* dw, bool dw_is_16bit, int b, int in,
                    int out, cudaStream_t s);
-  void grad_weight(const __nv_bfloat16* dy, const __nv_bfloat16* x, __nv_bfloat16* dw, int b,
-                   int in, int out, cudaStream_t s);
 
  private:
   // C (m x n, column-major) = op(A) op(B), A and B bf16, C of c_type.
@@ -42,6 +43,7 @@ class Gemm {
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_;
   int sm_target_ = 0;
+  cudaDataType_t type_ = CUDA_R_16BF;
   std::map<std::tuple<bool, bool, int, int, int, int, int>, cublasLtMatmulAlgo_t> algos_;
 };
 

@@ -1,4 +1,5 @@
-// Element-wise kernels of the GPU MLP (grid-stride loops, 256 threads a block).
+// Element-wise kernels of the GPU MLP (grid-stride loops, 256 threads a block),
+// for bfloat16 and float16 products alike through Pair<T>.
 #include "examples/02_mlp_gpu/kernels.h"
 
 namespace mlp {
@@ -10,6 +11,24 @@ unsigned blocks(std::size_t n) {
   std::size_t b = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b > 65535 * 8 ? 65535 * 8 : (b == 0 ? 1 : b));
 }
+
+// T's two-element vector type and its conversions.
+template <typename T>
+struct Pair;
+template <>
+struct Pair<__nv_bfloat16> {
+  using T2 = __nv_bfloat162;
+  static __device__ float2 widen(T2 v) { return __bfloat1622float2(v); }
+  static __device__ T2 narrow(float a, float b) { return __floats2bfloat162_rn(a, b); }
+  static __device__ __nv_bfloat16 one(float x) { return __float2bfloat16(x); }
+};
+template <>
+struct Pair<__half> {
+  using T2 = __half2;
+  static __device__ float2 widen(T2 v) { return __half22float2(v); }
+  static __device__ T2 narrow(float a, float b) { return __floats2half2_rn(a, b); }
+  static __device__ __half one(float x) { return __float2half(x); }
+};
 
 __device__ float hash_uniform(unsigned seed, std::size_t i) {
   unsigned long long z = (static_cast<unsigned long long>(seed) << 40) ^ i;
@@ -33,37 +52,40 @@ __device__ float gelu_grad(float x) {
 __global__ void k_init(float* out, std::size_t n, float scale, unsigned seed) {
   GRID_STRIDE(i, n) out[i] = scale * hash_uniform(seed, i);
 }
-__global__ void k_init_bf16(__nv_bfloat16* out, std::size_t n, float scale, unsigned seed) {
-  GRID_STRIDE(i, n) out[i] = __float2bfloat16(scale * hash_uniform(seed, i));
+template <typename T>
+__global__ void k_init_16(T* out, std::size_t n, float scale, unsigned seed) {
+  GRID_STRIDE(i, n) out[i] = Pair<T>::one(scale * hash_uniform(seed, i));
 }
-__global__ void k_to_bf16(const float* in, __nv_bfloat16* out, std::size_t n) {
-  GRID_STRIDE(i, n) out[i] = __float2bfloat16(in[i]);
+template <typename T>
+__global__ void k_to_16(const float* in, T* out, std::size_t n) {
+  GRID_STRIDE(i, n) out[i] = Pair<T>::one(in[i]);
 }
-// Two bf16 elements per thread (n is even for every shape used here).
-__global__ void k_gelu(const __nv_bfloat162* in, __nv_bfloat162* out, std::size_t n2) {
+// Two elements per thread (n is even for every shape used here).
+template <typename T, typename T2 = typename Pair<T>::T2>
+__global__ void k_gelu(const T2* in, T2* out, std::size_t n2) {
   GRID_STRIDE(i, n2) {
-    float2 v = __bfloat1622float2(in[i]);
-    out[i] = __floats2bfloat162_rn(gelu(v.x), gelu(v.y));
+    float2 v = Pair<T>::widen(in[i]);
+    out[i] = Pair<T>::narrow(gelu(v.x), gelu(v.y));
   }
 }
-__global__ void k_gelu_back(const __nv_bfloat162* pre, const __nv_bfloat162* go, __nv_bfloat162* gi,
-                            std::size_t n2) {
+template <typename T, typename T2 = typename Pair<T>::T2>
+__global__ void k_gelu_back(const T2* pre, const T2* go, T2* gi, std::size_t n2) {
   GRID_STRIDE(i, n2) {
-    float2 p = __bfloat1622float2(pre[i]);
-    float2 g = __bfloat1622float2(go[i]);
-    gi[i] = __floats2bfloat162_rn(gelu_grad(p.x) * g.x, gelu_grad(p.y) * g.y);
+    float2 p = Pair<T>::widen(pre[i]);
+    float2 g = Pair<T>::widen(go[i]);
+    gi[i] = Pair<T>::narrow(gelu_grad(p.x) * g.x, gelu_grad(p.y) * g.y);
   }
 }
 // One atomic per block (a few hundred in all): atomics on one address from
 // every warp of a 67M-element pass serialize in L2.
-__global__ void k_loss(const __nv_bfloat162* y, __nv_bfloat162* dy, float* loss, std::size_t n2,
-                       float scale) {
+template <typename T, typename T2 = typename Pair<T>::T2>
+__global__ void k_loss(const T2* y, T2* dy, float* loss, std::size_t n2, float scale) {
   __shared__ float warp_sums[kThreads / 32];
   float local = 0.0f;
   GRID_STRIDE(i, n2) {
-    float2 v = __bfloat1622float2(y[i]);
+    float2 v = Pair<T>::widen(y[i]);
     local += v.x * v.x + v.y * v.y;
-    dy[i] = __floats2bfloat162_rn(scale * v.x, scale * v.y);
+    dy[i] = Pair<T>::narrow(scale * v.x, scale * v.y);
   }
   for (int off = 16; off > 0; off >>= 1) local += __shfl_down_sync(0xffffffffu, local, off);
   if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x / 32] = local;
@@ -81,29 +103,37 @@ __device__ float adamw_one(float p, float g, float& m, float& v, const AdamW& o,
   p *= 1.0f - o.lr * o.weight_decay;
   return p - o.lr * (m / bc1) / (sqrtf(v / bc2) + o.eps);
 }
-// Four gradient elements as floats: one 16-byte load of fp32, one 8-byte load of bf16.
-__device__ float4 load4(const float4* g, std::size_t i) { return g[i]; }
-__device__ float4 load4(const uint2* g, std::size_t i) {
-  uint2 bits = g[i];
-  float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.x));
-  float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits.y));
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
-}
+// Four gradient elements as floats: one 16-byte load of fp32, one 8-byte load of 16-bit.
+template <typename G>
+struct Grad4 {
+  using V = uint2;
+  static __device__ float4 load(const V* g, std::size_t i) {
+    uint2 bits = g[i];
+    float2 lo = Pair<G>::widen(*reinterpret_cast<const typename Pair<G>::T2*>(&bits.x));
+    float2 hi = Pair<G>::widen(*reinterpret_cast<const typename Pair<G>::T2*>(&bits.y));
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
+};
+template <>
+struct Grad4<float> {
+  using V = float4;
+  static __device__ float4 load(const V* g, std::size_t i) { return g[i]; }
+};
 // Four elements per thread with 16-byte loads (n % 4 == 0, buffers 16-byte aligned).
-template <typename Grad4>
-__global__ void k_adamw(float4* p, const Grad4* g, float4* m, float4* v, __nv_bfloat162* w,
-                        std::size_t n4, AdamW o, float bc1, float bc2) {
+template <typename G, typename T, typename T2 = typename Pair<T>::T2>
+__global__ void k_adamw(float4* p, const typename Grad4<G>::V* g, float4* m, float4* v, T2* w,
+                        std::size_t n4, AdamW o, float bc1, float bc2, float grad_scale) {
   GRID_STRIDE(i, n4) {
-    float4 pi = p[i], gi = load4(g, i), mi = m[i], vi = v[i];
-    pi.x = adamw_one(pi.x, gi.x, mi.x, vi.x, o, bc1, bc2);
-    pi.y = adamw_one(pi.y, gi.y, mi.y, vi.y, o, bc1, bc2);
-    pi.z = adamw_one(pi.z, gi.z, mi.z, vi.z, o, bc1, bc2);
-    pi.w = adamw_one(pi.w, gi.w, mi.w, vi.w, o, bc1, bc2);
+    float4 pi = p[i], gi = Grad4<G>::load(g, i), mi = m[i], vi = v[i];
+    pi.x = adamw_one(pi.x, gi.x * grad_scale, mi.x, vi.x, o, bc1, bc2);
+    pi.y = adamw_one(pi.y, gi.y * grad_scale, mi.y, vi.y, o, bc1, bc2);
+    pi.z = adamw_one(pi.z, gi.z * grad_scale, mi.z, vi.z, o, bc1, bc2);
+    pi.w = adamw_one(pi.w, gi.w * grad_scale, mi.w, vi.w, o, bc1, bc2);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
-    w[2 * i] = __floats2bfloat162_rn(pi.x, pi.y);
-    w[2 * i + 1] = __floats2bfloat162_rn(pi.z, pi.w);
+    w[2 * i] = Pair<T>::narrow(pi.x, pi.y);
+    w[2 * i + 1] = Pair<T>::narrow(pi.z, pi.w);
   }
 }
 
@@ -112,49 +142,59 @@ __global__ void k_adamw(float4* p, const Grad4* g, float4* m, float4* v, __nv_bf
 void init_uniform(float* out, std::size_t n, float scale, unsigned seed, cudaStream_t s) {
   k_init<<<blocks(n), kThreads, 0, s>>>(out, n, scale, seed);
 }
-void init_uniform_bf16(__nv_bfloat16* out, std::size_t n, float scale, unsigned seed,
-                       cudaStream_t s) {
-  k_init_bf16<<<blocks(n), kThreads, 0, s>>>(out, n, scale, seed);
+template <typename T>
+void init_uniform_16(T* out, std::size_t n, float scale, unsigned seed, cudaStream_t s) {
+  k_init_16<<<blocks(n), kThreads, 0, s>>>(out, n, scale, seed);
 }
-void to_bf16(const float* in, __nv_bfloat16* out, std::size_t n, cudaStream_t s) {
-  k_to_bf16<<<blocks(n), kThreads, 0, s>>>(in, out, n);
+template <typename T>
+void to_16(const float* in, T* out, std::size_t n, cudaStream_t s) {
+  k_to_16<<<blocks(n), kThreads, 0, s>>>(in, out, n);
 }
-void gelu_forward(const __nv_bfloat16* in, __nv_bfloat16* out, std::size_t n, cudaStream_t s) {
-  k_gelu<<<blocks(n / 2), kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat162*>(in),
-                                            reinterpret_cast<__nv_bfloat162*>(out), n / 2);
+template <typename T>
+void gelu_forward(const T* in, T* out, std::size_t n, cudaStream_t s) {
+  using T2 = typename Pair<T>::T2;
+  k_gelu<T><<<blocks(n / 2), kThreads, 0, s>>>(reinterpret_cast<const T2*>(in),
+                                               reinterpret_cast<T2*>(out), n / 2);
 }
-void gelu_backward(const __nv_bfloat16* pre, const __nv_bfloat16* go, __nv_bfloat16* gi,
-                   std::size_t n, cudaStream_t s) {
-  k_gelu_back<<<blocks(n / 2), kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat162*>(pre),
-                                                 reinterpret_cast<const __nv_bfloat162*>(go),
-                                                 reinterpret_cast<__nv_bfloat162*>(gi), n / 2);
+template <typename T>
+void gelu_backward(const T* pre, const T* go, T* gi, std::size_t n, cudaStream_t s) {
+  using T2 = typename Pair<T>::T2;
+  k_gelu_back<T><<<blocks(n / 2), kThreads, 0, s>>>(reinterpret_cast<const T2*>(pre),
+                                                    reinterpret_cast<const T2*>(go),
+                                                    reinterpret_cast<T2*>(gi), n / 2);
 }
-void loss_and_grad(const __nv_bfloat16* y, __nv_bfloat16* dy, float* loss_sum, std::size_t n,
+template <typename T>
+void loss_and_grad(const T* y, T* dy, float* loss_sum, std::size_t n, float loss_scale,
                    cudaStream_t s) {
+  using T2 = typename Pair<T>::T2;
   unsigned grid = blocks(n / 2) < 1056 ? blocks(n / 2) : 1056;  // 8 blocks per SM of 132
-  k_loss<<<grid, kThreads, 0, s>>>(reinterpret_cast<const __nv_bfloat162*>(y),
-                                   reinterpret_cast<__nv_bfloat162*>(dy), loss_sum, n / 2,
-                                   2.0f / static_cast<float>(n));
+  k_loss<T><<<grid, kThreads, 0, s>>>(reinterpret_cast<const T2*>(y), reinterpret_cast<T2*>(dy),
+                                      loss_sum, n / 2, loss_scale * 2.0f / static_cast<float>(n));
 }
-namespace {
-template <typename Grad4>
-void launch_adamw(float* p, const Grad4* g, float* m, float* v, __nv_bfloat16* w, std::size_t n,
-                  const AdamW& opt, int step, cudaStream_t s) {
+template <typename G, typename T>
+void adamw_step(float* p, const G* g, float* m, float* v, T* w, std::size_t n, const AdamW& opt,
+                int step, float grad_scale, cudaStream_t s) {
+  using T2 = typename Pair<T>::T2;
   float bc1 = 1.0f - powf(opt.beta1, static_cast<float>(step));
   float bc2 = 1.0f - powf(opt.beta2, static_cast<float>(step));
-  k_adamw<<<blocks(n / 4), kThreads, 0, s>>>(
-      reinterpret_cast<float4*>(p), g, reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v),
-      reinterpret_cast<__nv_bfloat162*>(w), n / 4, opt, bc1, bc2);
+  k_adamw<G, T><<<blocks(n / 4), kThreads, 0, s>>>(
+      reinterpret_cast<float4*>(p), reinterpret_cast<const typename Grad4<G>::V*>(g),
+      reinterpret_cast<float4*>(m), reinterpret_cast<float4*>(v), reinterpret_cast<T2*>(w), n / 4,
+      opt, bc1, bc2, grad_scale);
 }
-}  // namespace
 
-void adamw_step(float* p, const float* g, float* m, float* v, __nv_bfloat16* w, std::size_t n,
-                const AdamW& opt, int step, cudaStream_t s) {
-  launch_adamw(p, reinterpret_cast<const float4*>(g), m, v, w, n, opt, step, s);
-}
-void adamw_step(float* p, const __nv_bfloat16* g, float* m, float* v, __nv_bfloat16* w,
-                std::size_t n, const AdamW& opt, int step, cudaStream_t s) {
-  launch_adamw(p, reinterpret_cast<const uint2*>(g), m, v, w, n, opt, step, s);
-}
+#define MLP_INSTANTIATE(T)                                                                        \
+  template void init_uniform_16<T>(T*, std::size_t, float, unsigned, cudaStream_t);               \
+  template void to_16<T>(const float*, T*, std::size_t, cudaStream_t);                            \
+  template void gelu_forward<T>(const T*, T*, std::size_t, cudaStream_t);                         \
+  template void gelu_backward<T>(const T*, const T*, T*, std::size_t, cudaStream_t);              \
+  template void loss_and_grad<T>(const T*, T*, float*, std::size_t, float, cudaStream_t);         \
+  template void adamw_step<float, T>(float*, const float*, float*, float*, T*, std::size_t,       \
+                                     const AdamW&, int, float, cudaStream_t);                     \
+  template void adamw_step<T, T>(float*, const T*, float*, float*, T*, std::size_t, const AdamW&, \
+                                 int, float, cudaStream_t);
+MLP_INSTANTIATE(__nv_bfloat16)
+MLP_INSTANTIATE(__half)
+#undef MLP_INSTANTIATE
 
 }  // namespace mlp

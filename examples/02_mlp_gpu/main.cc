@@ -1,9 +1,10 @@
 // 02_mlp_gpu: the reference MLP of torch_anchor.py trained data-parallel on
 // GPUs: bf16 products through cuBLASLt, fp32 master weights, fused AdamW, and
 // rtd::DDP reducing each layer's gradient while backward goes on, or rtd::FSDP
-// sharding the model states (--shard zero1|zero2|zero3|hybrid; one unit per layer).
+// sharding the model states (--shard zero1|zero2|zero3|hybrid; one unit per
+// layer; --fp16: float16 products with dynamic loss scaling).
 //   dtrun --nproc-per-node=2 mlp_gpu --steps 50
-//   dtrun --nproc-per-node=2 mlp_gpu --steps 50 --shard zero3
+//   dtrun --nproc-per-node=2 mlp_gpu --steps 50 --shard zero3 --fp16 1
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,27 +30,35 @@ void report(rtd::Context& ctx, mlp::Model& model, const mlp::MlpConfig& config, 
   }
 }
 
-// The same training with the model states sharded: bf16 weights gathered per
+// The same training with the model states sharded: 16-bit weights gathered per
 // layer from fp32 master shards, gradients reduce-scattered into the shards.
+// float16 scales the loss by FSDP's dynamic loss scale (a step with an
+// overflow is skipped on every rank).
 void train_sharded(rtd::Context& ctx, mlp::MlpConfig config, rtd::FSDPOptions options, int steps,
                    int log_every, cudaStream_t stream) {
   config.external_weights = true;
   mlp::Model model(config, stream);
-  options.param_dtype = rtd::DType::kBFloat16;
+  options.param_dtype = config.fp16 ? rtd::DType::kFloat16 : rtd::DType::kBFloat16;
+  if (config.fp16) options.loss_scale.dynamic = true;
   std::unique_ptr<rtd::FSDP> sharded = mlp::shard_model(ctx, model, config.layers, options, stream);
   rtd::FSDP& fsdp = *sharded;
   if (ctx.rank() == 0) std::printf("%s\n", fsdp.describe().c_str());
   rtd::StreamRef s{stream};
   mlp::LayerHooks hooks = mlp::fsdp_hooks(fsdp, s);
   auto start = std::chrono::steady_clock::now();
+  int skipped = 0;
   for (int step = 1; step <= steps; ++step) {
+    model.set_loss_scale(fsdp.loss_scale());
     model.forward(stream, &hooks);
     model.backward([&](int l) { return fsdp.grad(l, 0).data; },
                    [&](int l) { fsdp.post_backward(l, s); }, stream, &hooks);
-    fsdp.step(s);
+    if (!fsdp.step(s)) ++skipped;
     report(ctx, model, config, step, log_every, steps, start, stream);
   }
   cudaStreamSynchronize(stream);
+  if (ctx.rank() == 0 && config.fp16)
+    std::printf("loss scale %.0f, %d of %d steps skipped (overflow)\n", fsdp.loss_scale(), skipped,
+                steps);
 }
 
 }  // namespace
@@ -79,7 +88,9 @@ int main(int argc, char** argv) {
       ddp_options.reduce_dtype = value == "bf16" ? rtd::DType::kBFloat16 : rtd::DType::kFloat32;
       reduce_given = true;
     } else if (flag == "--grads" && (value == "fp32" || value == "bf16")) {
-      config.bf16_grads = value == "bf16";
+      config.half_grads = value == "bf16";
+    } else if (flag == "--fp16" && (value == "0" || value == "1")) {
+      config.fp16 = value == "1";
     } else if (flag == "--shard" &&
                (value == "ddp" || rtd::parse_shard_strategy(value, &shard_options.strategy))) {
       sharded = value != "ddp";
@@ -89,23 +100,32 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: mlp_gpu [--hidden H] [--layers L] [--batch B] [--steps N] "
                    "[--log-every K] [--bucket-mb MB] [--grads fp32|bf16] [--reduce fp32|bf16]\n"
-                   "               [--shard ddp|zero1|zero2|zero3|hybrid] [--reshard 0|1]\n"
+                   "               [--shard ddp|zero1|zero2|zero3|hybrid] [--reshard 0|1] "
+                   "[--fp16 0|1]\n"
                    "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n"
                    "  --shard: shard the model states (bf16 weights from fp32 master shards;\n"
                    "  gradients in the --reduce dtype); --reshard 0 keeps gathered weights\n"
-                   "  from forward to backward\n");
+                   "  from forward to backward; --fp16 1 (with --shard): float16 products and\n"
+                   "  weights, dynamic loss scaling, float16 gradients with --reduce bf16\n");
       return 2;
     }
   }
-  ddp_options.grad_dtype = config.bf16_grads ? rtd::DType::kBFloat16 : rtd::DType::kFloat32;
+  if (config.fp16 && !sharded) {
+    std::fprintf(stderr, "mlp_gpu: --fp16 needs --shard (FSDP scales the loss)\n");
+    return 2;
+  }
+  ddp_options.grad_dtype = config.half_grads ? rtd::DType::kBFloat16 : rtd::DType::kFloat32;
   if (!reduce_given) ddp_options.reduce_dtype = ddp_options.grad_dtype;
   try {
     auto ctx = rtd::init({.backend = rtd::Backend::kNccl});
     cudaStream_t stream;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     if (sharded) {
-      shard_options.reduce_dtype = ddp_options.reduce_dtype;
-      config.bf16_grads = ddp_options.reduce_dtype == rtd::DType::kBFloat16;
+      config.half_grads = ddp_options.reduce_dtype == rtd::DType::kBFloat16;
+      // 16-bit gradients are in the products' type.
+      shard_options.reduce_dtype = !config.half_grads ? rtd::DType::kFloat32
+                                   : config.fp16      ? rtd::DType::kFloat16
+                                                      : rtd::DType::kBFloat16;
       train_sharded(*ctx, config, shard_options, steps, log_every, stream);
       return 0;
     }

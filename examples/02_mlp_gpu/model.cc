@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace mlp {
 
@@ -18,6 +19,17 @@ T* Model::alloc(std::size_t n) {
   return static_cast<T*>(p);
 }
 
+template <typename Fn>
+void Model::typed(Fn&& fn) const {
+  if (c_.fp16)
+    fn(static_cast<__half*>(nullptr));
+  else
+    fn(static_cast<__nv_bfloat16*>(nullptr));
+}
+
+// T from a typed() null pointer.
+#define ELEM(tag) std::remove_pointer_t<decltype(tag)>
+
 Model::Model(const MlpConfig& config, cudaStream_t s) : c_(config) {
   if (c_.hidden % 4 != 0 || c_.batch % 2 != 0 || c_.layers < 1) {
     throw std::runtime_error("the MLP needs hidden % 4 == 0, an even batch and at least one layer");
@@ -25,25 +37,28 @@ Model::Model(const MlpConfig& config, cudaStream_t s) : c_(config) {
   const std::size_t w = layer_elems() * c_.layers;
   const std::size_t act = std::size_t(c_.batch) * c_.hidden;
   bytes_ += gemm_.workspace_bytes();
+  gemm_.set_type(c_.fp16 ? CUDA_R_16F : CUDA_R_16BF);
   if (!c_.external_weights) {
     master_ = alloc<float>(w);
     m_ = alloc<float>(w);
     v_ = alloc<float>(w);
-    weights_ = alloc<__nv_bfloat16>(w);
+    weights_ = alloc<std::uint16_t>(w);
   }
-  for (int l = 0; l <= c_.layers; ++l) acts_.push_back(alloc<__nv_bfloat16>(act));
-  for (int l = 0; l < c_.layers; ++l) pre_.push_back(alloc<__nv_bfloat16>(act));
-  grad_a_ = alloc<__nv_bfloat16>(act);
-  grad_b_ = alloc<__nv_bfloat16>(act);
+  for (int l = 0; l <= c_.layers; ++l) acts_.push_back(alloc<std::uint16_t>(act));
+  for (int l = 0; l < c_.layers; ++l) pre_.push_back(alloc<std::uint16_t>(act));
+  grad_a_ = alloc<std::uint16_t>(act);
+  grad_b_ = alloc<std::uint16_t>(act);
   loss_ = alloc<float>(1);
   if (!c_.external_weights) {
     init_master(master_, s);
-    to_bf16(master_, weights_, w, s);
+    refresh_weights(s);
     cudaMemsetAsync(m_, 0, w * sizeof(float), s);
     cudaMemsetAsync(v_, 0, w * sizeof(float), s);
   }
   cudaMemsetAsync(loss_, 0, sizeof(float), s);
-  init_uniform_bf16(acts_[0], act, 1.7320508f, 11, s);
+  typed([&](auto* tag) {
+    init_uniform_16(static_cast<ELEM(tag)*>(acts_[0]), act, 1.7320508f, 11, s);
+  });
 }
 
 void Model::init_master(float* out, cudaStream_t s) const {
@@ -57,7 +72,9 @@ Model::~Model() {
 }
 
 void Model::refresh_weights(cudaStream_t s) {
-  to_bf16(master_, weights_, layer_elems() * c_.layers, s);
+  typed([&](auto* tag) {
+    to_16(master_, static_cast<ELEM(tag)*>(weights_), layer_elems() * c_.layers, s);
+  });
 }
 
 void Model::forward(cudaStream_t s, const LayerHooks* hooks) {
@@ -66,30 +83,35 @@ void Model::forward(cudaStream_t s, const LayerHooks* hooks) {
     if (hooks && hooks->before_forward) hooks->before_forward(l);
     gemm_.forward(acts_[l], weight(l, hooks), pre_[l], c_.batch, c_.hidden, c_.hidden, s);
     if (hooks && hooks->after_forward) hooks->after_forward(l);
-    gelu_forward(pre_[l], acts_[l + 1], act, s);
+    typed([&](auto* tag) {
+      using T = ELEM(tag);
+      gelu_forward(static_cast<const T*>(pre_[l]), static_cast<T*>(acts_[l + 1]), act, s);
+    });
   }
-  loss_and_grad(acts_[c_.layers], grad_a_, loss_, act, s);
+  typed([&](auto* tag) {
+    using T = ELEM(tag);
+    loss_and_grad(static_cast<const T*>(acts_[c_.layers]), static_cast<T*>(grad_a_), loss_, act,
+                  loss_scale_, s);
+  });
 }
 
 void Model::backward(const std::function<void*(int)>& grad, const std::function<void(int)>& ready,
                      cudaStream_t s, const LayerHooks* hooks) {
   const std::size_t act = std::size_t(c_.batch) * c_.hidden;
-  __nv_bfloat16* upstream = grad_a_;  // d loss / d acts_[l + 1]
-  __nv_bfloat16* scratch = grad_b_;
+  void* upstream = grad_a_;  // d loss / d acts_[l + 1]
+  void* scratch = grad_b_;
   gemm_.set_sm_count_target(backward_sms_);
   for (int l = c_.layers - 1; l >= 0; --l) {
     if (hooks && hooks->before_backward) hooks->before_backward(l);
     // Read before ready(l): a sharding engine may release the layer's weights
     // then (the product below is already ordered before any reuse of them).
-    const __nv_bfloat16* w = weight(l, hooks);
-    gelu_backward(pre_[l], upstream, scratch, act, s);  // d loss / d pre_[l]
-    if (c_.bf16_grads) {
-      gemm_.grad_weight(scratch, acts_[l], static_cast<__nv_bfloat16*>(grad(l)), c_.batch,
-                        c_.hidden, c_.hidden, s);
-    } else {
-      gemm_.grad_weight(scratch, acts_[l], static_cast<float*>(grad(l)), c_.batch, c_.hidden,
-                        c_.hidden, s);
-    }
+    const void* w = weight(l, hooks);
+    typed([&](auto* tag) {  // d loss / d pre_[l]
+      using T = ELEM(tag);
+      gelu_backward(static_cast<const T*>(pre_[l]), static_cast<const T*>(upstream),
+                    static_cast<T*>(scratch), act, s);
+    });
+    gemm_.grad_weight(scratch, acts_[l], grad(l), c_.half_grads, c_.batch, c_.hidden, c_.hidden, s);
     ready(l);
     if (l > 0) gemm_.grad_input(scratch, w, upstream, c_.batch, c_.hidden, c_.hidden, s);
   }
@@ -101,14 +123,17 @@ void Model::optimizer_step(const std::function<const void*(int)>& grad, int step
 }
 
 void Model::optimizer_step_layer(int l, const void* grad, int step, cudaStream_t s) {
-  std::size_t off = l * layer_elems();
-  if (c_.bf16_grads) {
-    adamw_step(master_ + off, static_cast<const __nv_bfloat16*>(grad), m_ + off, v_ + off,
-               weights_ + off, layer_elems(), adamw_, step, s);
-  } else {
-    adamw_step(master_ + off, static_cast<const float*>(grad), m_ + off, v_ + off, weights_ + off,
-               layer_elems(), adamw_, step, s);
-  }
+  const std::size_t off = l * layer_elems();
+  typed([&](auto* tag) {
+    using T = ELEM(tag);
+    T* w = static_cast<T*>(weights_) + off;
+    if (c_.half_grads)
+      adamw_step(master_ + off, static_cast<const T*>(grad), m_ + off, v_ + off, w, layer_elems(),
+                 adamw_, step, 1.0f / loss_scale_, s);
+    else
+      adamw_step(master_ + off, static_cast<const float*>(grad), m_ + off, v_ + off, w,
+                 layer_elems(), adamw_, step, 1.0f / loss_scale_, s);
+  });
 }
 
 float Model::take_loss(int steps, cudaStream_t s) {

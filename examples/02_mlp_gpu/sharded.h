@@ -35,10 +35,11 @@ inline std::unique_ptr<rtd::FSDP> shard_model(rtd::Context& ctx, const Model& mo
   return fsdp;
 }
 
-// Hooks that read layer l's bf16 weights from FSDP (param_dtype bfloat16).
+// Hooks that read layer l's 16-bit weights from FSDP (param_dtype bfloat16 or
+// float16, the model's products' type).
 inline LayerHooks fsdp_hooks(rtd::FSDP& fsdp, rtd::StreamRef s) {
   return LayerHooks{
-      .weight = [&fsdp](int l) { return static_cast<const __nv_bfloat16*>(fsdp.param(l, 0).data); },
+      .weight = [&fsdp](int l) { return static_cast<const void*>(fsdp.param(l, 0).data); },
       .before_forward = [&fsdp, s](int l) { fsdp.pre_forward(l, s); },
       .after_forward = [&fsdp, s](int l) { fsdp.post_forward(l, s); },
       .before_backward = [&fsdp, s](int l) { fsdp.pre_backward(l, s); }};
