@@ -466,7 +466,7 @@ int main(int argc, char** argv) {
           r.backward_sms ? std::to_string(r.backward_sms).c_str() : "all", r.step_ms,
           single / r.step_ms, r.step_ms - single, r.forward_ms, r.backward_ms, r.after_ms, r.joules,
           r.watts, r.sm_mhz, r.model_gib, r.device_gib, r.states_gib);
-      if (r.loss_scale > 0)
+      if (!precision_suffix(r).empty() && r.loss_scale > 0)
         std::printf("#   %s: %d of %d steps skipped by the loss scale, %.0f at the end\n",
                     r.mode.c_str(), r.skipped, warmup + steps, r.loss_scale);
       if (out) {
