@@ -174,7 +174,7 @@ Placement rendezvous(const LaunchOptions& o) {
 std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
                                      const EnvMap& parent_env, int attempt) {
   std::vector<WorkerSpec> specs;
-  const auto& node = p.layout.nodes(p.layout.node_rank());
+  const auto& node = p.layout.node();
   for (int local = 0; local < node.nproc(); ++local) {
     specs.push_back(WorkerSpec{
         .global_rank = node.first_rank() + local,
@@ -246,7 +246,7 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
   const int node_rank = p.layout.node_rank();
   log::setup("dtrun node " + std::to_string(node_rank), env_config.log_spec);
   logger->info("joined: node {} of {}, {} workers, world size {}, store {}", node_rank,
-               p.layout.nodes_size(), o.nproc_per_node, p.layout.world_size(), p.store_addr);
+               p.layout.nnodes(), o.nproc_per_node, p.layout.world_size(), p.store_addr);
 
   // Until now a signal ends dtrun at once (nothing to stop); from here on it is
   // forwarded to the workers.

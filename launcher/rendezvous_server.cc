@@ -4,6 +4,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "launcher/net.h"
 #include "launcher/round.h"
 #include "rendezvous.grpc.pb.h"
@@ -14,7 +18,10 @@
 namespace rtd::launcher {
 namespace {
 
-class RendezvousService final : public proto::Rendezvous::Service {
+// Join through gRPC's callback API: a waiting agent holds no server thread,
+// so one server can hold thousands of them (bench/rendezvous_scale). A
+// thread of our own expires the joins whose deadline passed.
+class RendezvousService final : public proto::Rendezvous::CallbackService {
  public:
   RendezvousService(const ServerOptions& o)
       : token_(o.token),
@@ -22,16 +29,41 @@ class RendezvousService final : public proto::Rendezvous::Service {
                            .nproc_per_node = o.nproc_per_node,
                            .fingerprint = o.fingerprint,
                            .master_port = o.master_port,
-                           .run_id = random_token().substr(0, 12)}) {}
+                           .run_id = random_token().substr(0, 12)}),
+        expirer_([this] {
+          std::unique_lock<std::mutex> lock(mu_);
+          while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) {
+            lock.unlock();
+            round_.expire(std::chrono::system_clock::now());
+            lock.lock();
+          }
+        }) {}
+  ~RendezvousService() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    expirer_.join();
+  }
 
-  grpc::Status Join(grpc::ServerContext* ctx, const proto::JoinRequest* req,
-                    proto::JoinResponse* resp) override {
-    return guarded(ctx, token_, [&] {
-      // Answer half a second before the caller's deadline, so that it reads our
-      // explanation (who joined) rather than a bare DEADLINE_EXCEEDED.
-      auto deadline = ctx->deadline() - std::chrono::milliseconds(500);
-      *resp = round_.join(*req, deadline);
-    });
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const proto::JoinRequest* req,
+                                 proto::JoinResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    grpc::Status auth = check_token(ctx, token_);
+    if (!auth.ok()) {
+      reactor->Finish(auth);
+      return reactor;
+    }
+    // Answer half a second before the caller's deadline, so that it reads our
+    // explanation (who joined) rather than a bare DEADLINE_EXCEEDED.
+    auto deadline = ctx->deadline() - std::chrono::milliseconds(500);
+    round_.join_async(*req, deadline,
+                      [reactor, resp](const proto::JoinResponse* layout, const Error* error) {
+                        if (layout) *resp = *layout;
+                        reactor->Finish(layout ? grpc::Status::OK : to_status(*error));
+                      });
+    return reactor;
   }
 
   void cancel() { round_.cancel("the rendezvous host is shutting down"); }
@@ -39,6 +71,10 @@ class RendezvousService final : public proto::Rendezvous::Service {
  private:
   std::string token_;
   Round round_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread expirer_;
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "launcher/round.h"
 
 #include <algorithm>
+#include <future>
 
 #include "rt_dist/error.h"
 
@@ -25,7 +26,8 @@ std::string Round::mismatch(const proto::JoinRequest& r) const {
     return "node at " + r.host() + " asked for --node-rank=" + std::to_string(r.node_rank()) +
            " but --nnodes=" + std::to_string(config_.nnodes);
   }
-  for (const auto& [id, other] : joined_) {
+  for (const Joined& j : joined_) {
+    const proto::JoinRequest& other = j.request;
     if (r.node_rank() >= 0 && other.node_rank() == r.node_rank()) {
       return "nodes at " + other.host() + " and " + r.host() +
              " both asked for --node-rank=" + std::to_string(r.node_rank());
@@ -34,10 +36,10 @@ std::string Round::mismatch(const proto::JoinRequest& r) const {
   return "";
 }
 
-void Round::close_locked() {
+void Round::close_locked(std::vector<Answer>* answers) {
   std::vector<bool> taken(config_.nnodes, false);
-  for (const auto& [id, j] : joined_) {
-    if (j.node_rank() >= 0) taken[j.node_rank()] = true;
+  for (const Joined& j : joined_) {
+    if (j.request.node_rank() >= 0) taken[j.request.node_rank()] = true;
   }
   // Nodes without --node-rank take the free ranks in a stable order: by
   // address, then by arrival.
@@ -55,73 +57,126 @@ void Round::close_locked() {
     j->request.set_node_rank(next_free);
   }
   std::vector<proto::JoinRequest> by_rank(config_.nnodes);
-  for (const auto& [id, j] : joined_) by_rank[j.node_rank()] = j;
+  for (const Joined& j : joined_) by_rank[j.request.node_rank()] = j.request;
   layout_.set_world_size(config_.nnodes * config_.nproc_per_node);
+  layout_.set_nnodes(config_.nnodes);
   layout_.set_master_addr(by_rank[0].host());
   layout_.set_master_port(config_.master_port);
   layout_.set_run_id(config_.run_id);
   layout_.set_round(0);
-  for (int n = 0; n < config_.nnodes; ++n) {
-    auto* node = layout_.add_nodes();
-    node->set_host(by_rank[n].host());
+  closed_ = true;
+  for (Joined& j : joined_) {
+    const int n = j.request.node_rank();
+    proto::JoinResponse response = layout_;
+    response.set_node_rank(n);
+    proto::NodeInfo* node = response.mutable_node();
+    node->set_host(j.request.host());
     node->set_node_rank(n);
     node->set_nproc(config_.nproc_per_node);
     node->set_first_rank(n * config_.nproc_per_node);
+    answers->push_back(Answer{std::move(j.done), std::move(response), std::nullopt});
   }
-  closed_ = true;
+}
+
+void Round::fail_locked(const std::string& why, std::vector<Answer>* answers) {
+  if (failure_.empty()) failure_ = why;
+  for (Joined& j : joined_) {
+    if (j.done)
+      answers->push_back(
+          Answer{std::move(j.done), std::nullopt, Error(ErrorCategory::kConfig, failure_)});
+  }
+  joined_.clear();
+}
+
+void Round::deliver(std::vector<Answer>& answers) {
+  for (Answer& a : answers) {
+    if (!a.done) continue;
+    if (a.layout)
+      a.done(&*a.layout, nullptr);
+    else
+      a.done(nullptr, &*a.error);
+  }
 }
 
 std::string Round::joined_summary_locked() const {
   std::string out;
-  for (const auto& [id, j] : joined_) out += (out.empty() ? "" : ", ") + j.host();
+  for (const Joined& j : joined_) out += (out.empty() ? "" : ", ") + j.request.host();
   return out.empty() ? "none" : out;
+}
+
+void Round::join_async(const proto::JoinRequest& request,
+                       std::chrono::system_clock::time_point deadline, Done done) {
+  std::vector<Answer> answers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.empty() && closed_) {
+      answers.push_back(
+          Answer{std::move(done), std::nullopt,
+                 Error(ErrorCategory::kConfig, "rendezvous: all " + std::to_string(config_.nnodes) +
+                                                   " nodes have already joined; node at " +
+                                                   request.host() + " is one too many")});
+    } else if (!failure_.empty()) {
+      answers.push_back(
+          Answer{std::move(done), std::nullopt, Error(ErrorCategory::kConfig, failure_)});
+    } else if (std::string why = mismatch(request); !why.empty()) {
+      answers.push_back(Answer{std::move(done), std::nullopt,
+                               Error(ErrorCategory::kConfig, "rendezvous failed: " + why)});
+      fail_locked("rendezvous failed: " + why, &answers);
+    } else {
+      joined_.push_back(Joined{next_id_++, request, deadline, std::move(done)});
+      if (static_cast<int>(joined_.size()) == config_.nnodes) close_locked(&answers);
+    }
+  }
+  deliver(answers);
+}
+
+void Round::expire(std::chrono::system_clock::time_point now) {
+  std::vector<Answer> answers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || !failure_.empty()) return;
+    const std::string summary = joined_summary_locked();
+    const std::size_t before = joined_.size();
+    for (auto it = joined_.begin(); it != joined_.end();) {
+      if (it->deadline > now) {
+        ++it;
+        continue;
+      }
+      answers.push_back(
+          Answer{std::move(it->done), std::nullopt,
+                 Error(ErrorCategory::kTimeout,
+                       "rendezvous: only " + std::to_string(before) + " of " +
+                           std::to_string(config_.nnodes) + " nodes joined before the timeout (" +
+                           summary + "); start dtrun on the other nodes with the same --rdzv")});
+      it = joined_.erase(it);
+    }
+  }
+  deliver(answers);
 }
 
 proto::JoinResponse Round::join(const proto::JoinRequest& request,
                                 std::chrono::system_clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (failure_.empty() && closed_) {
-    throw Error(ErrorCategory::kConfig, "rendezvous: all " + std::to_string(config_.nnodes) +
-                                            " nodes have already joined; node at " +
-                                            request.host() + " is one too many");
-  }
-  if (failure_.empty()) {
-    std::string why = mismatch(request);
-    if (!why.empty()) {
-      failure_ = "rendezvous failed: " + why;
-      cv_.notify_all();
-    }
-  }
-  if (!failure_.empty()) throw Error(ErrorCategory::kConfig, failure_);
-  const int id = next_id_++;
-  joined_.push_back(Joined{id, request});
-  auto mine = [&] {
-    return std::find_if(joined_.begin(), joined_.end(),
-                        [&](const Joined& j) { return j.id == id; });
-  };
-  if (static_cast<int>(joined_.size()) == config_.nnodes) {
-    close_locked();
-    cv_.notify_all();
-  }
-  bool finished = cv_.wait_until(lock, deadline, [&] { return closed_ || !failure_.empty(); });
-  if (!failure_.empty()) throw Error(ErrorCategory::kConfig, failure_);
-  if (!finished) {
-    std::string summary = joined_summary_locked();
-    joined_.erase(mine());
-    throw Error(ErrorCategory::kTimeout,
-                "rendezvous: only " + std::to_string(joined_.size() + 1) + " of " +
-                    std::to_string(config_.nnodes) + " nodes joined before the timeout (" +
-                    summary + "); start dtrun on the other nodes with the same --rdzv");
-  }
-  proto::JoinResponse response = layout_;
-  response.set_node_rank(mine()->request.node_rank());
-  return response;
+  std::promise<proto::JoinResponse> answer;
+  auto result = answer.get_future();
+  join_async(request, deadline, [&answer](const proto::JoinResponse* layout, const Error* error) {
+    if (layout)
+      answer.set_value(*layout);
+    else
+      answer.set_exception(std::make_exception_ptr(*error));
+  });
+  constexpr auto kTick = std::chrono::milliseconds(20);
+  while (result.wait_for(kTick) != std::future_status::ready)
+    expire(std::chrono::system_clock::now());
+  return result.get();
 }
 
 void Round::cancel(const std::string& why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!closed_ && failure_.empty()) failure_ = "rendezvous cancelled: " + why;
-  cv_.notify_all();
+  std::vector<Answer> answers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_ && failure_.empty()) fail_locked("rendezvous cancelled: " + why, &answers);
+  }
+  deliver(answers);
 }
 
 }  // namespace rtd::launcher

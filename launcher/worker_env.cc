@@ -6,7 +6,7 @@ namespace rtd::launcher {
 std::vector<std::string> build_worker_env(const WorkerEnvInput& in) {
   EnvMap env = *in.parent;
   const auto& layout = *in.layout;
-  const auto& node = layout.nodes(layout.node_rank());
+  const auto& node = layout.node();
   const int nproc = node.nproc();
   auto put = [&](const char* key, const std::string& value) { env[key] = value; };
   put("RANK", std::to_string(node.first_rank() + in.local_rank));
@@ -14,7 +14,7 @@ std::vector<std::string> build_worker_env(const WorkerEnvInput& in) {
   put("WORLD_SIZE", std::to_string(layout.world_size()));
   put("LOCAL_WORLD_SIZE", std::to_string(nproc));
   put("GROUP_RANK", std::to_string(layout.node_rank()));
-  put("GROUP_WORLD_SIZE", std::to_string(layout.nodes_size()));
+  put("GROUP_WORLD_SIZE", std::to_string(layout.nnodes()));
   put("ROLE_RANK", std::to_string(node.first_rank() + in.local_rank));
   put("ROLE_WORLD_SIZE", std::to_string(layout.world_size()));
   put("ROLE_NAME", "default");

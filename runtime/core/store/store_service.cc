@@ -8,7 +8,7 @@ namespace {
 constexpr std::chrono::milliseconds kWaitSlice{200};
 }  // namespace
 
-grpc::Status check_token(grpc::ServerContext* ctx, const std::string& token) {
+grpc::Status check_token(grpc::ServerContextBase* ctx, const std::string& token) {
   if (token.empty()) return grpc::Status::OK;  // an unauthenticated job (dtrun warned)
   const auto& md = ctx->client_metadata();
   auto it = md.find(kTokenMetadataKey);

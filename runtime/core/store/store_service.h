@@ -14,7 +14,7 @@
 namespace rtd {
 
 // OK when the call carries `token`; UNAUTHENTICATED or PERMISSION_DENIED otherwise.
-grpc::Status check_token(grpc::ServerContext* ctx, const std::string& token);
+grpc::Status check_token(grpc::ServerContextBase* ctx, const std::string& token);
 grpc::Status to_status(const Error& e);
 
 // Runs body after the token check, converting rtd::Error to a status.

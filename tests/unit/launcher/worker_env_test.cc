@@ -21,12 +21,10 @@ TEST(WorkerEnv, TorchrunAndDtrunVariablesForTheSecondNode) {
   layout.set_master_addr("10.0.0.1");
   layout.set_master_port(4000);
   layout.set_run_id("job7");
-  for (int n = 0; n < 2; ++n) {
-    auto* node = layout.add_nodes();
-    node->set_node_rank(n);
-    node->set_nproc(4);
-    node->set_first_rank(4 * n);
-  }
+  layout.set_nnodes(2);
+  layout.mutable_node()->set_node_rank(1);
+  layout.mutable_node()->set_nproc(4);
+  layout.mutable_node()->set_first_rank(4);
   EnvMap parent{{"PATH", "/bin"}, {"NCCL_NVLS_ENABLE", "0"}, {"RANK", "stale"}};
   std::vector<std::pair<std::string, std::string>> overrides{{"NCCL_DEBUG", "INFO"},
                                                              {"OMP_NUM_THREADS", "4"}};
@@ -63,7 +61,8 @@ TEST(WorkerEnv, TorchrunAndDtrunVariablesForTheSecondNode) {
 TEST(WorkerEnv, OmpNumThreadsDefaultsToOne) {
   proto::JoinResponse layout;
   layout.set_world_size(1);
-  layout.add_nodes()->set_nproc(1);
+  layout.set_nnodes(1);
+  layout.mutable_node()->set_nproc(1);
   EnvMap parent;
   auto env = as_map(build_worker_env(WorkerEnvInput{.parent = &parent, .layout = &layout}));
   EXPECT_EQ(env["OMP_NUM_THREADS"], "1");

@@ -5,7 +5,9 @@
 //     kPeerPoll (two checks and its heartbeat add) and node 0's scan of every
 //     node's counter, at the agent's interval; the server's CPU time over that
 //     window, as a fraction of one core.
-// The server runs in a child process, so that its CPU time is its own.
+// The server runs in a child process, so that its CPU time is its own; the
+// child execs this program again (--serve), since gRPC does not survive a fork
+// of a process that has used it.
 //   rendezvous_scale --agents 1024,4096,16384 --connections 32 --heartbeat-s 5
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -204,6 +206,7 @@ long long heartbeats(const Channels& channels, int n, double seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--serve") serve(std::stoi(argv[2]), std::stoi(argv[3]));
   std::vector<int> agents{1024, 4096};
   int connections = 32;
   double heartbeat_s = 5;
@@ -230,7 +233,10 @@ int main(int argc, char** argv) {
     const pid_t child = fork();
     if (child == 0) {
       close(fds[0]);
-      serve(n, fds[1]);
+      const std::string nodes = std::to_string(n), fd = std::to_string(fds[1]);
+      execl("/proc/self/exe", argv[0], "--serve", nodes.c_str(), fd.c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
     }
     close(fds[1]);
     int port = 0;
