@@ -56,11 +56,11 @@ void Round::close_locked(std::vector<Answer>* answers) {
     taken[next_free] = true;
     j->request.set_node_rank(next_free);
   }
-  std::vector<proto::JoinRequest> by_rank(config_.nnodes);
-  for (const Joined& j : joined_) by_rank[j.request.node_rank()] = j.request;
   layout_.set_world_size(config_.nnodes * config_.nproc_per_node);
   layout_.set_nnodes(config_.nnodes);
-  layout_.set_master_addr(by_rank[0].host());
+  for (const Joined& j : joined_) {
+    if (j.request.node_rank() == 0) layout_.set_master_addr(j.request.host());
+  }
   layout_.set_master_port(config_.master_port);
   layout_.set_run_id(config_.run_id);
   layout_.set_round(0);
