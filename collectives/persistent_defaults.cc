@@ -34,7 +34,7 @@ class ShardCollectiveEach : public PersistentShardCollective {
       : comm_(comm), sources_(std::move(sources)), gather_(gather), op_(op) {}
 
   std::shared_ptr<Work> run(BufferView in, BufferView out, StreamRef stream) override {
-    validate::shard_source(gather_ ? "persistent all_gather" : "persistent reduce_scatter",
+    validate::shard_source(gather_ ? "persistent all_gather" : "persistent reduce_scatter", gather_,
                            sources_, in, out, comm_.rank(), comm_.size());
     return gather_ ? comm_.all_gather(in, out, stream) : comm_.reduce_scatter(in, out, op_, stream);
   }

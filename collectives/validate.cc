@@ -1,8 +1,6 @@
 // Argument checks shared by every backend.
 #include "collectives/validate.h"
 
-#include <string_view>
-
 #include "rt_dist/error.h"
 
 namespace rtd::validate {
@@ -99,9 +97,8 @@ void point_to_point(const char* op, const BufferView& buf, int peer, int rank, i
   if (peer == rank) fail(op, "peer is this rank");
 }
 
-SourcePlace shard_source(const char* op, const std::vector<BufferView>& sources,
+SourcePlace shard_source(const char* op, bool gather, const std::vector<BufferView>& sources,
                          const BufferView& in, const BufferView& out, int rank, int size) {
-  const bool gather = std::string_view(op).find("gather") != std::string_view::npos;
   SourcePlace place;
   const char* base = static_cast<const char*>(in.data);
   std::size_t span = in.bytes();

@@ -34,7 +34,7 @@ struct SourcePlace {
   std::size_t offset = 0;
   bool in_place_gather = false;
 };
-SourcePlace shard_source(const char* op, const std::vector<BufferView>& sources,
+SourcePlace shard_source(const char* op, bool gather, const std::vector<BufferView>& sources,
                          const BufferView& in, const BufferView& out, int rank, int size);
 
 }  // namespace rtd::validate

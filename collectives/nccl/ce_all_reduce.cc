@@ -9,15 +9,6 @@ namespace {
 
 enum FlagKind { kFinal = 0, kReduced = 1, kFlagKinds = 2 };
 
-// This rank's reason not to take part, from what it was asked (empty: none).
-std::string refusal_of(const CeSetup& setup) {
-  if (setup.op != ReduceOp::kSum && setup.op != ReduceOp::kAvg) return "op is not sum or average";
-  for (const BufferView& b : setup.buffers) {
-    if (!is_float_type(b.dtype)) return "dtype not float32, bfloat16 or float16";
-  }
-  return "";
-}
-
 }  // namespace
 
 std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& setup,
@@ -29,7 +20,7 @@ std::unique_ptr<CopyEngineAllReduce> CopyEngineAllReduce::create(const CeSetup& 
   }
   const int slots = kFlagKinds * static_cast<int>(setup.buffers.size());
   auto peers =
-      CePeers::create(setup, refusal_of(setup), slots, (setup.size - 1) * max_slot_bytes, why);
+      CePeers::create(setup, reduce_refusal(setup), slots, (setup.size - 1) * max_slot_bytes, why);
   if (!peers) return nullptr;
   return std::unique_ptr<CopyEngineAllReduce>(new CopyEngineAllReduce(setup, std::move(peers)));
 }

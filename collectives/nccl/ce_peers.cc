@@ -24,14 +24,23 @@ std::vector<std::string> all_gather_strings(Store& store, const std::string& key
   return all;
 }
 
-}  // namespace
-
+// Waits for work queued on stream without cuda*Synchronize (polls an event).
 void drain(cudaStream_t stream) {
   cudaEvent_t e = nullptr;
   if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return;
   cudaEventRecord(e, stream);
   while (cudaEventQuery(e) == cudaErrorNotReady) std::this_thread::yield();
   cudaEventDestroy(e);
+}
+
+}  // namespace
+
+std::string reduce_refusal(const CeSetup& setup) {
+  if (setup.op != ReduceOp::kSum && setup.op != ReduceOp::kAvg) return "op is not sum or average";
+  for (const BufferView& b : setup.buffers) {
+    if (!is_float_type(b.dtype)) return "dtype not float32, bfloat16 or float16";
+  }
+  return "";
 }
 
 CePeers::~CePeers() {
@@ -54,15 +63,6 @@ void CePeers::release_waits() {
   cudaMemsetAsync(flags_, 0x7f, flag_count_ * sizeof(unsigned), release_stream_);
 }
 
-int CePeers::buffer_holding(const void* p, std::size_t bytes) const {
-  const char* c = static_cast<const char*>(p);
-  for (std::size_t i = 0; i < buffers_.size(); ++i) {
-    const char* base = static_cast<const char*>(buffers_[i].data);
-    if (c >= base && c + bytes <= base + buffers_[i].bytes()) return static_cast<int>(i);
-  }
-  return -1;
-}
-
 std::shared_ptr<CePeers> CePeers::create(const CeSetup& setup, const std::string& refusal,
                                          int flag_slots, std::size_t scratch_bytes,
                                          std::string* why) {
@@ -82,7 +82,6 @@ std::shared_ptr<CePeers> CePeers::create(const CeSetup& setup, const std::string
   res->rank_ = setup.rank;
   res->size_ = setup.size;
   res->flag_slots_ = flag_slots;
-  res->buffers_ = setup.buffers;
   RankInfo mine;
   mine.ok = true;
   auto refuse = [&](const std::string& reason) {

@@ -62,8 +62,6 @@ class CePeers {
   char* scratch() const { return scratch_; }
   // Buffer i of rank r, mapped here (r != rank()).
   char* peer_buffer(int r, int i) const { return peer_buffers_[r][i]; }
-  // Which buffer holds [p, p + bytes) of this rank's memory; -1: none.
-  int buffer_holding(const void* p, std::size_t bytes) const;
 
  private:
   friend class CeCall;
@@ -71,7 +69,6 @@ class CePeers {
   void release_waits();
 
   int device_ = 0, rank_ = 0, size_ = 1, flag_slots_ = 0;
-  std::vector<BufferView> buffers_;
   cudaStream_t stream_ = nullptr;          // highest priority
   cudaStream_t release_stream_ = nullptr;  // for the abort hook's flag raise
   cudaEvent_t start_ = nullptr;            // recorded on the caller's stream
@@ -123,7 +120,8 @@ class CeCall {
   unsigned epoch_ = 0;
 };
 
-// Waits for work queued on stream without cuda*Synchronize (polls an event).
-void drain(cudaStream_t stream);
+// Why this rank cannot reduce setup's buffers with copy engines (empty: it can):
+// the addition does sum or average of float32, bfloat16 or float16.
+std::string reduce_refusal(const CeSetup& setup);
 
 }  // namespace rtd::nccl

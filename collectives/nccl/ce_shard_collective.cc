@@ -10,17 +10,6 @@ namespace {
 
 enum FlagSlot { kReady = 0, kDone = 1, kFlagSlots = 2 };
 
-bool reducible(DType dtype) { return is_float_type(dtype); }
-
-std::string refusal_of(const CeSetup& setup, bool gather) {
-  if (gather) return "";
-  if (setup.op != ReduceOp::kSum && setup.op != ReduceOp::kAvg) return "op is not sum or average";
-  for (const BufferView& b : setup.buffers) {
-    if (!reducible(b.dtype)) return "dtype not float32, bfloat16 or float16";
-  }
-  return "";
-}
-
 }  // namespace
 
 std::unique_ptr<CopyEngineShardCollective> CopyEngineShardCollective::create(const CeSetup& setup,
@@ -34,7 +23,7 @@ std::unique_ptr<CopyEngineShardCollective> CopyEngineShardCollective::create(con
       slot_bytes = std::max(slot_bytes, (block + 15) / 16 * 16);
     }
   }
-  auto peers = CePeers::create(setup, refusal_of(setup, gather), kFlagSlots,
+  auto peers = CePeers::create(setup, gather ? "" : reduce_refusal(setup), kFlagSlots,
                                (setup.size - 1) * slot_bytes, why);
   if (!peers) return nullptr;
   return std::unique_ptr<CopyEngineShardCollective>(
@@ -72,12 +61,13 @@ std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView o
     validate::all_gather(in, out, n, DeviceType::kCuda);
   } else {
     validate::reduce_scatter(in, out, setup_.op, n, DeviceType::kCuda);
-    if (!reducible(in.dtype)) {
+    if (!is_float_type(in.dtype)) {
       throw Error(ErrorCategory::kInvalidArgument,
                   std::string(op) + ": copy engines reduce float32, bfloat16 or float16 only");
     }
   }
-  const validate::SourcePlace place = validate::shard_source(op, setup_.buffers, in, out, me, n);
+  const validate::SourcePlace place =
+      validate::shard_source(op, gather_, setup_.buffers, in, out, me, n);
   CeCall call(*peers_, setup_.state,
               gather_ ? "persistent_all_gather" : "persistent_reduce_scatter",
               call_args(in, "source " + std::to_string(place.source) +
