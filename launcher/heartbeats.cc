@@ -1,34 +1,141 @@
-// Heartbeat counters under "dtrun/heartbeat/<node>", watched by node 0.
+// The agent's side of the Heartbeat call: a thread that keeps one call open.
 #include "launcher/heartbeats.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "rendezvous.grpc.pb.h"
+#include "runtime/core/store/grpc_status.h"
 
 namespace rtd::launcher {
 namespace {
-std::string key(int node) { return "dtrun/heartbeat/" + std::to_string(node); }
-std::string finished_key(int node) { return "dtrun/finished/" + std::to_string(node); }
+
+proto::HeartbeatRequest::State to_proto(NodeState state) {
+  return state == NodeState::kDone      ? proto::HeartbeatRequest::DONE
+         : state == NodeState::kLeaving ? proto::HeartbeatRequest::LEAVING
+                                        : proto::HeartbeatRequest::RUNNING;
+}
+
 }  // namespace
 
-Heartbeats::Heartbeats(int nnodes, std::chrono::milliseconds timeout)
-    : timeout_(timeout), seen_(nnodes, Seen{-1, std::chrono::steady_clock::now()}) {}
+std::chrono::milliseconds heartbeat_hold(std::chrono::milliseconds timeout) {
+  return std::max(std::chrono::milliseconds(100), timeout / 3);
+}
 
-void Heartbeats::beat(Store& store, int node_rank) { store.add(key(node_rank), 1); }
+struct HeartbeatClient::Impl {
+  std::string address;
+  std::string token;
+  std::chrono::milliseconds timeout;
+  std::unique_ptr<proto::Rendezvous::Stub> stub;
+  // What to beat for (round < 0: nothing yet); `version` counts watch() changes.
+  proto::HeartbeatRequest request;
+  long long version = 0;
+  std::optional<HeartbeatReply> news;
+  grpc::ClientContext* in_flight = nullptr;
+  bool stop = false;
+};
 
-void Heartbeats::finished(Store& store, int node_rank) { store.set(finished_key(node_rank), "1"); }
+HeartbeatClient::HeartbeatClient(const std::string& address, const std::string& token,
+                                 std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->address = address;
+  impl_->token = token;
+  impl_->timeout = timeout;
+  impl_->stub =
+      proto::Rendezvous::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  impl_->request.set_round(-1);
+  impl_->request.set_hold_ms(heartbeat_hold(timeout).count());
+  thread_ = std::thread([this] { loop(); });
+}
 
-std::optional<std::string> Heartbeats::find_silent(Store& store) {
-  auto now = std::chrono::steady_clock::now();
-  for (int node = 1; node < static_cast<int>(seen_.size()); ++node) {
-    long long value = store.add(key(node), 0);
-    Seen& s = seen_[node];
-    if (value != s.value) {
-      s = Seen{value, now};
-    } else if (now - s.since > timeout_ && !store.check({finished_key(node)})) {
-      return "node " + std::to_string(node) + " has not been heard from for " +
-             std::to_string(
-                 std::chrono::duration_cast<std::chrono::seconds>(now - s.since).count()) +
-             " s (its dtrun was killed, or its host is unreachable)";
+HeartbeatClient::~HeartbeatClient() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    impl_->stop = true;
+    if (impl_->in_flight) impl_->in_flight->TryCancel();
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void HeartbeatClient::watch(int round, int node_rank, NodeState state,
+                            const std::vector<std::string>& keys) {
+  std::lock_guard<std::mutex> lock(mu_);
+  proto::HeartbeatRequest& r = impl_->request;
+  const bool same = r.round() == round && r.node_rank() == node_rank &&
+                    r.state() == to_proto(state) &&
+                    std::equal(keys.begin(), keys.end(), r.keys().begin(), r.keys().end());
+  if (same) return;
+  r.set_round(round);
+  r.set_node_rank(node_rank);
+  r.set_state(to_proto(state));
+  r.clear_keys();
+  for (const std::string& key : keys) r.add_keys(key);
+  ++impl_->version;
+  impl_->news.reset();
+  if (impl_->in_flight) impl_->in_flight->TryCancel();
+  cv_.notify_all();
+}
+
+std::optional<HeartbeatReply> HeartbeatClient::news() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return impl_->news;
+}
+
+HeartbeatReply HeartbeatClient::beat_now(int round, int node_rank, NodeState state) {
+  proto::HeartbeatRequest req;
+  req.set_round(round);
+  req.set_node_rank(node_rank);
+  req.set_state(to_proto(state));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata(kTokenMetadataKey, impl_->token);
+  ctx.set_deadline(std::chrono::system_clock::now() + impl_->timeout);
+  proto::HeartbeatResponse resp;
+  grpc::Status status = impl_->stub->Heartbeat(&ctx, req, &resp);
+  if (!status.ok()) throw error_from_grpc(status, "heartbeat", impl_->address);
+  return HeartbeatReply{resp.failure(), resp.rejoin(), {}, ""};
+}
+
+void HeartbeatClient::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    // Nothing to beat for, or news not yet taken in by a watch() change:
+    // wait (after news, beat again each hold, as a sign of life).
+    const long long version = impl_->version;
+    if (impl_->request.round() < 0 || impl_->news) {
+      const auto hold = std::chrono::milliseconds(impl_->request.hold_ms());
+      cv_.wait_for(lock, hold, [&] { return impl_->stop || impl_->version != version; });
+      if (impl_->stop) return;
+      if (impl_->version != version || impl_->request.round() < 0) continue;
+    }
+    if (impl_->stop) return;
+    proto::HeartbeatRequest req = impl_->request;
+    const bool had_news = impl_->news.has_value();
+    if (had_news) req.set_hold_ms(0);  // a sign of life only
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(kTokenMetadataKey, impl_->token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(req.hold_ms()) +
+                     impl_->timeout / 2);
+    impl_->in_flight = &ctx;
+    lock.unlock();
+    proto::HeartbeatResponse resp;
+    grpc::Status status = impl_->stub->Heartbeat(&ctx, req, &resp);
+    lock.lock();
+    impl_->in_flight = nullptr;
+    if (impl_->stop) return;
+    if (impl_->version != version || had_news) continue;  // watch() changed, or a sign of life
+    if (!status.ok()) {
+      impl_->news = HeartbeatReply{
+          "", false, {}, error_from_grpc(status, "heartbeat", impl_->address).what()};
+      continue;
+    }
+    if (!resp.failure().empty() || resp.rejoin() || !resp.values().empty()) {
+      HeartbeatReply reply{resp.failure(), resp.rejoin(), {}, ""};
+      for (const auto& [key, value] : resp.values()) reply.values[key] = value;
+      impl_->news = std::move(reply);
     }
   }
-  return std::nullopt;
 }
 
 }  // namespace rtd::launcher

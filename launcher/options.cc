@@ -32,6 +32,7 @@ worker's exit code; 2 for bad flags; 1 for a failed rendezvous.)";
 const std::set<std::string> kValueFlags = {"--nproc-per-node",
                                            "--nproc_per_node",
                                            "--nnodes",
+                                           "--rdzv-last-call",
                                            "--node-rank",
                                            "--node_rank",
                                            "--rdzv",
@@ -175,7 +176,7 @@ std::string parse_endpoint(const std::string& text, LaunchOptions& o) {
 // The flags CLI11 reads as text, checked and converted with messages that name them.
 struct RawFlags {
   std::string nproc = "1", nnodes = "1", node_rank, rdzv_timeout = "600", max_restarts = "0",
-              grace = "5", heartbeat = "30", rdzv, token_file;
+              grace = "5", heartbeat = "30", rdzv, token_file, last_call = "5";
   std::vector<std::string> env;
   // torchrun's names for what dtrun does its own way.
   std::string rdzv_backend, master_addr, master_port, redirects, tee, local_ranks;
@@ -207,7 +208,8 @@ std::string torchrun_compat(const RawFlags& f, LaunchOptions& o, std::string* rd
             (f.master_port.empty() ? "29500" : f.master_port);
   }
   if (f.standalone) {
-    if (o.nnodes > 1) return "--standalone runs one node; leave out --nnodes=" + f.nnodes;
+    if (o.nnodes > 1 || o.min_nodes > 1)
+      return "--standalone runs one node; leave out --nnodes=" + f.nnodes;
     rdzv->clear();  // a local rendezvous on a free port
   }
   int tee = 0;
@@ -235,22 +237,45 @@ std::string torchrun_compat(const RawFlags& f, LaunchOptions& o, std::string* rd
   return "";
 }
 
-std::string convert(const RawFlags& f, const ParseContext& c, LaunchOptions& o) {
-  int rdzv_timeout = 0, grace = 0, heartbeat = 0;
+// --nnodes=N, or torchrun's elastic --nnodes=MIN:MAX.
+std::string to_nnodes(const std::string& text, LaunchOptions* o) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    std::string err = to_count("--nnodes", text, 1, 65536, &o->nnodes);
+    o->min_nodes = o->nnodes;
+    return err;
+  }
   for (std::string err :
-       {to_nproc(f.nproc, c, &o.nproc_per_node),
-        to_count("--nnodes", f.nnodes, 1, 65536, &o.nnodes),
+       {to_count("--nnodes (MIN)", text.substr(0, colon), 1, 65536, &o->min_nodes),
+        to_count("--nnodes (MAX)", text.substr(colon + 1), 1, 65536, &o->nnodes)}) {
+    if (!err.empty()) return err + " (--nnodes=MIN:MAX, e.g. --nnodes=2:4)";
+  }
+  if (o->min_nodes > o->nnodes)
+    return "--nnodes=" + text + ": MIN must not exceed MAX (--nnodes=MIN:MAX, e.g. --nnodes=2:4)";
+  return "";
+}
+
+std::string convert(const RawFlags& f, const ParseContext& c, LaunchOptions& o) {
+  int rdzv_timeout = 0, grace = 0, heartbeat = 0, last_call = 0;
+  for (std::string err :
+       {to_nproc(f.nproc, c, &o.nproc_per_node), to_nnodes(f.nnodes, &o),
         f.node_rank.empty() ? std::string()
                             : to_count("--node-rank", f.node_rank, 0, 65535, &o.node_rank),
         to_count("--rdzv-timeout", f.rdzv_timeout, 1, 86400, &rdzv_timeout),
         to_count("--max-restarts", f.max_restarts, 0, 1000, &o.max_restarts),
         to_count("--grace-period", f.grace, 0, 3600, &grace),
-        to_count("--heartbeat-timeout", f.heartbeat, 1, 86400, &heartbeat)}) {
+        to_count("--heartbeat-timeout", f.heartbeat, 1, 86400, &heartbeat),
+        to_count("--rdzv-last-call", f.last_call, 0, 3600, &last_call)}) {
     if (!err.empty()) return err;
   }
   o.rdzv_timeout = std::chrono::seconds(rdzv_timeout);
   o.grace_period = std::chrono::seconds(grace);
   o.heartbeat_timeout = std::chrono::seconds(heartbeat);
+  o.last_call = std::chrono::seconds(last_call);
+  if (o.min_nodes < o.nnodes && o.node_rank > 0)
+    return "--node-rank cannot be given with --nnodes=" + f.nnodes +
+           ": an elastic job numbers its nodes anew each round (the node owning the --rdzv "
+           "address is 0)";
   return "";
 }
 
@@ -310,7 +335,12 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
   app.footer(kExamples);
   app.add_option("--nproc-per-node,--nproc_per_node", f.nproc,
                  "workers on this node: a number, gpu, cpu or auto (GPUs if any, else CPUs)");
-  app.add_option("--nnodes", f.nnodes, "nodes in the job");
+  app.add_option("--nnodes", f.nnodes,
+                 "nodes in the job: N, or MIN:MAX for an elastic job (starts with MIN or more, "
+                 "takes in nodes that join later up to MAX, goes on without lost ones while MIN "
+                 "remain)");
+  app.add_option("--rdzv-last-call", f.last_call,
+                 "with --nnodes=MIN:MAX: seconds to wait for more nodes once MIN have joined");
   app.add_option("--node-rank,--node_rank", f.node_rank,
                  "this node's rank (default: the node owning the --rdzv address is 0, the "
                  "others are numbered by address)");

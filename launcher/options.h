@@ -12,8 +12,10 @@ namespace rtd::launcher {
 
 struct LaunchOptions {
   int nproc_per_node = 1;
-  int nnodes = 1;
-  int node_rank = -1;  // -1: decided at rendezvous
+  int nnodes = 1;                     // the most nodes (--nnodes=N, or MAX of --nnodes=MIN:MAX)
+  int min_nodes = 1;                  // the fewest the job runs with (N when fixed)
+  int node_rank = -1;                 // -1: decided at rendezvous
+  std::chrono::seconds last_call{5};  // --nnodes=MIN:MAX: after MIN joined, wait for more
   std::string rdzv_host = "127.0.0.1";
   int rdzv_port = 0;  // 0 with --nnodes=1: any free port
   bool rdzv_given = false;

@@ -1,8 +1,10 @@
 // RendezvousServer: the gRPC server that node rank 0's agent hosts: the job's
-// key-value Store and the Rendezvous that assigns node ranks. Rejects calls
-// without the job token. See docs/rendezvous.md for the round protocol.
+// key-value Store, and the Rendezvous that forms the rounds and hears the
+// members' heartbeats. Rejects calls without the job token. See
+// docs/rendezvous.md for the protocol.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -12,10 +14,13 @@ struct ServerOptions {
   std::string bind_ip;  // the --rdzv host's address, or 0.0.0.0 with --rdzv-bind-all
   int port = 0;         // 0: any free port
   std::string token;
-  int nnodes = 1;
+  int min_nodes = 1;  // --nnodes=MIN:MAX (both nnodes when fixed)
+  int max_nodes = 1;
   int nproc_per_node = 1;
   std::string fingerprint;  // of the rest of the configuration
   int master_port = 0;      // the free port on node 0 handed to workers as MASTER_PORT
+  std::chrono::milliseconds last_call{0};  // with a range: wait this long for more after MIN
+  std::chrono::milliseconds heartbeat_timeout{30000};  // a member silent this long is lost
 };
 
 class RendezvousServer {

@@ -1,30 +1,40 @@
-// The Join protocol of one rendezvous round (docs/rendezvous.md, "Round").
+// The Join protocol of one rendezvous round (docs/rendezvous.md, "Rounds").
 #include "launcher/round.h"
 
 #include <algorithm>
+#include <climits>
 #include <future>
 
 #include "rt_dist/error.h"
 
 namespace rtd::launcher {
 
+std::string nnodes_flag(int min_nodes, int max_nodes) {
+  return "--nnodes=" + std::to_string(min_nodes) +
+         (min_nodes == max_nodes ? "" : ":" + std::to_string(max_nodes));
+}
+
+Round::Round(RoundConfig config, SystemTime opened) : config_(std::move(config)), opened_(opened) {}
+
 std::string Round::mismatch(const proto::JoinRequest& r) const {
-  auto differ = [&](const char* flag, long theirs, long ours) {
-    return std::string("node at ") + r.host() + " was started with " + flag + "=" +
-           std::to_string(theirs) + " but node rank 0 with " + flag + "=" + std::to_string(ours) +
+  const std::string who = "node at " + r.host();
+  if (r.nnodes() != config_.max_nodes || r.min_nodes() != config_.min_nodes) {
+    return who + " was started with " + nnodes_flag(r.min_nodes(), r.nnodes()) +
+           " but node rank 0 with " + nnodes_flag(config_.min_nodes, config_.max_nodes) +
            "; start every node with the same flags";
-  };
-  if (r.nnodes() != config_.nnodes) return differ("--nnodes", r.nnodes(), config_.nnodes);
+  }
   if (r.nproc_per_node() != config_.nproc_per_node) {
-    return differ("--nproc-per-node", r.nproc_per_node(), config_.nproc_per_node);
+    return who + " was started with --nproc-per-node=" + std::to_string(r.nproc_per_node()) +
+           " but node rank 0 with --nproc-per-node=" + std::to_string(config_.nproc_per_node) +
+           "; start every node with the same flags";
   }
   if (r.fingerprint() != config_.fingerprint) {
-    return "node at " + r.host() + " runs a different configuration (" + r.fingerprint() +
-           " vs node rank 0's " + config_.fingerprint + "); start every node with the same flags";
+    return who + " runs a different configuration (" + r.fingerprint() + " vs node rank 0's " +
+           config_.fingerprint + "); start every node with the same flags";
   }
-  if (r.node_rank() >= config_.nnodes) {
-    return "node at " + r.host() + " asked for --node-rank=" + std::to_string(r.node_rank()) +
-           " but --nnodes=" + std::to_string(config_.nnodes);
+  if (r.node_rank() >= config_.max_nodes) {
+    return who + " asked for --node-rank=" + std::to_string(r.node_rank()) + " but " +
+           nnodes_flag(config_.min_nodes, config_.max_nodes);
   }
   for (const Joined& j : joined_) {
     const proto::JoinRequest& other = j.request;
@@ -36,18 +46,38 @@ std::string Round::mismatch(const proto::JoinRequest& r) const {
   return "";
 }
 
+bool Round::complete_locked() const {
+  const int n = static_cast<int>(joined_.size());
+  if (n >= config_.max_nodes) return true;
+  if (config_.previous.empty() || n < config_.min_nodes) return false;
+  for (const auto& [id, rank] : config_.previous) {
+    bool back = false;
+    for (const Joined& j : joined_) back = back || j.request.node_id() == id;
+    if (!back) return false;
+  }
+  return true;
+}
+
 void Round::close_locked(std::vector<Answer>* answers) {
-  std::vector<bool> taken(config_.nnodes, false);
+  const int nnodes = static_cast<int>(joined_.size());
+  std::vector<bool> taken(nnodes, false);
+  int restarts = 0;
   for (const Joined& j : joined_) {
     if (j.request.node_rank() >= 0) taken[j.request.node_rank()] = true;
+    restarts = std::max(restarts, j.request.restarts());
   }
-  // Nodes without --node-rank take the free ranks in a stable order: by
-  // address, then by arrival.
+  // Nodes without --node-rank take the free ranks in a stable order: the
+  // previous round's members in their order, then by address, then arrival.
+  auto order = [this](const Joined* j) {
+    auto it = config_.previous.find(j->request.node_id());
+    return it == config_.previous.end() ? INT_MAX : it->second;
+  };
   std::vector<Joined*> unranked;
   for (auto& j : joined_) {
     if (j.request.node_rank() < 0) unranked.push_back(&j);
   }
-  std::stable_sort(unranked.begin(), unranked.end(), [](const Joined* a, const Joined* b) {
+  std::stable_sort(unranked.begin(), unranked.end(), [&](const Joined* a, const Joined* b) {
+    if (order(a) != order(b)) return order(a) < order(b);
     return a->request.host() < b->request.host();
   });
   int next_free = 0;
@@ -56,18 +86,22 @@ void Round::close_locked(std::vector<Answer>* answers) {
     taken[next_free] = true;
     j->request.set_node_rank(next_free);
   }
-  layout_.set_world_size(config_.nnodes * config_.nproc_per_node);
-  layout_.set_nnodes(config_.nnodes);
+  proto::JoinResponse layout;
+  layout.set_world_size(nnodes * config_.nproc_per_node);
+  layout.set_nnodes(nnodes);
   for (const Joined& j : joined_) {
-    if (j.request.node_rank() == 0) layout_.set_master_addr(j.request.host());
+    if (j.request.node_rank() == 0) layout.set_master_addr(j.request.host());
   }
-  layout_.set_master_port(config_.master_port);
-  layout_.set_run_id(config_.run_id);
-  layout_.set_round(0);
+  layout.set_master_port(config_.master_port);
+  layout.set_run_id(config_.run_id);
+  layout.set_round(config_.round);
+  layout.set_restarts(restarts);
   closed_ = true;
+  members_.assign(nnodes, Member{});
   for (Joined& j : joined_) {
     const int n = j.request.node_rank();
-    proto::JoinResponse response = layout_;
+    members_[n] = Member{j.request.node_id(), j.request.host(), n};
+    proto::JoinResponse response = layout;
     response.set_node_rank(n);
     proto::NodeInfo* node = response.mutable_node();
     node->set_host(j.request.host());
@@ -104,58 +138,81 @@ std::string Round::joined_summary_locked() const {
   return out.empty() ? "none" : out;
 }
 
-void Round::join_async(const proto::JoinRequest& request,
-                       std::chrono::system_clock::time_point deadline, Done done) {
+void Round::join_async(const proto::JoinRequest& request, SystemTime deadline, Done done) {
   std::vector<Answer> answers;
+  auto refuse = [&](ErrorCategory category, const std::string& why) {
+    answers.push_back(Answer{std::move(done), std::nullopt, Error(category, why)});
+  };
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const bool newcomer = config_.previous.count(request.node_id()) == 0;
     if (failure_.empty() && closed_) {
-      answers.push_back(
-          Answer{std::move(done), std::nullopt,
-                 Error(ErrorCategory::kConfig, "rendezvous: all " + std::to_string(config_.nnodes) +
-                                                   " nodes have already joined; node at " +
-                                                   request.host() + " is one too many")});
+      refuse(ErrorCategory::kConfig, "rendezvous: all " + std::to_string(members_.size()) +
+                                         " nodes have already joined; node at " + request.host() +
+                                         " is one too many");
     } else if (!failure_.empty()) {
-      answers.push_back(
-          Answer{std::move(done), std::nullopt, Error(ErrorCategory::kConfig, failure_)});
+      refuse(ErrorCategory::kConfig, failure_);
     } else if (std::string why = mismatch(request); !why.empty()) {
-      answers.push_back(Answer{std::move(done), std::nullopt,
-                               Error(ErrorCategory::kConfig, "rendezvous failed: " + why)});
-      fail_locked("rendezvous failed: " + why, &answers);
+      refuse(ErrorCategory::kConfig, "rendezvous failed: " + why);
+      // Disagreement at the start fails every node; a newcomer to a running
+      // job that disagrees is turned away alone.
+      if (config_.previous.empty() || !newcomer) fail_locked("rendezvous failed: " + why, &answers);
     } else {
-      joined_.push_back(Joined{next_id_++, request, deadline, std::move(done)});
-      if (static_cast<int>(joined_.size()) == config_.nnodes) close_locked(&answers);
+      joined_.push_back(Joined{request, deadline, std::move(done)});
+      last_join_ = std::chrono::system_clock::now();
+      if (complete_locked()) close_locked(&answers);
     }
   }
   deliver(answers);
 }
 
-void Round::expire(std::chrono::system_clock::time_point now) {
+void Round::tick(SystemTime now) {
   std::vector<Answer> answers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || !failure_.empty()) return;
-    const std::string summary = joined_summary_locked();
-    const std::size_t before = joined_.size();
-    for (auto it = joined_.begin(); it != joined_.end();) {
-      if (it->deadline > now) {
-        ++it;
-        continue;
+    const int n = static_cast<int>(joined_.size());
+    const std::string flag = nnodes_flag(config_.min_nodes, config_.max_nodes);
+    if (config_.previous.empty()) {
+      // The first round: with a range, the last call after the minimum.
+      if (config_.min_nodes < config_.max_nodes && n >= config_.min_nodes &&
+          now >= last_join_ + config_.last_call) {
+        close_locked(&answers);
       }
-      answers.push_back(
-          Answer{std::move(it->done), std::nullopt,
-                 Error(ErrorCategory::kTimeout,
-                       "rendezvous: only " + std::to_string(before) + " of " +
-                           std::to_string(config_.nnodes) + " nodes joined before the timeout (" +
-                           summary + "); start dtrun on the other nodes with the same --rdzv")});
-      it = joined_.erase(it);
+    } else if (now >= opened_ + config_.rejoin_wait) {
+      // A re-formed round: those back go on without the missing, if enough.
+      if (n >= config_.min_nodes) {
+        close_locked(&answers);
+      } else {
+        fail_locked("only " + std::to_string(n) + " node(s) came back for round " +
+                        std::to_string(config_.round) + " within " +
+                        std::to_string(config_.rejoin_wait.count() / 1000) + " s (" +
+                        joined_summary_locked() + "), fewer than the " +
+                        std::to_string(config_.min_nodes) + " that " + flag + " needs",
+                    &answers);
+      }
+    }
+    if (!closed_ && failure_.empty()) {
+      const std::string summary = joined_summary_locked();
+      for (auto it = joined_.begin(); it != joined_.end();) {
+        if (it->deadline > now) {
+          ++it;
+          continue;
+        }
+        answers.push_back(Answer{
+            std::move(it->done), std::nullopt,
+            Error(ErrorCategory::kTimeout,
+                  "rendezvous: only " + std::to_string(n) + " of " +
+                      std::to_string(config_.min_nodes) + " nodes joined before the timeout (" +
+                      summary + "); start dtrun on the other nodes with the same --rdzv")});
+        it = joined_.erase(it);
+      }
     }
   }
   deliver(answers);
 }
 
-proto::JoinResponse Round::join(const proto::JoinRequest& request,
-                                std::chrono::system_clock::time_point deadline) {
+proto::JoinResponse Round::join(const proto::JoinRequest& request, SystemTime deadline) {
   std::promise<proto::JoinResponse> answer;
   auto result = answer.get_future();
   join_async(request, deadline, [&answer](const proto::JoinResponse* layout, const Error* error) {
@@ -166,7 +223,7 @@ proto::JoinResponse Round::join(const proto::JoinRequest& request,
   });
   constexpr auto kTick = std::chrono::milliseconds(20);
   while (result.wait_for(kTick) != std::future_status::ready)
-    expire(std::chrono::system_clock::now());
+    tick(std::chrono::system_clock::now());
   return result.get();
 }
 
@@ -177,6 +234,39 @@ void Round::cancel(const std::string& why) {
     if (!closed_ && failure_.empty()) fail_locked("rendezvous cancelled: " + why, &answers);
   }
   deliver(answers);
+}
+
+void Round::forget(const std::string& node_id) {
+  std::vector<Answer> answers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (config_.previous.erase(node_id) && !closed_ && failure_.empty() && complete_locked())
+      close_locked(&answers);
+  }
+  deliver(answers);
+}
+
+bool Round::closed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+std::string Round::failure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+std::vector<Round::Member> Round::members() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return members_;
+}
+
+bool Round::has_joined(const std::string& node_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Joined& j : joined_) {
+    if (j.request.node_id() == node_id) return true;
+  }
+  return false;
 }
 
 }  // namespace rtd::launcher

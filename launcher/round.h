@@ -1,10 +1,18 @@
-// Round: one rendezvous round on the server. Collects nnodes joins, checks that
+// Round: one rendezvous round on the server. Collects the joins, checks that
 // every agent runs the same configuration, assigns node ranks and hands every
-// agent the same world layout. Free of gRPC so that it is unit-tested directly.
+// agent its part of the world layout. Free of gRPC so that it is unit-tested
+// directly; Membership (membership.h) chains rounds into a job.
+//
+// A round closes when max_nodes agents joined; with a range (min < max),
+// also once min joined and the last call passed without a new one. A round
+// that re-forms a running job (`previous` not empty) closes as soon as every
+// previous member is back (newcomers with them, up to max), or after
+// rejoin_wait with those back if they are at least min.
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -15,41 +23,61 @@
 
 namespace rtd::launcher {
 
+using SystemTime = std::chrono::system_clock::time_point;
+
 struct RoundConfig {
-  int nnodes = 1;
+  int round = 0;
+  int min_nodes = 1;
+  int max_nodes = 1;
   int nproc_per_node = 1;
   std::string fingerprint;
   int master_port = 0;
   std::string run_id;
+  std::map<std::string, int> previous;  // node_id -> node rank in the round before
+  std::chrono::milliseconds last_call{0};
+  std::chrono::milliseconds rejoin_wait{30000};
 };
+
+// "--nnodes=N" or "--nnodes=MIN:MAX", as the user typed it.
+std::string nnodes_flag(int min_nodes, int max_nodes);
 
 class Round {
  public:
   // An agent's answer: its layout, or the error that ended its wait.
   using Done = std::function<void(const proto::JoinResponse*, const Error*)>;
+  struct Member {
+    std::string node_id;
+    std::string host;
+    int node_rank = 0;
+  };
 
-  explicit Round(RoundConfig config) : config_(std::move(config)) {}
+  explicit Round(RoundConfig config, SystemTime opened = std::chrono::system_clock::now());
 
   // Returns at once; done runs exactly once, on some thread, when the round
-  // closes (every agent's layout), fails (kConfig: this or another agent
-  // disagrees; every waiting agent gets the same error), or when expire()
-  // finds deadline passed (kTimeout naming who joined). Thread-safe. No thread
-  // waits for an agent: a server holds thousands of joins this way.
-  void join_async(const proto::JoinRequest& request, std::chrono::system_clock::time_point deadline,
-                  Done done);
-  // Fails the joins whose deadline is before now (the server calls it
-  // periodically).
-  void expire(std::chrono::system_clock::time_point now);
-  // join_async, waited for: returns the layout or throws the error.
-  proto::JoinResponse join(const proto::JoinRequest& request,
-                           std::chrono::system_clock::time_point deadline);
+  // closes (with this agent's layout), fails (kConfig: this or another agent
+  // disagrees; every waiting agent gets the same error, except in a re-formed
+  // round, where only a disagreeing newcomer is turned away), or when tick()
+  // finds its deadline passed (kTimeout naming who joined). Thread-safe. No
+  // thread waits for an agent: a server holds thousands of joins this way.
+  void join_async(const proto::JoinRequest& request, SystemTime deadline, Done done);
+  // Fails the joins whose deadline passed and closes the round when its last
+  // call or its rejoin wait is over (the server calls it periodically).
+  void tick(SystemTime now);
+  // join_async, waited for (ticking): returns the layout or throws the error.
+  proto::JoinResponse join(const proto::JoinRequest& request, SystemTime deadline);
   void cancel(const std::string& why);
+  // A previous member that will not come back (lost): the round stops waiting for it.
+  void forget(const std::string& node_id);
+
+  bool closed();
+  std::string failure();          // empty unless the round failed
+  std::vector<Member> members();  // once closed, by node rank
+  bool has_joined(const std::string& node_id);
 
  private:
   struct Joined {
-    int id;
     proto::JoinRequest request;
-    std::chrono::system_clock::time_point deadline;
+    SystemTime deadline;
     Done done;
   };
   // The callbacks to run, with what to pass, once the lock is released.
@@ -59,18 +87,20 @@ class Round {
     std::optional<Error> error;
   };
   std::string mismatch(const proto::JoinRequest& request) const;
+  bool complete_locked() const;
   void close_locked(std::vector<Answer>* answers);
   void fail_locked(const std::string& why, std::vector<Answer>* answers);
   std::string joined_summary_locked() const;
   static void deliver(std::vector<Answer>& answers);
 
-  const RoundConfig config_;
+  RoundConfig config_;
+  const SystemTime opened_;
   std::mutex mu_;
   std::vector<Joined> joined_;  // waiting, in arrival order (all of them once closed)
-  int next_id_ = 0;
+  SystemTime last_join_{};
   bool closed_ = false;
   std::string failure_;
-  proto::JoinResponse layout_;
+  std::vector<Member> members_;
 };
 
 }  // namespace rtd::launcher

@@ -43,9 +43,13 @@ struct Outcome {
   std::string reason;
   // kWorkerFailed: when the first worker ended (wall clock, comparable across nodes).
   std::chrono::system_clock::time_point failed_at{};
-  // kStopRequested because another node's worker failed in this attempt:
-  // the job restarts where restarts are left.
+  // kStopRequested because another node's worker failed in this round: the
+  // job restarts where restarts are left.
   bool restart = false;
+  // kStopRequested because the job's membership changes (a node joined, or one
+  // was lost with enough left): the workers restart in the new round without
+  // spending a restart.
+  bool rejoin = false;
 };
 
 // Returns nothing while the workers should go on, else the outcome to end with

@@ -20,12 +20,12 @@ std::vector<std::string> build_worker_env(const WorkerEnvInput& in) {
   put("ROLE_NAME", "default");
   put("MASTER_ADDR", layout.master_addr());
   put("MASTER_PORT", std::to_string(layout.master_port()));
-  put("TORCHELASTIC_RESTART_COUNT", std::to_string(in.attempt));
+  put("TORCHELASTIC_RESTART_COUNT", std::to_string(in.restarts));
   put("TORCHELASTIC_MAX_RESTARTS", std::to_string(in.max_restarts));
   put("TORCHELASTIC_RUN_ID", layout.run_id());
   put("DTRUN_STORE", in.store_addr);
   put("DTRUN_TOKEN", in.token);
-  put("DTRUN_ROUND", std::to_string(in.attempt));
+  put("DTRUN_ROUND", std::to_string(in.round));
   put("DTRUN_ADDR", in.node_addr);
   if (env.find("OMP_NUM_THREADS") == env.end()) put("OMP_NUM_THREADS", "1");
   if (in.overrides) {

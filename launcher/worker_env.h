@@ -17,7 +17,8 @@ struct WorkerEnvInput {
   std::string store_addr;  // host:port of the gRPC store
   std::string token;
   std::string node_addr;  // this node's address for CPU collectives
-  int attempt = 0;        // restart count, also the store round
+  int round = 0;          // the rendezvous round: the workers' store prefix
+  int restarts = 0;       // failure restarts spent so far
   int max_restarts = 0;
   const std::vector<std::pair<std::string, std::string>>* overrides = nullptr;
 };

@@ -1,10 +1,10 @@
 // rendezvous_scale: N simulated agents against dtrun's real rendezvous server.
 //  1. join-to-start: N Join calls, issued at once over the real gRPC protocol
 //     (asynchronously, over a few connections), until the last layout arrives;
-//  2. heartbeats: for a few seconds, the store calls every agent makes each
-//     kPeerPoll (two checks and its heartbeat add) and node 0's scan of every
-//     node's counter, at the agent's interval; the server's CPU time over that
-//     window, as a fraction of one core.
+//  2. heartbeats: for a few seconds, the Heartbeat call every agent keeps
+//     open (launcher/heartbeats.h), held by the server for heartbeat_hold()
+//     and sent again, watching the two failure keys an agent watches; the
+//     server's CPU time over that window, as a fraction of one core.
 // The server runs in a child process, so that its CPU time is its own; the
 // child execs this program again (--serve), since gRPC does not survive a fork
 // of a process that has used it.
@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/heartbeats.h"
 #include "launcher/rendezvous_server.h"
 #include "rendezvous.grpc.pb.h"
 #include "runtime/core/store/grpc_status.h"
@@ -32,7 +33,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr const char* kToken = "bench";
 constexpr const char* kFingerprint = "max_restarts=0";
-constexpr std::chrono::milliseconds kPeerPoll{500};  // launcher/agent.cc's interval
+constexpr std::chrono::seconds kTimeout{30};  // dtrun's default --heartbeat-timeout
 
 std::vector<int> counts(const std::string& list) {
   std::vector<int> out;
@@ -44,13 +45,16 @@ std::vector<int> counts(const std::string& list) {
 // The child: a rendezvous server for n nodes; writes its port, then serves
 // until killed.
 [[noreturn]] void serve(int n, int port_pipe) {
-  rtd::launcher::RendezvousServer server(rtd::launcher::ServerOptions{.bind_ip = "127.0.0.1",
-                                                                      .port = 0,
-                                                                      .token = kToken,
-                                                                      .nnodes = n,
-                                                                      .nproc_per_node = 1,
-                                                                      .fingerprint = kFingerprint,
-                                                                      .master_port = 1});
+  rtd::launcher::RendezvousServer server(
+      rtd::launcher::ServerOptions{.bind_ip = "127.0.0.1",
+                                   .port = 0,
+                                   .token = kToken,
+                                   .min_nodes = n,
+                                   .max_nodes = n,
+                                   .nproc_per_node = 1,
+                                   .fingerprint = kFingerprint,
+                                   .master_port = 1,
+                                   .heartbeat_timeout = kTimeout});
   const int port = server.port();
   if (write(port_pipe, &port, sizeof(port)) != sizeof(port)) _exit(1);
   close(port_pipe);
@@ -107,7 +111,10 @@ double join_all(const Channels& channels, int n) {
                  std::to_string(a % 256));
     req.set_nproc_per_node(1);
     req.set_nnodes(n);
+    req.set_min_nodes(n);
     req.set_node_rank(a == 0 ? 0 : -1);
+    req.set_node_id("agent" + std::to_string(a));
+    req.set_last_round(-1);
     req.set_fingerprint(kFingerprint);
     p->reader = stubs[a % stubs.size()]->AsyncJoin(&p->ctx, req, &cq);
     p->reader->Finish(&p->response, &p->status, p.get());
@@ -134,73 +141,75 @@ double join_all(const Channels& channels, int n) {
   return seconds;
 }
 
-// The store calls of n agents for `seconds`, each at the agent's interval:
-// agents 1..n-1 check two keys and add to their heartbeat; node 0 adds 0 to
-// every node's counter. Returns the calls made.
-long long heartbeats(const Channels& channels, int n, double seconds) {
+// The heartbeats of n agents for `seconds`: each keeps one call open, sent
+// again as soon as the server answers it (as HeartbeatClient does); the first
+// calls are spread over one hold, as agents that started at different times.
+// Measures from the end of that first hold to the end of `seconds`: the calls
+// answered and the server's CPU time. Every answer must be "nothing new".
+struct Steady {
+  long long calls = 0;
+  double cpu_s = 0;
+  double window_s = 0;
+};
+Steady heartbeats(const Channels& channels, int n, double seconds, pid_t server) {
   grpc::CompletionQueue cq;
-  std::vector<std::unique_ptr<rtd::proto::Store::Stub>> stubs;
-  for (const auto& ch : channels.channels) stubs.push_back(rtd::proto::Store::NewStub(ch));
+  std::vector<std::unique_ptr<rtd::proto::Rendezvous::Stub>> stubs;
+  for (const auto& ch : channels.channels) stubs.push_back(rtd::proto::Rendezvous::NewStub(ch));
   struct Call {
+    int agent = 0;
     grpc::ClientContext ctx;
     grpc::Status status;
-    rtd::proto::AddResponse add;
-    rtd::proto::CheckResponse check;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<rtd::proto::AddResponse>> add_reader;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<rtd::proto::CheckResponse>> check_reader;
+    rtd::proto::HeartbeatResponse response;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<rtd::proto::HeartbeatResponse>> reader;
   };
-  long long issued = 0, finished = 0;
-  auto issue_add = [&](int a, const std::string& key, long long delta) {
+  const auto hold = rtd::launcher::heartbeat_hold(kTimeout);
+  long long outstanding = 0, answered = 0, failed = 0;
+  auto issue = [&](int a) {
     auto* c = new Call;
+    c->agent = a;
     c->ctx.AddMetadata(rtd::kTokenMetadataKey, kToken);
-    rtd::proto::AddRequest req;
-    req.set_key(key);
-    req.set_delta(delta);
-    c->add_reader = stubs[a % stubs.size()]->AsyncAdd(&c->ctx, req, &cq);
-    c->add_reader->Finish(&c->add, &c->status, c);
-    ++issued;
+    c->ctx.set_deadline(std::chrono::system_clock::now() + hold + kTimeout);
+    rtd::proto::HeartbeatRequest req;
+    req.set_round(0);
+    req.set_node_rank(a);
+    req.add_keys("dtrun/failed");
+    req.add_keys("dtrun/round0/failed");
+    req.set_hold_ms(hold.count());
+    c->reader = stubs[a % stubs.size()]->AsyncHeartbeat(&c->ctx, req, &cq);
+    c->reader->Finish(&c->response, &c->status, c);
+    ++outstanding;
   };
-  auto issue_check = [&](int a, const std::string& key) {
-    auto* c = new Call;
-    c->ctx.AddMetadata(rtd::kTokenMetadataKey, kToken);
-    rtd::proto::CheckRequest req;
-    req.add_keys(key);
-    c->check_reader = stubs[a % stubs.size()]->AsyncCheck(&c->ctx, req, &cq);
-    c->check_reader->Finish(&c->check, &c->status, c);
-    ++issued;
-  };
-  auto drain = [&](bool block) {
+  const auto start = Clock::now();
+  const Clock::time_point end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  auto drain = [&](Clock::time_point until, bool again) {
     void* tag = nullptr;
     bool ok = false;
-    for (;;) {
-      auto deadline = block ? std::chrono::system_clock::now() + std::chrono::seconds(30)
-                            : std::chrono::system_clock::now();
-      auto status = cq.AsyncNext(&tag, &ok, deadline);
-      if (status != grpc::CompletionQueue::GOT_EVENT) return;
-      delete static_cast<Call*>(tag);
-      ++finished;
-      if (block && finished == issued) return;
+    while (outstanding > 0 &&
+           cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + (until - Clock::now())) ==
+               grpc::CompletionQueue::GOT_EVENT) {
+      auto* c = static_cast<Call*>(tag);
+      --outstanding;
+      ++answered;
+      if (!c->status.ok() || c->response.rejoin() || !c->response.failure().empty()) ++failed;
+      if (again && Clock::now() < end) issue(c->agent);
+      delete c;
     }
   };
-  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
-  for (auto tick = Clock::now(); tick < end; tick += kPeerPoll) {
-    // Spread each interval's calls over it, as agents started at different times do.
-    const auto slice = kPeerPoll / n;
-    for (int a = 0; a < n; ++a) {
-      std::this_thread::sleep_until(tick + slice * a);
-      if (a == 0) {
-        for (int node = 1; node < n; ++node)
-          issue_add(0, "dtrun/heartbeat/" + std::to_string(node), 0);
-      } else {
-        issue_check(a, "dtrun/failed");
-        issue_check(a, "dtrun/attempt0/failed");
-        issue_add(a, "dtrun/heartbeat/" + std::to_string(a), 1);
-      }
-      drain(false);
-    }
+  const auto slice = hold / n;
+  for (int a = 0; a < n; ++a) {
+    issue(a);
+    drain(start + slice * (a + 1), true);
   }
-  if (finished < issued) drain(true);
-  return issued;
+  const long long calls0 = answered;
+  const double cpu0 = cpu_seconds(server);
+  const auto t0 = Clock::now();
+  drain(end, true);
+  Steady steady{answered - calls0, cpu_seconds(server) - cpu0,
+                std::chrono::duration<double>(Clock::now() - t0).count()};
+  drain(end + hold + kTimeout, false);
+  if (failed > 0) std::fprintf(stderr, "%lld heartbeats failed or were told to rejoin\n", failed);
+  return steady;
 }
 
 }  // namespace
@@ -209,7 +218,7 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "--serve") serve(std::stoi(argv[2]), std::stoi(argv[3]));
   std::vector<int> agents{1024, 4096};
   int connections = 32;
-  double heartbeat_s = 5;
+  double heartbeat_s = 30;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
     if (f == "--agents")
@@ -221,7 +230,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: rendezvous_scale [--agents 1024,4096,16384] [--connections 32] "
-                   "[--heartbeat-s 5]\n");
+                   "[--heartbeat-s 30]\n");
       return 2;
     }
   }
@@ -247,11 +256,9 @@ int main(int argc, char** argv) {
     close(fds[0]);
     Channels channels("127.0.0.1:" + std::to_string(port), connections);
     const double join_s = join_all(channels, n);
-    const double cpu0 = cpu_seconds(child);
-    const auto t0 = Clock::now();
-    const long long calls = join_s < 0 ? 0 : heartbeats(channels, n, heartbeat_s);
-    const double window = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double cpu = cpu_seconds(child) - cpu0;
+    const Steady beats = join_s < 0 ? Steady{} : heartbeats(channels, n, heartbeat_s, child);
+    const double window = beats.window_s, cpu = beats.cpu_s;
+    const double calls = static_cast<double>(beats.calls);
     kill(child, SIGKILL);
     waitpid(child, nullptr, 0);
     std::printf("%8d %12.3f %10.0f %14.3f %14.1f %10.2f\n", n, join_s, calls / window, cpu,

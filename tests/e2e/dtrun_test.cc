@@ -454,7 +454,7 @@ TEST(Dtrun, NodeWhoseDtrunIsKilledIsNoticedAndItsWorkersDie) {
           ticks + "*",
       60);
   EXPECT_TRUE(contains(r.output, "node0_rc=1")) << r.output;
-  EXPECT_TRUE(contains(r.output, "node 1 has not been heard from")) << r.output;
+  EXPECT_TRUE(contains(r.output, "node 1 (127.0.0.1) has not been heard from")) << r.output;
   EXPECT_TRUE(contains(r.output, "worker1_started")) << r.output;
   EXPECT_TRUE(contains(r.output, "worker1_gone")) << r.output;
 }

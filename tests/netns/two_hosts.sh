@@ -8,9 +8,8 @@
 set -u
 dtrun=$1 collectives=$2 mlp=$3
 
-skip() { echo "SKIPPED: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces (ip netns)"
-command -v ip >/dev/null || skip "the 'ip' command (iproute2) is not installed"
+. "$(dirname "$0")/lib.sh"
+require_netns
 
 tag=rtd$$
 a=${tag}a b=${tag}b
@@ -22,10 +21,8 @@ cleanup() {
 trap cleanup EXIT
 ip netns add "$a" 2>/dev/null || skip "this machine does not allow 'ip netns add'"
 ip netns add "$b" || skip "this machine does not allow a second namespace"
-# nsenter switches only the network namespace ('ip netns exec' also remounts
-# /sys, which fails inside a chroot).
-in_a() { nsenter --net=/run/netns/"$a" "$@"; }
-in_b() { nsenter --net=/run/netns/"$b" "$@"; }
+in_a() { in_ns "$a" "$@"; }
+in_b() { in_ns "$b" "$@"; }
 in_a true 2>/dev/null || skip "cannot enter a network namespace with nsenter here"
 ip link add "v${tag}a" type veth peer name "v${tag}b" || skip "veth pairs are not available"
 ip link set "v${tag}a" netns "$a"
@@ -38,10 +35,6 @@ done
 in_a ip link set "v${tag}a" up
 in_b ip link set "v${tag}b" up
 
-fail=0
-check() {  # name, expected substring, file
-  if grep -qF -- "$2" "$3"; then echo "ok: $1"; else echo "FAILED: $1 (no '$2')"; cat "$3"; fail=1; fi
-}
 # name, the job's log (node 0), the one-worker log, the other node's log:
 # the loss after 30 steps agrees to 1e-4.
 same_loss() {
@@ -147,7 +140,7 @@ wait $p0; rc0=$?
 [ $rc1 -ne 124 ] && [ $rc1 -ne 0 ] || { echo "FAILED: node 1 did not notice the partition (rc $rc1)"; cat "$out/p1"; fail=1; }
 [ $rc0 -ne 124 ] && [ $rc0 -ne 0 ] || { echo "FAILED: node 0 did not notice the partition (rc $rc0)"; cat "$out/p0"; fail=1; }
 check "node 1 says it lost the rendezvous host" "lost contact with the rendezvous host" "$out/p1"
-check "node 0 says node 1 went silent" "node 1 has not been heard from" "$out/p0"
+check "node 0 says node 1 went silent" "node 1 (10.213.7.2) has not been heard from" "$out/p0"
 
 rm -rf "$out"
 exit $fail

@@ -12,7 +12,12 @@ void MemoryStore::set(const std::string& key, const std::string& value) {
     std::lock_guard<std::mutex> lock(mu_);
     data_[key] = value;
   }
+  changed(key);
+}
+
+void MemoryStore::changed(const std::string& key) {
   changed_.notify_all();
+  if (observer_) observer_(key);
 }
 
 std::string MemoryStore::get(const std::string& key, std::chrono::milliseconds timeout) {
@@ -48,7 +53,7 @@ std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta) {
     value += delta;
     data_[key] = std::to_string(value);
   }
-  changed_.notify_all();
+  changed(key);
   return value;
 }
 
@@ -69,7 +74,7 @@ std::string MemoryStore::compare_set(const std::string& key, const std::string& 
       return it->second;
     }
   }
-  changed_.notify_all();
+  changed(key);
   return result;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -21,7 +22,17 @@ class MemoryStore : public Store {
   bool remove(const std::string& key) override;
   bool check(const std::vector<std::string>& keys) override;
 
+  // Called with the key after every set, add and successful compare_set,
+  // outside the store's lock (the rendezvous server wakes the heartbeats
+  // that watch it). Set before the store is shared.
+  void set_observer(std::function<void(const std::string& key)> observer) {
+    observer_ = std::move(observer);
+  }
+
  private:
+  void changed(const std::string& key);
+
+  std::function<void(const std::string&)> observer_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::string> data_;

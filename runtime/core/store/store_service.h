@@ -49,6 +49,9 @@ class StoreService final : public proto::Store::Service {
   grpc::Status Check(grpc::ServerContext* ctx, const proto::CheckRequest* req,
                      proto::CheckResponse* resp) override;
 
+  // The keys themselves, for a service in the same server (the rendezvous's heartbeats).
+  MemoryStore& memory() { return store_; }
+
  private:
   std::string token_;
   MemoryStore store_;

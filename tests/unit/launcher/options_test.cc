@@ -189,5 +189,22 @@ TEST(Options, TokenFile) {
   std::remove(path.c_str());
 }
 
+TEST(Options, ElasticNnodesIsARange) {
+  ParseResult r = parse({"--nnodes=2:4", "--rdzv=h:1", "--token=t", "--rdzv-last-call=2", "prog"});
+  ASSERT_TRUE(r.options) << r.message;
+  EXPECT_EQ(r.options->min_nodes, 2);
+  EXPECT_EQ(r.options->nnodes, 4);
+  EXPECT_EQ(r.options->last_call, std::chrono::seconds(2));
+  ParseResult fixed = parse({"--nnodes=3", "--rdzv=h:1", "--token=t", "prog"});
+  ASSERT_TRUE(fixed.options) << fixed.message;
+  EXPECT_EQ(fixed.options->min_nodes, 3);
+  expect_error({"--nnodes=4:2", "--rdzv=h:1", "prog"}, "MIN must not exceed MAX");
+  expect_error({"--nnodes=2:x", "--rdzv=h:1", "prog"}, "--nnodes (MAX)=x: not a number");
+  expect_error({"--nnodes=:3", "--rdzv=h:1", "prog"}, "--nnodes=MIN:MAX");
+  expect_error({"--nnodes=1:3", "prog"}, "needs --rdzv");
+  expect_error({"--nnodes=2:4", "--node-rank=1", "--rdzv=h:1", "--token=t", "prog"},
+               "numbers its nodes anew each round");
+}
+
 }  // namespace
 }  // namespace rtd::launcher

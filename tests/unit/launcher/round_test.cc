@@ -18,14 +18,20 @@ proto::JoinRequest request(const std::string& host, int node_rank, int nnodes = 
   r.set_host(host);
   r.set_node_rank(node_rank);
   r.set_nnodes(nnodes);
+  r.set_min_nodes(nnodes);
+  r.set_node_id("id-" + host);
   r.set_nproc_per_node(nproc);
   r.set_fingerprint(fp);
   return r;
 }
 
 RoundConfig config() {
-  return RoundConfig{
-      .nnodes = 2, .nproc_per_node = 4, .fingerprint = "f", .master_port = 1234, .run_id = "run"};
+  return RoundConfig{.min_nodes = 2,
+                     .max_nodes = 2,
+                     .nproc_per_node = 4,
+                     .fingerprint = "f",
+                     .master_port = 1234,
+                     .run_id = "run"};
 }
 
 TEST(Round, TwoNodesGetTheSameLayoutAndTheirRanks) {
@@ -49,7 +55,7 @@ TEST(Round, TwoNodesGetTheSameLayoutAndTheirRanks) {
 // Nodes without --node-rank are numbered by address, whatever their arrival order.
 TEST(Round, NodesWithoutARankAreNumberedByAddress) {
   RoundConfig c = config();
-  c.nnodes = 4;
+  c.min_nodes = c.max_nodes = 4;
   Round round(c);
   auto deadline = Clock::now() + std::chrono::seconds(5);
   std::vector<std::future<proto::JoinResponse>> joins;
@@ -117,9 +123,137 @@ TEST(Round, MissingNodeTimesOutNamingWhoJoined) {
 }
 
 TEST(Round, ExtraNodeAfterTheRoundClosedIsRejected) {
-  Round round(RoundConfig{.nnodes = 1, .nproc_per_node = 4, .fingerprint = "f"});
+  Round round(RoundConfig{.min_nodes = 1, .max_nodes = 1, .nproc_per_node = 4, .fingerprint = "f"});
   round.join(request("a", 0, 1), Clock::now() + std::chrono::seconds(1));
   EXPECT_THROW(round.join(request("b", -1, 1), Clock::now() + std::chrono::seconds(1)), Error);
+}
+
+proto::JoinRequest elastic(const std::string& host, int node_rank = -1) {
+  proto::JoinRequest r = request(host, node_rank, 4);
+  r.set_min_nodes(2);
+  return r;
+}
+
+RoundConfig elastic_config() {
+  RoundConfig c = config();
+  c.min_nodes = 2;
+  c.max_nodes = 4;
+  c.last_call = std::chrono::milliseconds(200);
+  return c;
+}
+
+// --nnodes=2:4: two nodes start the job once the last call passed.
+TEST(Round, ElasticRoundClosesAfterTheLastCallWithTheMinimum) {
+  Round round(elastic_config());
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  auto second = std::async(std::launch::async, [&] { return round.join(elastic("b"), deadline); });
+  const auto start = Clock::now();
+  proto::JoinResponse first = round.join(elastic("a", 0), deadline);
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(150)) << "closed before the last call";
+  EXPECT_EQ(first.nnodes(), 2);
+  EXPECT_EQ(first.world_size(), 8);
+  EXPECT_EQ(second.get().node_rank(), 1);
+}
+
+TEST(Round, ElasticRoundClosesAtOnceWithTheMaximum) {
+  RoundConfig c = elastic_config();
+  c.last_call = std::chrono::seconds(60);
+  Round round(c);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  std::vector<std::future<proto::JoinResponse>> joins;
+  for (const char* host : {"b", "c", "d"})
+    joins.push_back(
+        std::async(std::launch::async, [&, host] { return round.join(elastic(host), deadline); }));
+  EXPECT_EQ(round.join(elastic("a", 0), deadline).nnodes(), 4);
+  for (auto& j : joins) EXPECT_EQ(j.get().nnodes(), 4);
+}
+
+TEST(Round, DisagreementOnTheRangeFailsEveryNode) {
+  Round round(elastic_config());
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  auto host = std::async(std::launch::async, [&] { return round.join(elastic("a", 0), deadline); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  proto::JoinRequest bad = elastic("b");
+  bad.set_min_nodes(3);
+  try {
+    round.join(bad, deadline);
+    ADD_FAILURE() << "expected the joiner to fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--nnodes=3:4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--nnodes=2:4"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(host.get(), Error);
+}
+
+// A re-formed round keeps the members' order, puts newcomers after them, and
+// closes as soon as every previous member is back.
+TEST(Round, ReformedRoundKeepsTheMembersOrderAndClosesWhenTheyAreBack) {
+  RoundConfig c = elastic_config();
+  c.round = 3;
+  c.previous = {{"id-a", 0}, {"id-z", 1}};
+  Round round(c);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  auto newcomer =
+      std::async(std::launch::async, [&] { return round.join(elastic("b"), deadline); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto member = std::async(std::launch::async, [&] { return round.join(elastic("z"), deadline); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(round.closed()) << "node a is not back yet";
+  proto::JoinResponse host = round.join(elastic("a", 0), deadline);
+  EXPECT_EQ(host.round(), 3);
+  EXPECT_EQ(host.nnodes(), 3);
+  EXPECT_EQ(member.get().node_rank(), 1) << "z was 1 and stays before the newcomer";
+  EXPECT_EQ(newcomer.get().node_rank(), 2);
+}
+
+TEST(Round, ReformedRoundGoesOnWithoutAMemberThatDoesNotComeBack) {
+  RoundConfig c = elastic_config();
+  c.round = 1;
+  c.previous = {{"id-a", 0}, {"id-b", 1}, {"id-c", 2}};
+  c.rejoin_wait = std::chrono::milliseconds(200);
+  Round round(c);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  auto b = std::async(std::launch::async, [&] { return round.join(elastic("b"), deadline); });
+  EXPECT_EQ(round.join(elastic("a", 0), deadline).nnodes(), 2);
+  EXPECT_EQ(b.get().world_size(), 8);
+}
+
+TEST(Round, ReformedRoundBelowTheMinimumFailsNamingWhoCameBack) {
+  RoundConfig c = elastic_config();
+  c.round = 1;
+  c.previous = {{"id-a", 0}, {"id-b", 1}};
+  c.rejoin_wait = std::chrono::milliseconds(200);
+  Round round(c);
+  try {
+    round.join(elastic("a", 0), Clock::now() + std::chrono::seconds(10));
+    FAIL() << "expected the round to fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("only 1 node(s) came back"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--nnodes=2:4"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Round, ANewcomerThatDisagreesIsTurnedAwayAlone) {
+  RoundConfig c = elastic_config();
+  c.round = 1;
+  c.previous = {{"id-a", 0}, {"id-b", 1}};
+  Round round(c);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  EXPECT_THROW(round.join(request("c", -1, 4, 8), deadline), Error);
+  auto b = std::async(std::launch::async, [&] { return round.join(elastic("b"), deadline); });
+  EXPECT_EQ(round.join(elastic("a", 0), deadline).nnodes(), 2);
+  EXPECT_EQ(b.get().node_rank(), 1);
+}
+
+TEST(Round, RestartsAreTheMostAnyMemberCounted) {
+  Round round(config());
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  proto::JoinRequest b = request("b", -1);
+  b.set_restarts(2);
+  auto second = std::async(std::launch::async, [&] { return round.join(b, deadline); });
+  EXPECT_EQ(round.join(request("a", 0), deadline).restarts(), 2);
+  EXPECT_EQ(second.get().restarts(), 2);
 }
 
 }  // namespace

@@ -34,7 +34,8 @@ TEST(WorkerEnv, TorchrunAndDtrunVariablesForTheSecondNode) {
                                                     .store_addr = "10.0.0.1:29500",
                                                     .token = "tok",
                                                     .node_addr = "10.0.0.2",
-                                                    .attempt = 1,
+                                                    .round = 1,
+                                                    .restarts = 1,
                                                     .max_restarts = 3,
                                                     .overrides = &overrides}));
   EXPECT_EQ(env["RANK"], "6");

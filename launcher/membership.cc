@@ -1,0 +1,188 @@
+// Rounds chained into a job, and the members' heartbeats (docs/rendezvous.md).
+#include "launcher/membership.h"
+
+#include "runtime/core/log.h"
+
+namespace rtd::launcher {
+namespace {
+long long seconds(std::chrono::system_clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::seconds>(d).count();
+}
+}  // namespace
+
+Membership::Membership(MembershipConfig config, SystemTime now) : config_(std::move(config)) {
+  forming_ = std::make_unique<Round>(round_config(0), now);
+}
+
+RoundConfig Membership::round_config(int round) const {
+  return RoundConfig{.round = round,
+                     .min_nodes = config_.min_nodes,
+                     .max_nodes = config_.max_nodes,
+                     .nproc_per_node = config_.nproc_per_node,
+                     .fingerprint = config_.fingerprint,
+                     .master_port = config_.master_port,
+                     .run_id = config_.run_id,
+                     .previous = {},
+                     .last_call = config_.last_call,
+                     .rejoin_wait = config_.heartbeat_timeout};
+}
+
+// A new round for a running job: it waits for every member not lost.
+void Membership::open_locked(SystemTime now) {
+  RoundConfig c = round_config(running_ + 1);
+  for (const Member& m : members_) {
+    if (!m.lost) c.previous[m.who.node_id] = m.who.node_rank;
+  }
+  forming_ = std::make_unique<Round>(std::move(c), now);
+  ++generation_;
+}
+
+void Membership::promote_locked(SystemTime now) {
+  if (!forming_ || !forming_->closed()) return;
+  members_.clear();
+  for (const Round::Member& who : forming_->members()) members_.push_back(Member{who, now});
+  ++running_;
+  forming_.reset();
+  ++generation_;
+  if (running_ > 0) {
+    log::get("rendezvous")
+        ->info("round {} started with {} node(s)", running_, static_cast<int>(members_.size()));
+  }
+}
+
+// Members may always rejoin; a newcomer needs room, and a job not finishing.
+std::string Membership::refusal_locked(const proto::JoinRequest& r) const {
+  int alive = 0;
+  for (const Member& m : members_) {
+    if (m.who.node_id == r.node_id() && !m.lost) return "";
+    alive += m.lost ? 0 : 1;
+  }
+  for (const Member& m : members_) {
+    if (!m.lost && m.state != NodeState::kRunning) {
+      return "rendezvous: the job is finishing (node " + std::to_string(m.who.node_rank) +
+             "'s workers are done); node at " + r.host() + " cannot join it now";
+    }
+  }
+  if (alive >= config_.max_nodes) {
+    return "rendezvous: the job already has " + std::to_string(alive) + " node(s), the most " +
+           nnodes_flag(config_.min_nodes, config_.max_nodes) + " allows; node at " + r.host() +
+           " is one too many";
+  }
+  return "";
+}
+
+void Membership::join_async(const proto::JoinRequest& request, SystemTime deadline,
+                            Round::Done done) {
+  std::string refusal;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.empty()) {
+      refusal = failure_;
+    } else if (!forming_) {
+      refusal = refusal_locked(request);
+      if (refusal.empty()) {
+        log::get("rendezvous")
+            ->info("node at {} {}: round {} forms", request.host(),
+                   request.last_round() == running_ ? "rejoins" : "joins the running job",
+                   running_ + 1);
+        open_locked(std::chrono::system_clock::now());
+      }
+    }
+    if (refusal.empty()) {
+      forming_->join_async(request, deadline, std::move(done));
+      promote_locked(std::chrono::system_clock::now());
+    }
+  }
+  if (!refusal.empty()) {
+    Error error(ErrorCategory::kConfig, refusal);
+    done(nullptr, &error);
+  }
+}
+
+Beat Membership::heartbeat(int round, int node_rank, NodeState state, SystemTime now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Beat beat{failure_, forming_ != nullptr};
+  if (round != running_ || node_rank < 0 || node_rank >= static_cast<int>(members_.size()) ||
+      members_[node_rank].lost) {
+    beat.rejoin = true;  // left behind (counted as lost): it may come back as a newcomer
+    return beat;
+  }
+  Member& m = members_[node_rank];
+  m.last_seen = now;
+  m.state = state;
+  return beat;
+}
+
+Beat Membership::peek(int round, int node_rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool member = round == running_ && node_rank >= 0 &&
+                      node_rank < static_cast<int>(members_.size()) && !members_[node_rank].lost;
+  return Beat{failure_, forming_ != nullptr || !member};
+}
+
+void Membership::lose_locked(Member& m, SystemTime now) {
+  m.lost = true;
+  int alive = 0;
+  bool finishing = false;
+  for (const Member& other : members_) {
+    alive += other.lost ? 0 : 1;
+    finishing = finishing || (!other.lost && other.state != NodeState::kRunning);
+  }
+  std::string what = "node " + std::to_string(m.who.node_rank) + " (" + m.who.host +
+                     ") has not been heard from for " + std::to_string(seconds(now - m.last_seen)) +
+                     " s (its dtrun was killed, or its host is unreachable)";
+  const bool elastic = config_.min_nodes < config_.max_nodes;
+  if (elastic && !finishing && alive >= config_.min_nodes) {
+    log::get("rendezvous")->warn("{}; going on with the {} other node(s)", what, alive);
+    if (forming_)
+      forming_->forget(m.who.node_id);
+    else
+      open_locked(now);
+    return;
+  }
+  if (elastic && !finishing) {
+    what += "; " + std::to_string(alive) + " node(s) remain, fewer than the " +
+            std::to_string(config_.min_nodes) + " that " +
+            nnodes_flag(config_.min_nodes, config_.max_nodes) + " needs";
+  }
+  failure_ = what;
+  ++generation_;
+  if (forming_) forming_->cancel(what);
+}
+
+void Membership::tick(SystemTime now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (forming_) {
+    forming_->tick(now);
+    promote_locked(now);
+    if (forming_ && running_ >= 0 && !forming_->failure().empty() && failure_.empty()) {
+      failure_ = forming_->failure();
+      ++generation_;
+    }
+  }
+  // A lone node has nobody to lose; while a round forms, members that are
+  // back wait in Join without beating, and the round's own wait covers the rest.
+  if (!failure_.empty() || running_ < 0 || config_.max_nodes == 1) return;
+  for (Member& m : members_) {
+    if (m.lost || m.state == NodeState::kLeaving) continue;
+    if (forming_ && forming_->has_joined(m.who.node_id)) continue;
+    if (now - m.last_seen > config_.heartbeat_timeout) {
+      lose_locked(m, now);
+      if (!failure_.empty()) return;
+    }
+  }
+}
+
+void Membership::cancel(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failure_.empty()) failure_ = "rendezvous cancelled: " + why;
+  ++generation_;
+  if (forming_) forming_->cancel(why);
+}
+
+long long Membership::generation() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return generation_;
+}
+
+}  // namespace rtd::launcher

@@ -1,0 +1,78 @@
+// Membership: the job's rounds on the rendezvous server. The first round
+// starts the job; a later one forms when a node rejoins (its workers failed
+// and restarts are left, or a heartbeat told it to) or a newcomer joins a
+// running job (--nnodes=MIN:MAX with room left), or when a node falls silent
+// and at least MIN remain. Every member of the running round beats through
+// heartbeat(); the answer tells it to rejoin while a new round forms, or that
+// the job failed (a node lost, too few left). Free of gRPC, unit-tested.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "launcher/round.h"
+
+namespace rtd::launcher {
+
+struct MembershipConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 1;
+  std::string fingerprint;
+  int master_port = 0;
+  std::string run_id;
+  std::chrono::milliseconds last_call{0};
+  std::chrono::milliseconds heartbeat_timeout{30000};
+};
+
+enum class NodeState { kRunning, kDone, kLeaving };
+
+struct Beat {
+  std::string failure;  // the job failed: why
+  bool rejoin = false;  // a new round forms: stop the workers and join it
+};
+
+class Membership {
+ public:
+  explicit Membership(MembershipConfig config, SystemTime now = std::chrono::system_clock::now());
+
+  // Joins the forming round, opening one for a running job (see the header
+  // comment); refuses a newcomer when the job is full or finishing.
+  void join_async(const proto::JoinRequest& request, SystemTime deadline, Round::Done done);
+  // A member's call arrived: it is alive (now), in this state.
+  Beat heartbeat(int round, int node_rank, NodeState state, SystemTime now);
+  // The answer for a call held since it arrived (no sign of life in itself).
+  Beat peek(int round, int node_rank);
+  // Expires joins, closes rounds on their last call, finds silent members.
+  void tick(SystemTime now);
+  void cancel(const std::string& why);
+  // Grows whenever what heartbeat() answers may have changed (a round forms
+  // or starts, the job fails): the server then answers the calls it holds.
+  long long generation();
+
+ private:
+  struct Member {
+    Round::Member who;
+    SystemTime last_seen;
+    NodeState state = NodeState::kRunning;
+    bool lost = false;
+  };
+  RoundConfig round_config(int round) const;
+  void open_locked(SystemTime now);
+  void promote_locked(SystemTime now);
+  std::string refusal_locked(const proto::JoinRequest& request) const;
+  void lose_locked(Member& m, SystemTime now);
+
+  const MembershipConfig config_;
+  std::mutex mu_;
+  int running_ = -1;                // the round whose workers run (-1: none yet)
+  std::vector<Member> members_;     // of round running_, by node rank
+  std::unique_ptr<Round> forming_;  // the next round, while it forms
+  std::string failure_;
+  long long generation_ = 0;
+};
+
+}  // namespace rtd::launcher

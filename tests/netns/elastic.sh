@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# An elastic job (--nnodes=2:3) on three hosts in network namespaces joined
+# by a bridge: it starts with 2 nodes, grows to 3 when a third joins, shrinks
+# back to 2 when that node's dtrun is killed, grows again, finishes; and a job
+# that loses a node below its minimum fails with a message saying so. The
+# workers print the round, the world size and the restart count (membership
+# changes spend no restart: --max-restarts=0).
+# Exits 77 (skipped) where network namespaces cannot be made, saying why.
+set -u
+dtrun=$1
+. "$(dirname "$0")/lib.sh"
+require_netns
+
+tag=rte$$
+hosts="${tag}a ${tag}b ${tag}c"
+cleanup() {
+  for p in ${pids:-}; do kill -9 "$p" 2>/dev/null; done
+  for ns in $hosts ${tag}br; do ip netns del "$ns" 2>/dev/null; done
+  rm -rf "${out:-/nonexistent}"
+}
+trap cleanup EXIT
+ip netns add ${tag}br 2>/dev/null || skip "this machine does not allow 'ip netns add'"
+in_ns ${tag}br true 2>/dev/null || skip "cannot enter a network namespace with nsenter here"
+ip -n ${tag}br link add br0 type bridge 2>/dev/null || skip "bridges are not available"
+ip -n ${tag}br link set br0 up
+i=0
+for ns in $hosts; do
+  i=$((i + 1))
+  ip netns add "$ns" || skip "this machine does not allow more namespaces"
+  ip link add "v${tag}$i" type veth peer name "p${tag}$i" || skip "veth pairs are not available"
+  ip link set "v${tag}$i" netns "$ns"
+  ip link set "p${tag}$i" netns ${tag}br
+  ip -n ${tag}br link set "p${tag}$i" master br0 up
+  in_ns "$ns" ip addr add 10.213.8.$i/24 dev "v${tag}$i"
+  in_ns "$ns" ip link set "v${tag}$i" up
+  in_ns "$ns" ip link set lo up
+done
+set -- $hosts
+a=$1 b=$2 c=$3
+out=$(mktemp -d)
+
+# A worker: says where it runs, then waits for the end of the test.
+show='echo $$ > '"$out"'/worker.$DTRUN_ADDR; echo round=$DTRUN_ROUND world=$WORLD_SIZE rank=$RANK restarts=$TORCHELASTIC_RESTART_COUNT; while [ ! -e '"$out"'/finish ]; do sleep 0.2; done'
+elastic() {  # namespace, log, port; $! is the dtrun itself (nsenter execs it)
+  nsenter --net=/run/netns/"$1" "$dtrun" --nproc-per-node=1 --nnodes=2:3 --rdzv=10.213.8.1:$3 --token=t \
+    --heartbeat-timeout=3 --rdzv-last-call=1 --rdzv-timeout=60 --max-restarts=0 \
+    sh -c "$show" >"$2" 2>&1 &
+}
+wait_for() {  # what, file...: waits up to 30 s for every file to hold it
+  local what=$1; shift
+  for _ in $(seq 150); do
+    local all=1
+    for f in "$@"; do grep -qF -- "$what" "$f" 2>/dev/null || all=0; done
+    [ $all -eq 1 ] && { echo "ok: '$what' in $#"; return 0; }
+    sleep 0.2
+  done
+  echo "FAILED: '$what' did not appear in every log"; tail -n 20 "$@"; fail=1; return 1
+}
+
+# 1. Two nodes start the job (the minimum, after the last call).
+elastic "$a" "$out/a" 29500; pa=$!
+elastic "$b" "$out/b" 29500; pb=$!
+pids="$pa $pb"
+wait_for "round=0 world=2" "$out/a" "$out/b"
+# 2. A third node joins: every node's workers restart in a world of 3.
+elastic "$c" "$out/c" 29500; pc=$!
+pids="$pids $pc"
+wait_for "round=1 world=3" "$out/a" "$out/b" "$out/c"
+check "the newcomer is node 2" "round=1 world=3 rank=2" "$out/c"
+# 3. The third node's dtrun is killed: the other two go on in a world of 2
+# once --heartbeat-timeout (3 s) passed, and its worker does not outlive it.
+kill -9 $pc; wait $pc 2>/dev/null
+wait_for "round=2 world=2" "$out/a" "$out/b"
+check "membership changes spend no restart" "round=2 world=2 rank=1 restarts=0" "$out/b"
+check "the host says which node it lost" "node 2 (10.213.8.3) has not been heard from" "$out/a"
+sleep 0.5
+if [ ! -s "$out/worker.10.213.8.3" ] || kill -0 "$(cat "$out/worker.10.213.8.3")" 2>/dev/null; then
+  echo "FAILED: the killed node's worker still runs (or never said its pid)"; fail=1
+else
+  echo "ok: the killed node's worker is gone"
+fi
+# 4. It comes back, and the job finishes on three nodes.
+elastic "$c" "$out/c2" 29500; pc=$!
+pids="$pids $pc"
+wait_for "round=3 world=3" "$out/a" "$out/b" "$out/c2"
+touch "$out/finish"
+for p in $pa $pb $pc; do
+  wait $p || { echo "FAILED: a node of the finished job exited $?"; fail=1; }
+done
+echo "ok: the job finished on every node"
+rm -f "$out/finish"
+
+# 5. A node lost below the minimum fails the job, with the reason.
+elastic "$a" "$out/la" 29501; pa=$!
+elastic "$b" "$out/lb" 29501; pb=$!
+pids="$pids $pa $pb"
+wait_for "round=0 world=2" "$out/la" "$out/lb"
+kill -9 $pb; wait $pb 2>/dev/null
+wait $pa; rc=$?
+[ $rc -ne 0 ] && echo "ok: the job failed (exit $rc)" || { echo "FAILED: the job exited 0"; fail=1; }
+check "the host says why" "1 node(s) remain, fewer than the 2 that --nnodes=2:3 needs" "$out/la"
+exit $fail
