@@ -9,6 +9,7 @@ packages=(
   libspdlog-dev libfmt-dev libgloo-dev libopenmpi-dev openmpi-bin libucx-dev
   libgtest-dev libgmock-dev libcli11-dev libopenblas-dev
   iproute2 procps patchelf file clang-format
+  slurmctld slurmd slurm-client munge  # the real-Slurm test (tests/slurm)
 )
 
 missing=()

@@ -125,6 +125,10 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
   auto logger = log::get("launcher");
   std::string program = resolve_program(o.program, env_config.path);
   if (!o.token_warning.empty()) logger->warn("{}", o.token_warning);
+  if (o.from_slurm) {
+    logger->info("under srun: node {} of {}, rendezvous at {}:{}", o.node_rank, o.nnodes,
+                 o.rdzv_host, o.rdzv_port);
+  }
   Placement p = rendezvous(o);
   log::setup("dtrun node " + std::to_string(p.layout.node_rank()), env_config.log_spec);
   logger->info("joined: node {} of {}, {} workers, world size {}, store {}", p.layout.node_rank(),

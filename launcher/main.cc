@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
                               {.env_token = env_config.token,
                                .require_token = env_config.require_token,
                                .gpus = launcher::visible_gpus(env_config.cuda_visible_devices),
-                               .cpus = launcher::usable_cpus()});
+                               .cpus = launcher::usable_cpus(),
+                               .slurm = env_config.slurm});
   if (!parsed.options) {
     std::fprintf(parsed.exit_code == 0 ? stdout : stderr, "%s\n", parsed.message.c_str());
     return parsed.exit_code;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "launcher/net.h"
+#include "runtime/core/slurm.h"
 
 namespace rtd::launcher {
 namespace {
@@ -175,8 +176,8 @@ std::string parse_endpoint(const std::string& text, LaunchOptions& o) {
 
 // The flags CLI11 reads as text, checked and converted with messages that name them.
 struct RawFlags {
-  std::string nproc = "1", nnodes = "1", node_rank, rdzv_timeout = "600", max_restarts = "0",
-              grace = "5", heartbeat = "30", rdzv, token_file, last_call = "5";
+  std::string nproc = "1", nnodes, node_rank, rdzv_timeout = "600", max_restarts = "0", grace = "5",
+              heartbeat = "30", rdzv, token_file, last_call = "5";
   std::vector<std::string> env;
   // torchrun's names for what dtrun does its own way.
   std::string rdzv_backend, master_addr, master_port, redirects, tee, local_ranks;
@@ -255,10 +256,35 @@ std::string to_nnodes(const std::string& text, LaunchOptions* o) {
   return "";
 }
 
+// Under srun, one dtrun per node: the step says how many nodes, which one
+// this is, and (its first host) where the rendezvous is.
+std::string from_slurm(const SlurmStep& s, RawFlags& f, LaunchOptions& o) {
+  if (!f.nnodes.empty() && f.nnodes != std::to_string(s.nnodes)) return "";  // the user's own plan
+  if (s.ntasks != s.nnodes) {
+    return "under srun, dtrun runs once per node and starts the workers itself, but this step "
+           "has " +
+           std::to_string(s.ntasks) + " tasks on " + std::to_string(s.nnodes) +
+           " nodes: use srun --ntasks-per-node=1 (or run the trainer with srun alone, one task "
+           "per GPU)";
+  }
+  o.from_slurm = true;
+  f.nnodes = std::to_string(s.nnodes);
+  if (f.node_rank.empty()) f.node_rank = std::to_string(s.node_id);
+  if (f.rdzv.empty() && s.nnodes > 1 && f.master_addr.empty()) {
+    try {
+      f.rdzv = slurm::first_host(s.nodelist) + ":" +
+               std::to_string(slurm::default_port(s.job_id, s.step_id));
+    } catch (const std::exception& e) {
+      return std::string(e.what()) + ", or give --rdzv=HOST:PORT";
+    }
+  }
+  return "";
+}
+
 std::string convert(const RawFlags& f, const ParseContext& c, LaunchOptions& o) {
   int rdzv_timeout = 0, grace = 0, heartbeat = 0, last_call = 0;
   for (std::string err :
-       {to_nproc(f.nproc, c, &o.nproc_per_node), to_nnodes(f.nnodes, &o),
+       {to_nproc(f.nproc, c, &o.nproc_per_node), to_nnodes(f.nnodes.empty() ? "1" : f.nnodes, &o),
         f.node_rank.empty() ? std::string()
                             : to_count("--node-rank", f.node_rank, 0, 65535, &o.node_rank),
         to_count("--rdzv-timeout", f.rdzv_timeout, 1, 86400, &rdzv_timeout),
@@ -414,7 +440,8 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
   o.args.assign(rest.begin() + 1, rest.end());
   ParseContext c = context;
   c.require_token = c.require_token || require_token;
-  std::string err = convert(f, c, o);
+  std::string err = c.slurm ? from_slurm(*c.slurm, f, o) : "";
+  if (err.empty()) err = convert(f, c, o);
   if (err.empty()) err = torchrun_compat(f, o, &f.rdzv);
   if (err.empty()) err = check(o, f, c);
   if (!err.empty()) return ParseResult{.exit_code = 2, .message = "dtrun: " + err};

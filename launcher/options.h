@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/core/config.h"
+
 namespace rtd::launcher {
 
 struct LaunchOptions {
@@ -38,6 +40,7 @@ struct LaunchOptions {
   std::string token_warning;
   std::string program;
   std::vector<std::string> args;
+  bool from_slurm = false;  // the placement came from srun's variables
 };
 
 struct ParseResult {
@@ -53,6 +56,9 @@ struct ParseContext {
   bool require_token = false;  // DTRUN_REQUIRE_TOKEN
   int gpus = 0;                // GPUs this node's workers may use (--nproc-per-node=gpu)
   int cpus = 1;                // CPUs (--nproc-per-node=cpu)
+  // Under srun: the step's nodes, this node's rank and the rendezvous host
+  // stand in for --nnodes, --node-rank and --rdzv when those are not given.
+  std::optional<SlurmStep> slurm;
 };
 
 ParseResult parse_options(int argc, const char* const* argv, const ParseContext& context);

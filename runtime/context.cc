@@ -7,17 +7,23 @@
 #include "runtime/core/log.h"
 #include "runtime/env.h"
 #include "runtime/mpi_store.h"
+#include "runtime/slurm_store.h"
 
 namespace rtd {
 namespace {
 
+// The store a rank of the job hosts, under mpirun or srun alone (at most one).
+struct StoreHosts {
+  std::unique_ptr<MpiStoreHost> mpi;
+  std::unique_ptr<SlurmStoreHost> slurm;
+};
+
 class ContextImpl : public Context {
  public:
-  ContextImpl(WorldInfo world, std::unique_ptr<MpiStoreHost> mpi_store,
-              std::shared_ptr<Store> store, std::unique_ptr<Communicator> comm,
-              std::chrono::milliseconds timeout)
+  ContextImpl(WorldInfo world, StoreHosts hosts, std::shared_ptr<Store> store,
+              std::unique_ptr<Communicator> comm, std::chrono::milliseconds timeout)
       : world_(std::move(world)),
-        mpi_store_(std::move(mpi_store)),
+        hosts_(std::move(hosts)),
         store_(std::move(store)),
         comm_(std::move(comm)),
         timeout_(timeout) {}
@@ -29,29 +35,33 @@ class ContextImpl : public Context {
 
  private:
   WorldInfo world_;
-  std::unique_ptr<MpiStoreHost> mpi_store_;  // under mpirun; outlives the communicator
+  StoreHosts hosts_;  // declared before comm_: outlives the communicator
   std::shared_ptr<Store> store_;
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
 };
 
-// The job's store: dtrun's; under mpirun, one that rank 0 hosts
-// (*mpi_store keeps it); in a world of one, memory.
+// The job's store: dtrun's; under mpirun or srun alone, one that rank 0
+// hosts (*hosts keeps it); in a world of one, memory.
 std::shared_ptr<Store> connect_store(const Config& config, const WorldInfo& world,
-                                     std::unique_ptr<MpiStoreHost>* mpi_store) {
+                                     StoreHosts* hosts) {
   if (world.world_size == 1) return make_memory_store();
   if (world.launcher == "dtrun") {
     auto root = make_grpc_store(config.store_addr, config.token);
     return make_prefix_store("round" + std::to_string(config.round), root);
   }
   if (world.launcher == "mpirun") {
-    *mpi_store = std::make_unique<MpiStoreHost>(world, data_host(config, world));
-    return (*mpi_store)->store();
+    hosts->mpi = std::make_unique<MpiStoreHost>(world, data_host(config, world));
+    return hosts->mpi->store();
+  }
+  if (world.launcher == "slurm") {
+    hosts->slurm = std::make_unique<SlurmStoreHost>(world, config);
+    return hosts->slurm->store();
   }
   throw Error(ErrorCategory::kConfig,
               "a world of " + std::to_string(world.world_size) + " under " + world.launcher +
                   " needs a store that librt_dist can reach; launch the job with dtrun "
-                  "(dtrun --nproc-per-node=N ./train) or mpirun");
+                  "(dtrun --nproc-per-node=N ./train), mpirun or srun");
 }
 
 // The default backend: RTD_BACKEND, else the caller's choice, else NCCL when a GPU is visible.
@@ -101,8 +111,8 @@ std::shared_ptr<Context> init(const InitOptions& options) {
   logger->debug("config: store='{}' round={} addr='{}' timeout={}s backend={}", config.store_addr,
                 config.round, config.node_addr, config.timeout.count() / 1000, config.backend);
 
-  std::unique_ptr<MpiStoreHost> mpi_store;
-  auto store = connect_store(config, world, &mpi_store);
+  StoreHosts hosts;
+  auto store = connect_store(config, world, &hosts);
   std::string backend = choose_backend(config, options);
   auto comm = make_communicator(CommunicatorOptions{
       .backend = backend,
@@ -116,7 +126,7 @@ std::shared_ptr<Context> init(const InitOptions& options) {
       .check_collectives = config.check_collectives,
       .nccl = nccl_settings(config, options.nccl),
   });
-  return std::make_shared<ContextImpl>(std::move(world), std::move(mpi_store), std::move(store),
+  return std::make_shared<ContextImpl>(std::move(world), std::move(hosts), std::move(store),
                                        std::move(comm), config.timeout);
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "rt_dist/error.h"
+#include "runtime/core/slurm.h"
 
 namespace rtd {
 namespace {
@@ -56,8 +57,10 @@ WorldInfo from_slurm(const Config& c) {
   w.rank = *c.slurm_procid;
   w.world_size = require(c.slurm_ntasks, "SLURM_NTASKS", "Slurm");
   w.local_rank = c.slurm_localid.value_or(0);
-  w.local_world_size = 1;  // Slurm does not export it per task; refined when needed
   w.node_rank = c.slurm_nodeid.value_or(0);
+  w.local_world_size = c.slurm_tasks_per_node.empty()
+                           ? 1
+                           : slurm::tasks_on_node(c.slurm_tasks_per_node, w.node_rank);
   return w;
 }
 

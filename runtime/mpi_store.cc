@@ -4,10 +4,10 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
-#include <thread>
 
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
+#include "runtime/leave_store.h"
 
 namespace rtd {
 namespace {
@@ -58,18 +58,7 @@ MpiStoreHost::MpiStoreHost(const WorldInfo& world, const std::string& host)
 }
 
 MpiStoreHost::~MpiStoreHost() {
-  try {
-    store_->add(kLeavingKey, 1);
-    if (server_) {
-      const auto give_up = std::chrono::steady_clock::now() + kLeaveWait;
-      while (store_->add(kLeavingKey, 0) < world_.world_size &&
-             std::chrono::steady_clock::now() < give_up) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-  } catch (const std::exception& e) {
-    log::get("runtime")->warn("leaving the job's store: {}", e.what());
-  }
+  leave_store(*store_, server_ != nullptr, world_.world_size, kLeavingKey, kLeaveWait);
   store_.reset();
   server_.reset();
 }

@@ -28,6 +28,16 @@ constexpr ConfigVar kVars[] = {
     {"SLURM_NTASKS", "", "world size under srun"},
     {"SLURM_LOCALID", "", "local rank under srun"},
     {"SLURM_NODEID", "", "node rank under srun"},
+    {"SLURM_JOB_ID", "", "Slurm job: with SLURM_STEP_ID, the default port under srun"},
+    {"SLURM_STEP_ID", "", "Slurm job step"},
+    {"SLURM_STEP_NUM_NODES", "", "nodes of the srun step: dtrun's --nnodes under srun"},
+    {"SLURM_STEP_NUM_TASKS", "", "tasks of the srun step (SLURM_NTASKS when unset)"},
+    {"SLURM_STEP_NODELIST", "",
+     "the step's hosts (SLURM_JOB_NODELIST when unset): the first hosts the store"},
+    {"SLURM_JOB_NODELIST", "", "the job's hosts"},
+    {"SLURM_STEP_TASKS_PER_NODE", "",
+     "tasks per node of the step, e.g. 4(x2) (SLURM_TASKS_PER_NODE when unset)"},
+    {"SLURM_TASKS_PER_NODE", "", "tasks per node of the job"},
     {"DTRUN_STORE", "", "host:port of dtrun's gRPC store"},
     {"DTRUN_TOKEN", "", "job token that every control-plane call carries"},
     {"DTRUN_REQUIRE_TOKEN", "0",
@@ -66,6 +76,18 @@ const std::string* lookup(const EnvMap& env, const char* name) {
   auto it = env.find(name);
   if (it == env.end() || it->second.empty()) return nullptr;
   return &it->second;
+}
+
+// Slurm's job and step ids, leniently: the batch step's id is 2^32 - 2, and
+// only their low digits are used (slurm::default_port).
+std::optional<int> slurm_id(const EnvMap& env, const char* name) {
+  auto it = env.find(name);
+  if (it == env.end()) return std::nullopt;
+  try {
+    return static_cast<int>(std::stoull(it->second) % 1000000);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 std::optional<int> parse_int(const EnvMap& env, const char* name, int min_value) {
@@ -121,6 +143,13 @@ Config Config::from_env(const EnvMap& env) {
   c.slurm_ntasks = parse_int(env, "SLURM_NTASKS", 1);
   c.slurm_localid = parse_int(env, "SLURM_LOCALID", 0);
   c.slurm_nodeid = parse_int(env, "SLURM_NODEID", 0);
+  c.slurm_job_id = slurm_id(env, "SLURM_JOB_ID");
+  c.slurm_step_id = slurm_id(env, "SLURM_STEP_ID");
+  c.slurm_nodelist = parse_string(env, "SLURM_STEP_NODELIST", "");
+  if (c.slurm_nodelist.empty()) c.slurm_nodelist = parse_string(env, "SLURM_JOB_NODELIST", "");
+  c.slurm_tasks_per_node = parse_string(env, "SLURM_STEP_TASKS_PER_NODE", "");
+  if (c.slurm_tasks_per_node.empty())
+    c.slurm_tasks_per_node = parse_string(env, "SLURM_TASKS_PER_NODE", "");
   c.store_addr = parse_string(env, "DTRUN_STORE", "");
   c.token = parse_string(env, "DTRUN_TOKEN", "");
   c.round = parse_int(env, "DTRUN_ROUND", 0).value_or(0);
@@ -165,6 +194,20 @@ LauncherConfig launcher_config_from_env(const EnvMap& env) {
   c.path = parse_string(env, "PATH", "/usr/local/bin:/usr/bin:/bin");
   if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end())
     c.cuda_visible_devices = it->second;
+  auto nnodes = parse_int(env, "SLURM_STEP_NUM_NODES", 1);
+  auto node_id = parse_int(env, "SLURM_NODEID", 0);
+  if (nnodes && node_id) {
+    SlurmStep s;
+    s.nnodes = *nnodes;
+    s.node_id = *node_id;
+    auto ntasks = parse_int(env, "SLURM_STEP_NUM_TASKS", 1);
+    s.ntasks = ntasks ? *ntasks : parse_int(env, "SLURM_NTASKS", 1).value_or(s.nnodes);
+    s.job_id = slurm_id(env, "SLURM_JOB_ID").value_or(0);
+    s.step_id = slurm_id(env, "SLURM_STEP_ID").value_or(0);
+    s.nodelist = parse_string(env, "SLURM_STEP_NODELIST", "");
+    if (s.nodelist.empty()) s.nodelist = parse_string(env, "SLURM_JOB_NODELIST", "");
+    c.slurm = s;
+  }
   return c;
 }
 

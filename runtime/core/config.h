@@ -31,6 +31,9 @@ struct Config {
   // Open MPI and Slurm placement.
   std::optional<int> ompi_rank, ompi_size, ompi_local_rank, ompi_local_size;
   std::optional<int> slurm_procid, slurm_ntasks, slurm_localid, slurm_nodeid;
+  std::optional<int> slurm_job_id, slurm_step_id;
+  std::string slurm_nodelist;        // SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST
+  std::string slurm_tasks_per_node;  // SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE
   // dtrun's own.
   std::string store_addr;  // DTRUN_STORE host:port
   std::string token;       // DTRUN_TOKEN
@@ -58,13 +61,25 @@ struct Config {
 
 // What dtrun itself reads: only these, so that a worker's variables (RANK, ...)
 // in the caller's shell never make the launcher fail.
+// A step that srun started (SLURM_STEP_NUM_NODES and SLURM_NODEID set): where
+// dtrun finds its node count, node rank and rendezvous host.
+struct SlurmStep {
+  int nnodes = 0;   // SLURM_STEP_NUM_NODES
+  int node_id = 0;  // SLURM_NODEID
+  int ntasks = 0;   // SLURM_STEP_NUM_TASKS, else SLURM_NTASKS
+  int job_id = 0;   // SLURM_JOB_ID
+  int step_id = 0;  // SLURM_STEP_ID
+  std::string nodelist;
+};
+
 struct LauncherConfig {
   std::string token;           // DTRUN_TOKEN
   bool require_token = false;  // DTRUN_REQUIRE_TOKEN=1
   // CUDA_VISIBLE_DEVICES as set (empty set: no GPU), or nullopt when unset.
   std::optional<std::string> cuda_visible_devices;
-  std::string log_spec = "info";  // RTD_LOG
-  std::string path;               // PATH, to find the program
+  std::string log_spec = "info";   // RTD_LOG
+  std::string path;                // PATH, to find the program
+  std::optional<SlurmStep> slurm;  // under srun
 };
 LauncherConfig launcher_config_from_env(const EnvMap& env);
 

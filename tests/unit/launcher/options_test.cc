@@ -206,5 +206,35 @@ TEST(Options, ElasticNnodesIsARange) {
                "numbers its nodes anew each round");
 }
 
+// srun --ntasks-per-node=1 dtrun --nproc-per-node=8 ./train: the step gives
+// the node count, the node rank and the rendezvous host.
+TEST(Options, UnderSrunTheStepPlacesTheNode) {
+  ParseContext c;
+  c.slurm = SlurmStep{.nnodes = 2,
+                      .node_id = 1,
+                      .ntasks = 2,
+                      .job_id = 4321,
+                      .step_id = 3,
+                      .nodelist = "gpu[07-08]"};
+  ParseResult r = parse({"--nproc-per-node=8", "--token=t", "./train"}, c);
+  ASSERT_TRUE(r.options) << r.message;
+  EXPECT_TRUE(r.options->from_slurm);
+  EXPECT_EQ(r.options->nnodes, 2);
+  EXPECT_EQ(r.options->node_rank, 1);
+  EXPECT_EQ(r.options->rdzv_host, "gpu07");
+  EXPECT_EQ(r.options->rdzv_port, 20000 + 321 * 10 + 3);
+  // Flags still win.
+  ParseResult own = parse({"--rdzv=10.0.0.9:29500", "--token=t", "./train"}, c);
+  ASSERT_TRUE(own.options) << own.message;
+  EXPECT_EQ(own.options->rdzv_host, "10.0.0.9");
+  EXPECT_EQ(own.options->node_rank, 1);
+  // One task per node, or a clear error.
+  c.slurm->ntasks = 16;
+  expect_error({"--nproc-per-node=8", "./train"}, "use srun --ntasks-per-node=1", c);
+  c.slurm->ntasks = 2;
+  c.slurm->nodelist = "gpu[07";
+  expect_error({"--nproc-per-node=8", "./train"}, "cannot read Slurm's node list", c);
+}
+
 }  // namespace
 }  // namespace rtd::launcher
