@@ -1,6 +1,7 @@
 // Umbrella header of librt_dist.
 #pragma once
 
+#include "rt_dist/checkpoint.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/context.h"
 #include "rt_dist/ddp.h"

@@ -1,0 +1,79 @@
+// Sharded checkpoints (docs/checkpoints.md). Every rank declares the same
+// tensors (name, dtype, global shape) and, for each, the element ranges it
+// holds: a DDP replica's slice, a ZeRO shard's pieces. save() writes every
+// rank's ranges into one directory per checkpoint, with a manifest and a
+// CRC-32C per piece, and commits it atomically; load() fills every rank's
+// ranges from whatever ranks saved them, so that a checkpoint saved by N
+// ranks loads on M, and across strategies.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rt_dist/store.h"
+#include "rt_dist/types.h"
+
+namespace rtd::ckpt {
+
+// Elements [first, first + count) of a tensor (flattened, row-major), held
+// at `data` in host memory: the source of a save, the destination of a load.
+struct Range {
+  std::size_t first = 0;
+  std::size_t count = 0;
+  void* data = nullptr;
+};
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<std::int64_t> shape;  // global; the same on every rank
+  std::vector<Range> ranges;        // this rank's part (may be empty)
+};
+
+struct State {
+  std::vector<Tensor> tensors;
+  std::map<std::string, std::string> meta;  // loss scale, RNG, data position, the trainer's own
+};
+
+struct Options {
+  std::string dir;    // holds step_<N>/ directories and the `latest` pointer
+  int keep_last = 3;  // older checkpoints are removed after a commit (0: keep all)
+  // Pieces larger than this are split, so that a rank that needs part of a
+  // range reads (and checks) little more than that part.
+  std::size_t piece_bytes = 64u << 20;
+};
+
+// Thrown by load() and the tools when a checkpoint cannot be used: the message
+// names the file, the tensor and what is wrong.
+class Checkpointer {
+ public:
+  // store: shared by the ranks (the context's); rank / world_size: this job's.
+  Checkpointer(Store& store, int rank, int world_size, Options options);
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Collective. Writes this rank's ranges and, once every rank has, commits
+  // step_<step>/ and points `latest` at it; returns when it is durable. A
+  // crash at any moment leaves the previous checkpoint loadable.
+  void save(std::int64_t step, const State& state);
+
+  // Collective. Fills every range of `state` (and its meta) from the newest
+  // checkpoint every rank can read and verify; with fallback, an unreadable
+  // one is skipped for the one before (every rank agrees which). Returns its
+  // step, or nothing when the directory holds no checkpoint.
+  std::optional<std::int64_t> load(State& state, bool fallback = true);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The steps of the committed checkpoints in dir, newest first.
+std::vector<std::int64_t> list_checkpoints(const std::string& dir);
+
+}  // namespace rtd::ckpt

@@ -1,0 +1,326 @@
+// Checkpointer: the collective save and load of docs/checkpoints.md.
+//
+// save, as the n-th save of this Checkpointer (every rank counts alike), under
+// "ckpt/save<n>/" in the store:
+//   1. rank 0 makes step_<S>.tmp/ (stale leftovers removed) and says "dir";
+//   2. every rank writes rank_<r>.bin there (pieces of at most piece_bytes,
+//      each with its CRC-32C), fsyncs it and publishes what it wrote ("part/<r>");
+//   3. rank 0 merges the parts into manifest.json, fsyncs the directory,
+//      renames it to step_<S>/, points `latest` at it (write, fsync, rename),
+//      removes checkpoints beyond keep_last, and says "done".
+// A rank's error is published in its key ("!why"), so that every rank throws it.
+//
+// load, as the n-th load, under "ckpt/load<n>/": rank 0 lists the committed
+// checkpoints, newest first ("candidates"); for each, every rank fills its
+// ranges and says whether it could ("<i>/<r>"); all could: done; else, with
+// fallback, the next one.
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "rt_dist/checkpoint.h"
+#include "rt_dist/error.h"
+#include "runtime/core/log.h"
+#include "sharding/checkpoint/crc32c.h"
+#include "sharding/checkpoint/manifest.h"
+
+namespace rtd::ckpt {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::chrono::minutes kWait{30};  // a save of a large model on a slow disk
+
+std::string error_of(const std::string& value) { return value.substr(1); }
+bool is_error(const std::string& value) { return !value.empty() && value[0] == '!'; }
+
+std::string rank_file_name(int rank) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "rank_%05d.bin", rank);
+  return text;
+}
+
+std::size_t checked_count(const Tensor& t) {
+  std::size_t n = 1;
+  for (std::int64_t d : t.shape) {
+    if (d < 0)
+      throw Error(ErrorCategory::kInvalidArgument, "tensor '" + t.name + "': negative shape");
+    n *= static_cast<std::size_t>(d);
+  }
+  for (const Range& r : t.ranges) {
+    if (r.first + r.count > n || (r.count > 0 && r.data == nullptr)) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "tensor '" + t.name + "': range [" + std::to_string(r.first) + ", " +
+                      std::to_string(r.first + r.count) + ") is outside its " + std::to_string(n) +
+                      " elements or has no data");
+    }
+  }
+  return n;
+}
+
+// This rank's file: its ranges cut into pieces; returns what it wrote.
+proto::CheckpointRankPart write_part(const std::string& dir, int rank, const State& state,
+                                     std::size_t piece_bytes) {
+  proto::CheckpointRankPart part;
+  const std::string name = rank_file_name(rank);
+  FileWriter w(dir + "/" + name);
+  for (const Tensor& t : state.tensors) {
+    checked_count(t);
+    proto::CheckpointTensor* out = part.add_tensors();
+    out->set_name(t.name);
+    out->set_dtype(dtype_name(t.dtype));
+    for (std::int64_t d : t.shape) out->add_shape(d);
+    const std::size_t esize = dtype_size(t.dtype);
+    const std::size_t per_piece = std::max<std::size_t>(1, piece_bytes / esize);
+    for (const Range& r : t.ranges) {
+      for (std::size_t done = 0; done < r.count;) {
+        const std::size_t n = std::min(per_piece, r.count - done);
+        const char* data = static_cast<const char*>(r.data) + done * esize;
+        proto::CheckpointPiece* p = out->add_pieces();
+        p->set_file(0);
+        p->set_first(r.first + done);
+        p->set_count(n);
+        p->set_offset(w.written());
+        p->set_crc32c(crc32c(data, n * esize));
+        w.write(data, n * esize);
+        done += n;
+      }
+    }
+  }
+  w.close();
+  part.mutable_file()->set_name(name);
+  part.mutable_file()->set_bytes(w.written());
+  return part;
+}
+
+// Fills every range of `state` from the checkpoint in `dir`; throws naming what failed.
+std::int64_t read_state(const std::string& dir, State& state) {
+  const proto::CheckpointManifest manifest = read_manifest(dir);
+  std::map<std::string, const proto::CheckpointTensor*> by_name;
+  for (const auto& t : manifest.tensors()) by_name[t.name()] = &t;
+  PieceReader reader(dir, manifest);
+  std::vector<char> buffer;
+  for (Tensor& t : state.tensors) {
+    checked_count(t);
+    auto it = by_name.find(t.name);
+    if (it == by_name.end())
+      throw Error(ErrorCategory::kConfig, "checkpoint " + dir + " has no tensor '" + t.name + "'");
+    const proto::CheckpointTensor& saved = *it->second;
+    std::vector<std::int64_t> shape(saved.shape().begin(), saved.shape().end());
+    if (saved.dtype() != dtype_name(t.dtype) || shape != t.shape) {
+      auto text = [](const std::vector<std::int64_t>& s) {
+        std::string out;
+        for (auto d : s) out += (out.empty() ? "" : "x") + std::to_string(d);
+        return out.empty() ? std::string("scalar") : out;
+      };
+      throw Error(ErrorCategory::kConfig, "checkpoint " + dir + ": tensor '" + t.name + "' is " +
+                                              saved.dtype() + " " + text(shape) +
+                                              " there, but the model's is " + dtype_name(t.dtype) +
+                                              " " + text(t.shape));
+    }
+    const std::size_t esize = dtype_size(t.dtype);
+    for (Range& r : t.ranges) {
+      std::size_t covered = 0;
+      for (const auto& p : saved.pieces()) {
+        const std::size_t lo = std::max<std::size_t>(r.first, p.first());
+        const std::size_t hi = std::min<std::size_t>(r.first + r.count, p.first() + p.count());
+        if (lo >= hi) continue;
+        buffer.resize(p.count() * esize);
+        reader.read(saved, p, buffer.data());
+        std::copy_n(buffer.data() + (lo - p.first()) * esize, (hi - lo) * esize,
+                    static_cast<char*>(r.data) + (lo - r.first) * esize);
+        covered += hi - lo;
+      }
+      if (covered < r.count) {
+        throw Error(ErrorCategory::kConfig, "checkpoint " + dir + ": tensor '" + t.name +
+                                                "' elements [" + std::to_string(r.first) + ", " +
+                                                std::to_string(r.first + r.count) +
+                                                ") are not all stored (" + std::to_string(covered) +
+                                                " of " + std::to_string(r.count) + " found)");
+      }
+    }
+  }
+  state.meta.clear();
+  for (const auto& [k, v] : manifest.meta()) state.meta[k] = v;
+  return manifest.step();
+}
+
+}  // namespace
+
+std::vector<std::int64_t> list_checkpoints(const std::string& dir) {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.find('.') != std::string::npos) continue;
+    try {
+      std::size_t used = 0;
+      const long long step = std::stoll(name.substr(5), &used);
+      if (used == name.size() - 5 && fs::exists(entry.path() / kManifestName))
+        steps.push_back(step);
+    } catch (const std::exception&) {
+    }
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
+struct Checkpointer::Impl {
+  Store& store;
+  int rank;
+  int world_size;
+  Options options;
+  int saves = 0;
+  int loads = 0;
+
+  // Every rank's value of prefix + "<r>", in rank order.
+  std::vector<std::string> gather(const std::string& prefix) {
+    std::vector<std::string> out;
+    for (int r = 0; r < world_size; ++r)
+      out.push_back(store.get(prefix + std::to_string(r), kWait));
+    return out;
+  }
+
+  void commit(std::int64_t step, const std::string& tmp, const State& state,
+              const std::vector<std::string>& parts) {
+    proto::CheckpointManifest manifest;
+    manifest.set_format_version(kFormatVersion);
+    manifest.set_step(step);
+    manifest.set_world_size(world_size);
+    for (const auto& [k, v] : state.meta) (*manifest.mutable_meta())[k] = v;
+    std::map<std::string, proto::CheckpointTensor*> by_name;
+    for (int r = 0; r < world_size; ++r) {
+      proto::CheckpointRankPart part;
+      if (!part.ParseFromString(parts[r]))
+        throw Error(ErrorCategory::kInternal, "rank " + std::to_string(r) + "'s part is malformed");
+      *manifest.add_files() = part.file();
+      for (const auto& t : part.tensors()) {
+        proto::CheckpointTensor*& merged = by_name[t.name()];
+        if (!merged) {
+          merged = manifest.add_tensors();
+          merged->set_name(t.name());
+          merged->set_dtype(t.dtype());
+          *merged->mutable_shape() = t.shape();
+        } else if (merged->dtype() != t.dtype() ||
+                   !std::equal(merged->shape().begin(), merged->shape().end(), t.shape().begin(),
+                               t.shape().end())) {
+          throw Error(ErrorCategory::kInvalidArgument,
+                      "ranks disagree on tensor '" + t.name() + "' (dtype or shape)");
+        }
+        for (auto p : t.pieces()) {
+          p.set_file(r);
+          *merged->add_pieces() = p;
+        }
+      }
+    }
+    replace_file(tmp + "/" + kManifestName, manifest_to_json(manifest));
+    fsync_dir(tmp);
+    const fs::path final_dir = fs::path(options.dir) / step_dir_name(step);
+    fs::remove_all(final_dir);  // the same step saved again
+    fs::rename(tmp, final_dir);
+    fsync_dir(options.dir);
+    replace_file(options.dir + "/latest", step_dir_name(step) + "\n");
+    if (options.keep_last > 0) {
+      const auto steps = list_checkpoints(options.dir);
+      for (std::size_t i = options.keep_last; i < steps.size(); ++i)
+        fs::remove_all(fs::path(options.dir) / step_dir_name(steps[i]));
+    }
+  }
+};
+
+Checkpointer::Checkpointer(Store& store, int rank, int world_size, Options options)
+    : impl_(std::make_unique<Impl>(Impl{store, rank, world_size, std::move(options)})) {
+  if (impl_->options.dir.empty())
+    throw Error(ErrorCategory::kInvalidArgument, "Checkpointer needs a directory");
+}
+
+Checkpointer::~Checkpointer() = default;
+
+void Checkpointer::save(std::int64_t step, const State& state) {
+  Impl& m = *impl_;
+  const std::string prefix = "ckpt/save" + std::to_string(m.saves++) + "/";
+  const std::string tmp = m.options.dir + "/" + step_dir_name(step) + ".tmp";
+  if (m.rank == 0) {
+    std::string said = "ok";
+    try {
+      fs::create_directories(m.options.dir);
+      fs::remove_all(tmp);
+      fs::create_directory(tmp);
+    } catch (const std::exception& e) {
+      said = std::string("!rank 0 cannot prepare ") + tmp + ": " + e.what();
+    }
+    m.store.set(prefix + "dir", said);
+  }
+  const std::string dir_said = m.store.get(prefix + "dir", kWait);
+  if (is_error(dir_said)) throw Error(ErrorCategory::kBackend, error_of(dir_said));
+  std::string part;
+  try {
+    write_part(tmp, m.rank, state, m.options.piece_bytes).SerializeToString(&part);
+  } catch (const std::exception& e) {
+    part = "!rank " + std::to_string(m.rank) + ": " + e.what();
+  }
+  m.store.set(prefix + "part/" + std::to_string(m.rank), part);
+  if (m.rank == 0) {
+    std::string done = "ok";
+    try {
+      const auto parts = m.gather(prefix + "part/");
+      for (const auto& p : parts) {
+        if (is_error(p)) throw Error(ErrorCategory::kBackend, error_of(p));
+      }
+      m.commit(step, tmp, state, parts);
+      log::get("checkpoint")->info("saved step {} in {}", step, m.options.dir);
+    } catch (const std::exception& e) {
+      done = std::string("!") + e.what();
+    }
+    m.store.set(prefix + "done", done);
+  }
+  const std::string done = m.store.get(prefix + "done", kWait);
+  if (is_error(done))
+    throw Error(ErrorCategory::kBackend,
+                "checkpoint of step " + std::to_string(step) + " not saved: " + error_of(done));
+}
+
+std::optional<std::int64_t> Checkpointer::load(State& state, bool fallback) {
+  Impl& m = *impl_;
+  const std::string prefix = "ckpt/load" + std::to_string(m.loads++) + "/";
+  if (m.rank == 0) {
+    std::string list;
+    for (std::int64_t step : list_checkpoints(m.options.dir))
+      list += (list.empty() ? "" : ",") + std::to_string(step);
+    m.store.set(prefix + "candidates", list.empty() ? "-" : list);
+  }
+  std::vector<std::int64_t> candidates;
+  {
+    std::string list = m.store.get(prefix + "candidates", kWait);
+    std::stringstream items(list == "-" ? "" : list);
+    for (std::string item; std::getline(items, item, ',');) candidates.push_back(std::stoll(item));
+  }
+  if (candidates.empty()) return std::nullopt;
+  std::string errors;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const std::string dir = m.options.dir + "/" + step_dir_name(candidates[i]);
+    std::string mine = "ok";
+    try {
+      read_state(dir, state);
+    } catch (const std::exception& e) {
+      mine = std::string("!rank ") + std::to_string(m.rank) + ": " + e.what();
+    }
+    const std::string key = prefix + std::to_string(i) + "/";
+    m.store.set(key + std::to_string(m.rank), mine);
+    std::string first_error;
+    for (const auto& said : m.gather(key)) {
+      if (is_error(said) && first_error.empty()) first_error = error_of(said);
+    }
+    if (first_error.empty()) return candidates[i];
+    errors += (errors.empty() ? "" : "; ") + first_error;
+    if (!fallback) break;
+    if (i + 1 < candidates.size()) {
+      log::get("checkpoint")->warn("cannot load {}: {}; trying the one before", dir, first_error);
+    }
+  }
+  throw Error(ErrorCategory::kConfig,
+              "no checkpoint in " + m.options.dir + " could be loaded: " + errors +
+                  (fallback ? "" : " (load with fallback to try older ones)"));
+}
+
+}  // namespace rtd::ckpt

@@ -1,0 +1,105 @@
+// POSIX file operations for the checkpoint commit.
+#include "sharding/checkpoint/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "rt_dist/error.h"
+
+namespace rtd::ckpt {
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& path) {
+  const int err = errno;
+  throw Error(ErrorCategory::kBackend, what + " " + path + ": " + std::strerror(err), err);
+}
+
+}  // namespace
+
+FileWriter::FileWriter(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("cannot create", path);
+}
+
+FileWriter::~FileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileWriter::write(const void* data, std::size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write", path_);
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+    written_ += static_cast<std::size_t>(n);
+  }
+}
+
+void FileWriter::close() {
+  if (::fsync(fd_) != 0) fail("cannot fsync", path_);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) fail("cannot close", path_);
+}
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open directory", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) fail("cannot fsync directory", dir);
+}
+
+void replace_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  FileWriter w(tmp);
+  w.write(text.data(), text.size());
+  w.close();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp + " to", path);
+  fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+std::string read_file(const std::string& path) {
+  FileReader r(path);
+  std::string text(r.size(), '\0');
+  r.read(0, text.data(), text.size());
+  return text;
+}
+
+FileReader::FileReader(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail("cannot open", path);
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) fail("cannot stat", path);
+  size_ = static_cast<std::size_t>(st.st_size);
+}
+
+FileReader::~FileReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileReader::read(std::size_t offset, void* out, std::size_t bytes) const {
+  char* p = static_cast<char*>(out);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd_, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("cannot read", path_);
+    if (n == 0) {
+      throw Error(ErrorCategory::kConfig,
+                  "file " + path_ + " is truncated: it ends at byte " + std::to_string(offset) +
+                      ", " + std::to_string(bytes) + " bytes short of what the manifest says");
+    }
+    p += n;
+    offset += static_cast<std::size_t>(n);
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace rtd::ckpt

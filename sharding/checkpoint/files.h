@@ -1,0 +1,48 @@
+// The file operations a checkpoint's commit rests on: whole files written
+// and fsynced, directories fsynced, atomic replacement by rename, and reads at
+// an offset. Errors are rtd::Error naming the path and errno's reason.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace rtd::ckpt {
+
+// An open file written sequentially; close() fsyncs it.
+class FileWriter {
+ public:
+  explicit FileWriter(const std::string& path);
+  ~FileWriter();
+  void write(const void* data, std::size_t bytes);
+  std::size_t written() const { return written_; }
+  void close();  // fsync + close; throws on failure
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::size_t written_ = 0;
+};
+
+void fsync_dir(const std::string& dir);
+// Writes `text` to path.tmp, fsyncs it, renames it over path, fsyncs the directory.
+void replace_file(const std::string& path, const std::string& text);
+std::string read_file(const std::string& path);
+
+// A file read at offsets (pread), its size known.
+class FileReader {
+ public:
+  explicit FileReader(const std::string& path);
+  ~FileReader();
+  FileReader(const FileReader&) = delete;
+  FileReader& operator=(const FileReader&) = delete;
+  std::size_t size() const { return size_; }
+  // Throws when fewer than `bytes` bytes are there.
+  void read(std::size_t offset, void* out, std::size_t bytes) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::size_t size_ = 0;
+};
+
+}  // namespace rtd::ckpt

@@ -1,0 +1,123 @@
+// The manifest's JSON form and the checked reads of pieces.
+#include "sharding/checkpoint/manifest.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdio>
+
+#include "rt_dist/error.h"
+#include "sharding/checkpoint/crc32c.h"
+
+namespace rtd::ckpt {
+namespace {
+
+const std::map<std::string, DType>& dtype_names() {
+  static const std::map<std::string, DType> names = {
+      {"float32", DType::kFloat32}, {"float64", DType::kFloat64},   {"int32", DType::kInt32},
+      {"int64", DType::kInt64},     {"bfloat16", DType::kBFloat16}, {"float16", DType::kFloat16}};
+  return names;
+}
+
+std::string hex(std::uint32_t v) {
+  char text[16];
+  std::snprintf(text, sizeof(text), "0x%08x", v);
+  return text;
+}
+
+}  // namespace
+
+std::string step_dir_name(std::int64_t step) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "step_%08lld", static_cast<long long>(step));
+  return text;
+}
+
+std::string dtype_name(DType dtype) {
+  for (const auto& [name, d] : dtype_names()) {
+    if (d == dtype) return name;
+  }
+  return "unknown";
+}
+
+DType dtype_from_name(const std::string& name, const std::string& where) {
+  auto it = dtype_names().find(name);
+  if (it == dtype_names().end())
+    throw Error(ErrorCategory::kConfig, where + ": unknown dtype '" + name + "'");
+  return it->second;
+}
+
+std::size_t element_count(const proto::CheckpointTensor& tensor) {
+  std::size_t n = 1;
+  for (std::int64_t d : tensor.shape()) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+std::string manifest_to_json(const proto::CheckpointManifest& manifest) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  auto status = google::protobuf::util::MessageToJsonString(manifest, &json, options);
+  if (!status.ok())
+    throw Error(ErrorCategory::kInternal, "cannot write a manifest: " + status.ToString());
+  return json;
+}
+
+proto::CheckpointManifest read_manifest(const std::string& dir) {
+  const std::string path = dir + "/" + kManifestName;
+  const std::string json = read_file(path);
+  proto::CheckpointManifest manifest;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &manifest);
+  if (!status.ok()) {
+    throw Error(ErrorCategory::kConfig,
+                "manifest " + path + " is malformed: " + std::string(status.message()));
+  }
+  if (manifest.format_version() > kFormatVersion || manifest.format_version() < 1) {
+    throw Error(ErrorCategory::kConfig, "manifest " + path + " has format version " +
+                                            std::to_string(manifest.format_version()) +
+                                            "; this build reads versions 1 to " +
+                                            std::to_string(kFormatVersion) +
+                                            " (a newer rt_dist wrote it)");
+  }
+  return manifest;
+}
+
+PieceReader::PieceReader(std::string dir, const proto::CheckpointManifest& manifest)
+    : dir_(std::move(dir)), manifest_(manifest) {}
+
+const FileReader& PieceReader::file(int index) {
+  auto it = files_.find(index);
+  if (it != files_.end()) return *it->second;
+  if (index < 0 || index >= manifest_.files_size())
+    throw Error(ErrorCategory::kConfig, "manifest in " + dir_ + " names file " +
+                                            std::to_string(index) + ", which it does not list");
+  const auto& f = manifest_.files(index);
+  auto reader = std::make_unique<FileReader>(dir_ + "/" + f.name());
+  if (reader->size() < f.bytes()) {
+    throw Error(ErrorCategory::kConfig, "file " + dir_ + "/" + f.name() +
+                                            " is truncated: " + std::to_string(reader->size()) +
+                                            " bytes, the manifest says " +
+                                            std::to_string(f.bytes()));
+  }
+  return *files_.emplace(index, std::move(reader)).first->second;
+}
+
+void PieceReader::read(const proto::CheckpointTensor& tensor, const proto::CheckpointPiece& piece,
+                       void* out) {
+  const std::size_t bytes =
+      piece.count() * dtype_size(dtype_from_name(tensor.dtype(), "tensor '" + tensor.name() + "'"));
+  const FileReader& f = file(piece.file());
+  f.read(piece.offset(), out, bytes);
+  const std::uint32_t sum = crc32c(out, bytes);
+  if (sum != piece.crc32c()) {
+    throw Error(ErrorCategory::kConfig,
+                "file " + dir_ + "/" + manifest_.files(piece.file()).name() + ": tensor '" +
+                    tensor.name() + "' elements [" + std::to_string(piece.first()) + ", " +
+                    std::to_string(piece.first() + piece.count()) + ") at byte " +
+                    std::to_string(piece.offset()) + " have CRC-32C " + hex(sum) +
+                    ", the manifest says " + hex(piece.crc32c()) + ": the file is corrupted");
+  }
+}
+
+}  // namespace rtd::ckpt

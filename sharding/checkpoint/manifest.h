@@ -1,0 +1,48 @@
+// A checkpoint's manifest (proto/checkpoint.proto) as JSON on disk, and the
+// reads that check what they read: the format version, every piece's CRC-32C.
+// Shared by the Checkpointer and the rtd-ckpt tool.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint.pb.h"
+#include "rt_dist/types.h"
+#include "sharding/checkpoint/files.h"
+
+namespace rtd::ckpt {
+
+inline constexpr int kFormatVersion = 1;
+inline constexpr const char* kManifestName = "manifest.json";
+
+std::string step_dir_name(std::int64_t step);  // "step_00000100"
+std::string dtype_name(DType dtype);
+DType dtype_from_name(const std::string& name, const std::string& where);
+std::size_t element_count(const proto::CheckpointTensor& tensor);
+
+std::string manifest_to_json(const proto::CheckpointManifest& manifest);
+// Throws rtd::Error naming `dir` when the manifest is missing, malformed, or
+// from a newer format version.
+proto::CheckpointManifest read_manifest(const std::string& dir);
+
+// Reads a checkpoint's pieces, each file opened once and checked against its
+// size in the manifest.
+class PieceReader {
+ public:
+  PieceReader(std::string dir, const proto::CheckpointManifest& manifest);
+  // The piece's bytes into out (count * dtype size of `tensor`), its CRC-32C
+  // checked: a mismatch names the file, the tensor, the elements and both sums.
+  void read(const proto::CheckpointTensor& tensor, const proto::CheckpointPiece& piece, void* out);
+
+ private:
+  const FileReader& file(int index);
+
+  std::string dir_;
+  const proto::CheckpointManifest& manifest_;
+  std::map<int, std::unique_ptr<FileReader>> files_;
+};
+
+}  // namespace rtd::ckpt
