@@ -9,10 +9,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,11 @@ struct Flags {
   float lr = 0.1f;
   int log_every = 10;
   std::string shard;  // empty: DDP and SGD
+  // Checkpoints (DDP): saved every ckpt_every steps into ckpt_dir, and the
+  // latest valid one resumed from at start, whatever the world size.
+  std::string ckpt_dir;
+  int ckpt_every = 0;
+  int kill_at_step = 0;  // a test's fault: the last rank SIGKILLs itself there, first attempt only
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -52,10 +59,17 @@ Flags parse_flags(int argc, char** argv) {
       f.log_every = std::atoi(value());
     else if (a == "--shard")
       f.shard = value();
+    else if (a == "--ckpt-dir")
+      f.ckpt_dir = value();
+    else if (a == "--ckpt-every")
+      f.ckpt_every = std::atoi(value());
+    else if (a == "--kill-at-step")
+      f.kill_at_step = std::atoi(value());
     else {
       std::fprintf(stderr,
                    "usage: mlp_cpu [--steps N] [--batch B] [--hidden H] [--lr LR] "
-                   "[--log-every K] [--shard zero1|zero2|zero3|hybrid]\nunknown argument %s\n",
+                   "[--log-every K] [--shard zero1|zero2|zero3|hybrid] [--ckpt-dir DIR "
+                   "--ckpt-every K] [--kill-at-step S]\nunknown argument %s\n",
                    a.c_str());
       std::exit(2);
     }
@@ -64,6 +78,14 @@ Flags parse_flags(int argc, char** argv) {
   if (!f.shard.empty() && !rtd::parse_shard_strategy(f.shard, &strategy)) {
     std::fprintf(stderr, "--shard takes zero1, zero2, zero3 or hybrid, not '%s'\n",
                  f.shard.c_str());
+    std::exit(2);
+  }
+  if (f.ckpt_every < 0 || (f.ckpt_every > 0 && f.ckpt_dir.empty())) {
+    std::fprintf(stderr, "--ckpt-every needs --ckpt-dir and a positive number of steps\n");
+    std::exit(2);
+  }
+  if (!f.ckpt_dir.empty() && !f.shard.empty()) {
+    std::fprintf(stderr, "checkpoints are not yet wired into --shard here\n");
     std::exit(2);
   }
   if (f.steps < 1 || f.batch < 1 || f.hidden < 1 || f.log_every < 1) {
@@ -113,6 +135,32 @@ struct Mlp {
     gemm_abt(rows, out, hidden, act.data(), w2.data(), y.data());
   }
 };
+
+// The student's weights as checkpoint tensors: each rank saves its slice of
+// the replica (all ranks write, none twice), and loads all of it.
+rtd::ckpt::State model_state(Mlp& m, int rank, int world, bool whole) {
+  rtd::ckpt::State s;
+  auto tensor = [&](const char* name, std::vector<float>& w, std::int64_t rows_,
+                    std::int64_t cols) {
+    const std::size_t n = w.size();
+    const std::size_t lo = whole ? 0 : n * rank / world, hi = whole ? n : n * (rank + 1) / world;
+    s.tensors.push_back(rtd::ckpt::Tensor{
+        name, rtd::DType::kFloat32, {rows_, cols}, {{lo, hi - lo, w.data() + lo}}});
+  };
+  tensor("w1", m.w1, m.hidden, m.in);
+  tensor("w2", m.w2, m.out, m.hidden);
+  return s;
+}
+
+// FNV-1a over the weights' bytes: equal runs print equal values, bit for bit.
+unsigned long long weights_hash(const Mlp& m) {
+  unsigned long long h = 1469598103934665603ull;
+  for (const auto* w : {&m.w1, &m.w2}) {
+    const auto* p = reinterpret_cast<const unsigned char*>(w->data());
+    for (std::size_t i = 0; i < w->size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
+}
 
 // This rank's rows of the global batch of world * rows samples at a step.
 void batch_of(const Flags& f, int rank, int step, std::vector<float>& x) {
@@ -224,7 +272,28 @@ int main(int argc, char** argv) {
   std::vector<float> dy(rows * f.out), da(rows * f.hidden);
   auto t0 = std::chrono::steady_clock::now();
 
-  for (int step = 1; step <= f.steps; ++step) {
+  // Resume from the latest valid checkpoint, saved by any number of ranks.
+  int first_step = 1;
+  std::unique_ptr<rtd::ckpt::Checkpointer> ckpt;
+  if (!f.ckpt_dir.empty()) {
+    ckpt = std::make_unique<rtd::ckpt::Checkpointer>(
+        ctx->store(), rank, world, rtd::ckpt::Options{.dir = f.ckpt_dir, .keep_last = 2});
+    rtd::ckpt::State state = model_state(student, rank, world, true);
+    try {
+      if (auto step = ckpt->load(state)) {
+        first_step = static_cast<int>(*step) + 1;
+        if (rank == 0) std::printf("resumed from step %lld\n", static_cast<long long>(*step));
+      }
+    } catch (const rtd::Error& e) {
+      std::fprintf(stderr, "mlp_cpu: %s\n", e.what());
+      return 1;
+    }
+  }
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const bool first_attempt = restarts == nullptr || std::string(restarts) == "0";
+
+  for (int step = first_step; step <= f.steps; ++step) {
+    if (step == f.kill_at_step && first_attempt && rank == world - 1) raise(SIGKILL);
     // This rank's rows of the global batch of world * rows samples.
     for (int r = 0; r < rows; ++r) {
       std::uint64_t global_row = static_cast<std::uint64_t>(rank) * rows + r;
@@ -261,7 +330,12 @@ int main(int argc, char** argv) {
                   static_cast<double>(step) * rows * world / secs);
       std::fflush(stdout);
     }
+    if (ckpt && f.ckpt_every > 0 && step % f.ckpt_every == 0) {
+      rtd::ckpt::State state = model_state(student, rank, world, false);
+      ckpt->save(step, state);
+    }
   }
   ctx->comm().barrier()->wait();
+  if (rank == 0) std::printf("final weights fnv1a %016llx\n", weights_hash(student));
   return 0;
 }

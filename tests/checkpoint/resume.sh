@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Exact resume of the CPU trainer (DDP) from its checkpoints:
+#  1. killed (SIGKILL of a worker) at a random step under dtrun --max-restarts=1,
+#     it finishes with the same weights, bit for bit, as a run never killed;
+#  2. checkpointed on 4 ranks, it resumes on 2 and on 3 with the same global
+#     batch, and its loss continues (the same numbers to 1e-5);
+#  3. a corrupted latest checkpoint is named, and the one before is resumed.
+#   tests/checkpoint/resume.sh DTRUN MLP_CPU
+set -u
+dtrun=$1 mlp=$2
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+fail=0
+train() {  # ranks, log, args...
+  local n=$1 log=$2; shift 2
+  "$dtrun" --nproc-per-node=$n --max-restarts=1 --env RTD_LOG=warn "$mlp" --log-every 10 "$@" \
+    >"$log" 2>&1 || { echo "FAILED: dtrun exited $? ($log)"; cat "$log"; fail=1; }
+}
+value() { grep -o "$1 [^ ]*" "$2" | tail -1 | awk '{print $NF}'; }
+close_to() {  # name, a, b: relative difference within 1e-5
+  if [ -n "$2" ] && [ -n "$3" ] && awk -v a="$2" -v b="$3" \
+       'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; exit !(d <= 1e-5 * m) }'; then
+    echo "ok: $1 ($2 vs $3)"
+  else
+    echo "FAILED: $1 ($2 vs $3)"; fail=1
+  fi
+}
+
+# 1. Killed at a random step.
+kill_at=$((5 + RANDOM % 50))
+train 4 "$out/ref" --steps 60 --batch 3
+train 4 "$out/killed" --steps 60 --batch 3 --ckpt-dir "$out/c1" --ckpt-every 5 --kill-at-step $kill_at
+ref=$(value "final weights fnv1a" "$out/ref")
+got=$(value "final weights fnv1a" "$out/killed")
+resumed=$(value "resumed from step" "$out/killed")
+if [ -n "$ref" ] && [ "$ref" = "$got" ] && [ -n "$resumed" ]; then
+  echo "ok: killed at step $kill_at, resumed from step $resumed: the same weights ($got)"
+else
+  echo "FAILED: killed at step $kill_at: weights $got (resumed from '$resumed') vs $ref"
+  tail -n 20 "$out/killed"; fail=1
+fi
+
+# 2. Saved on 4 ranks at step 30, resumed on 2 and on 3 (global batch 12).
+train 4 "$out/first" --steps 30 --batch 3 --ckpt-dir "$out/c2" --ckpt-every 10
+for n in 2 3; do
+  rm -rf "$out/c2-$n" && cp -r "$out/c2" "$out/c2-$n"
+  train $n "$out/on$n" --steps 60 --batch $((12 / n)) --ckpt-dir "$out/c2-$n" --ckpt-every 10
+  [ "$(value "resumed from step" "$out/on$n")" = 30 ] && echo "ok: $n ranks resumed from step 30" \
+    || { echo "FAILED: $n ranks did not resume from step 30"; cat "$out/on$n"; fail=1; }
+  close_to "loss at step 60 on $n ranks after 4" "$(value "step 60 loss" "$out/on$n")" \
+    "$(value "step 60 loss" "$out/ref")"
+done
+
+# 3. The latest checkpoint corrupted: named, and the one before resumed.
+printf 'garbage' | dd of="$out/c2-2/step_00000060/rank_00001.bin" bs=1 seek=4 conv=notrunc 2>/dev/null
+train 2 "$out/fallback" --steps 70 --batch 6 --ckpt-dir "$out/c2-2" --ckpt-every 10
+[ "$(value "resumed from step" "$out/fallback")" = 50 ] && echo "ok: fell back to step 50" \
+  || { echo "FAILED: did not fall back to step 50"; cat "$out/fallback"; fail=1; }
+grep -q "step_00000060/rank_00001.bin.*CRC-32C" "$out/fallback" \
+  && echo "ok: the corrupted file is named" \
+  || { echo "FAILED: the corrupted file is not named"; cat "$out/fallback"; fail=1; }
+exit $fail
