@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libcli11-dev libopenblas-dev
   iproute2 procps patchelf file clang-format
   slurmctld slurmd slurm-client munge  # the real-Slurm test (tests/slurm)
+  python3                              # the safetensors reader of tests/checkpoint
 )
 
 missing=()
