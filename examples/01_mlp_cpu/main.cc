@@ -33,6 +33,7 @@ struct Flags {
   // latest valid one resumed from at start, whatever the world size.
   std::string ckpt_dir;
   int ckpt_every = 0;
+  bool ckpt_async = false;  // save in the background while training goes on
   int kill_at_step = 0;  // a test's fault: the last rank SIGKILLs itself there, first attempt only
 };
 
@@ -63,13 +64,15 @@ Flags parse_flags(int argc, char** argv) {
       f.ckpt_dir = value();
     else if (a == "--ckpt-every")
       f.ckpt_every = std::atoi(value());
+    else if (a == "--ckpt-async")
+      f.ckpt_async = std::atoi(value()) != 0;
     else if (a == "--kill-at-step")
       f.kill_at_step = std::atoi(value());
     else {
       std::fprintf(stderr,
                    "usage: mlp_cpu [--steps N] [--batch B] [--hidden H] [--lr LR] "
                    "[--log-every K] [--shard zero1|zero2|zero3|hybrid] [--ckpt-dir DIR "
-                   "--ckpt-every K] [--kill-at-step S]\nunknown argument %s\n",
+                   "--ckpt-every K [--ckpt-async 1]] [--kill-at-step S]\nunknown argument %s\n",
                    a.c_str());
       std::exit(2);
     }
@@ -293,7 +296,8 @@ int main(int argc, char** argv) {
   const bool first_attempt = restarts == nullptr || std::string(restarts) == "0";
 
   for (int step = first_step; step <= f.steps; ++step) {
-    if (step == f.kill_at_step && first_attempt && rank == world - 1) raise(SIGKILL);
+    if (!f.ckpt_async && step == f.kill_at_step && first_attempt && rank == world - 1)
+      raise(SIGKILL);
     // This rank's rows of the global batch of world * rows samples.
     for (int r = 0; r < rows; ++r) {
       std::uint64_t global_row = static_cast<std::uint64_t>(rank) * rows + r;
@@ -332,9 +336,17 @@ int main(int argc, char** argv) {
     }
     if (ckpt && f.ckpt_every > 0 && step % f.ckpt_every == 0) {
       rtd::ckpt::State state = model_state(student, rank, world, false);
-      ckpt->save(step, state);
+      if (f.ckpt_async) {
+        ckpt->save_async(step, state);
+        // A fault in the middle of the background write: the last rank dies
+        // before its part is written; the checkpoint before must stay whole.
+        if (step == f.kill_at_step && first_attempt && rank == world - 1) raise(SIGKILL);
+      } else {
+        ckpt->save(step, state);
+      }
     }
   }
+  if (ckpt) ckpt->wait();
   ctx->comm().barrier()->wait();
   if (rank == 0) std::printf("final weights fnv1a %016llx\n", weights_hash(student));
   return 0;

@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 #include "rt_dist/checkpoint.h"
 #include "rt_dist/error.h"
@@ -172,6 +174,11 @@ struct Checkpointer::Impl {
   Options options;
   int saves = 0;
   int loads = 0;
+  // The background save: its thread, its own copy of the state, its error.
+  std::thread background;
+  State copy;
+  std::vector<std::vector<char>> buffers;
+  std::exception_ptr error;
 
   // Every rank's value of prefix + "<r>", in rank order.
   std::vector<std::string> gather(const std::string& prefix) {
@@ -234,9 +241,52 @@ Checkpointer::Checkpointer(Store& store, int rank, int world_size, Options optio
     throw Error(ErrorCategory::kInvalidArgument, "Checkpointer needs a directory");
 }
 
-Checkpointer::~Checkpointer() = default;
+Checkpointer::~Checkpointer() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    log::get("checkpoint")->error("the last background save failed: {}", e.what());
+  }
+}
+
+void Checkpointer::wait() {
+  Impl& m = *impl_;
+  if (m.background.joinable()) m.background.join();
+  m.buffers.clear();
+  m.copy = State{};
+  if (m.error) std::rethrow_exception(std::exchange(m.error, nullptr));
+}
+
+void Checkpointer::save_async(std::int64_t step, const State& state) {
+  wait();
+  Impl& m = *impl_;
+  m.copy.meta = state.meta;
+  for (const Tensor& t : state.tensors) {
+    checked_count(t);
+    Tensor c{t.name, t.dtype, t.shape, {}};
+    for (const Range& r : t.ranges) {
+      const std::size_t bytes = r.count * dtype_size(t.dtype);
+      m.buffers.emplace_back(static_cast<const char*>(r.data),
+                             static_cast<const char*>(r.data) + bytes);
+      c.ranges.push_back(Range{r.first, r.count, m.buffers.back().data()});
+    }
+    m.copy.tensors.push_back(std::move(c));
+  }
+  m.background = std::thread([this, step] {
+    try {
+      save_now(step, impl_->copy);
+    } catch (...) {
+      impl_->error = std::current_exception();
+    }
+  });
+}
 
 void Checkpointer::save(std::int64_t step, const State& state) {
+  wait();
+  save_now(step, state);
+}
+
+void Checkpointer::save_now(std::int64_t step, const State& state) {
   Impl& m = *impl_;
   const std::string prefix = "ckpt/save" + std::to_string(m.saves++) + "/";
   const std::string tmp = m.options.dir + "/" + step_dir_name(step) + ".tmp";
@@ -281,6 +331,7 @@ void Checkpointer::save(std::int64_t step, const State& state) {
 }
 
 std::optional<std::int64_t> Checkpointer::load(State& state, bool fallback) {
+  wait();
   Impl& m = *impl_;
   const std::string prefix = "ckpt/load" + std::to_string(m.loads++) + "/";
   if (m.rank == 0) {

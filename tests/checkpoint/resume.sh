@@ -4,7 +4,9 @@
 #     it finishes with the same weights, bit for bit, as a run never killed;
 #  2. checkpointed on 4 ranks, it resumes on 2 and on 3 with the same global
 #     batch, and its loss continues (the same numbers to 1e-5);
-#  3. a corrupted latest checkpoint is named, and the one before is resumed.
+#  3. a corrupted latest checkpoint is named, and the one before is resumed;
+#  4. with background saves, a worker SIGKILLed while one is being written
+#     leaves the checkpoint before whole: resumed from it, the same weights.
 #   tests/checkpoint/resume.sh DTRUN MLP_CPU
 set -u
 dtrun=$1 mlp=$2
@@ -59,4 +61,16 @@ train 2 "$out/fallback" --steps 70 --batch 6 --ckpt-dir "$out/c2-2" --ckpt-every
 grep -q "step_00000060/rank_00001.bin.*CRC-32C" "$out/fallback" \
   && echo "ok: the corrupted file is named" \
   || { echo "FAILED: the corrupted file is not named"; cat "$out/fallback"; fail=1; }
+# 4. Killed in the middle of a background save (right after the call).
+async_kill=$((10 + 5 * (RANDOM % 9)))
+train 4 "$out/async" --steps 60 --batch 3 --ckpt-dir "$out/c4" --ckpt-every 5 --ckpt-async 1 \
+  --kill-at-step $async_kill
+resumed=$(value "resumed from step" "$out/async")
+got=$(value "final weights fnv1a" "$out/async")
+if [ -n "$resumed" ] && [ "$resumed" -lt "$async_kill" ] && [ "$got" = "$ref" ]; then
+  echo "ok: killed during the background save of step $async_kill, resumed from step $resumed: the same weights"
+else
+  echo "FAILED: killed during the save of step $async_kill: resumed from '$resumed', weights $got vs $ref"
+  tail -n 20 "$out/async"; fail=1
+fi
 exit $fail

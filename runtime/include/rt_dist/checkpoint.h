@@ -62,6 +62,14 @@ class Checkpointer {
   // crash at any moment leaves the previous checkpoint loadable.
   void save(std::int64_t step, const State& state);
 
+  // Collective, asynchronous: copies this rank's ranges into host memory the
+  // Checkpointer owns and returns; a background thread then saves them as
+  // save() does, while training goes on. The next save, save_async, load or
+  // wait() first waits for it, and throws its error there: none is lost.
+  void save_async(std::int64_t step, const State& state);
+  // Waits for the background save, if one runs; throws its error.
+  void wait();
+
   // Collective. Fills every range of `state` (and its meta) from the newest
   // checkpoint every rank can read and verify; with fallback, an unreadable
   // one is skipped for the one before (every rank agrees which). Returns its
@@ -69,6 +77,7 @@ class Checkpointer {
   std::optional<std::int64_t> load(State& state, bool fallback = true);
 
  private:
+  void save_now(std::int64_t step, const State& state);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

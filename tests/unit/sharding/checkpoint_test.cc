@@ -246,5 +246,39 @@ TEST_F(CheckpointTest, ARankThatCannotWriteFailsTheSaveOnEveryRank) {
   EXPECT_TRUE(list_checkpoints(dir_.string()).empty()) << "nothing committed";
 }
 
+// The state is copied at the call: changing it afterwards does not change
+// what is saved; the save's error comes back at the next call.
+TEST_F(CheckpointTest, AnAsyncSaveKeepsTheStateOfTheCallAndReportsItsErrorLater) {
+  run_ranks(2, [&](Store& store, int rank) {
+    std::vector<float> w(70);
+    std::vector<std::int64_t> m(33);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = w_at(i, 4);
+    for (std::size_t i = 0; i < m.size(); ++i) m[i] = m_at(i, 4);
+    State s;
+    s.tensors.push_back(
+        Tensor{"w", DType::kFloat32, {10, 7}, {{35u * rank, 35, w.data() + 35 * rank}}});
+    s.tensors.push_back(Tensor{"m", DType::kInt64, {33}, {{0, rank == 0 ? 33u : 0u, m.data()}}});
+    s.meta["data_position"] = "32";
+    Checkpointer c(store, rank, 2, options());
+    c.save_async(4, s);
+    std::fill(w.begin(), w.end(), -7.0f);  // training goes on
+    c.wait();
+  });
+  EXPECT_EQ(load_and_check(3, 4), 4);
+  // A save that cannot be written (the directory is a file) fails at wait().
+  fs::remove_all(dir_);
+  std::ofstream(dir_.string()) << "not a directory";
+  run_ranks(1, [&](Store& store, int rank) {
+    std::vector<float> w(70);
+    State s;
+    s.tensors.push_back(Tensor{"w", DType::kFloat32, {10, 7}, {{0, 70, w.data()}}});
+    Checkpointer c(store, rank, 1, options());
+    c.save_async(1, s);
+    EXPECT_THROW(c.wait(), Error);
+    c.wait();  // reported once
+  });
+  fs::remove(dir_);
+}
+
 }  // namespace
 }  // namespace rtd::ckpt
