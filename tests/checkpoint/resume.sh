@@ -29,7 +29,7 @@ close_to() {  # name, a, b: relative difference within 1e-5
 }
 
 # 1. Killed at a random step.
-kill_at=$((5 + RANDOM % 50))
+kill_at=$((6 + RANDOM % 50))  # after the first checkpoint (step 5)
 train 4 "$out/ref" --steps 60 --batch 3
 train 4 "$out/killed" --steps 60 --batch 3 --ckpt-dir "$out/c1" --ckpt-every 5 --kill-at-step $kill_at
 ref=$(value "final weights fnv1a" "$out/ref")
