@@ -19,22 +19,7 @@ cleanup() {
   rm -rf "${out:-/nonexistent}"
 }
 trap cleanup EXIT
-ip netns add ${tag}br 2>/dev/null || skip "this machine does not allow 'ip netns add'"
-in_ns ${tag}br true 2>/dev/null || skip "cannot enter a network namespace with nsenter here"
-ip -n ${tag}br link add br0 type bridge 2>/dev/null || skip "bridges are not available"
-ip -n ${tag}br link set br0 up
-i=0
-for ns in $hosts; do
-  i=$((i + 1))
-  ip netns add "$ns" || skip "this machine does not allow more namespaces"
-  ip link add "v${tag}$i" type veth peer name "p${tag}$i" || skip "veth pairs are not available"
-  ip link set "v${tag}$i" netns "$ns"
-  ip link set "p${tag}$i" netns ${tag}br
-  ip -n ${tag}br link set "p${tag}$i" master br0 up
-  in_ns "$ns" ip addr add 10.213.8.$i/24 dev "v${tag}$i"
-  in_ns "$ns" ip link set "v${tag}$i" up
-  in_ns "$ns" ip link set lo up
-done
+bridge_hosts $tag 10.213.8 a:1 b:2 c:3
 set -- $hosts
 a=$1 b=$2 c=$3
 out=$(mktemp -d)

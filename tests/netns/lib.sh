@@ -15,3 +15,29 @@ fail=0
 check() {  # name, expected substring, file
   if grep -qF -- "$2" "$3"; then echo "ok: $1"; else echo "FAILED: $1 (no '$2')"; cat "$3"; fail=1; fi
 }
+
+# Hosts on one bridge: bridge_hosts TAG SUBNET NAME:LAST... makes the
+# namespace TAGbr holding a bridge, and for each NAME the namespace TAGNAME
+# with address SUBNET.LAST/24 on a veth into the bridge. Skips (77) where
+# this machine cannot. The caller deletes TAGbr and TAGNAME... at the end.
+bridge_hosts() {
+  local tag=$1 subnet=$2; shift 2
+  ip netns add "${tag}br" 2>/dev/null || skip "this machine does not allow 'ip netns add'"
+  in_ns "${tag}br" true 2>/dev/null || skip "cannot enter a network namespace with nsenter here"
+  ip -n "${tag}br" link add br0 type bridge 2>/dev/null || skip "bridges are not available"
+  ip -n "${tag}br" link set br0 up
+  local i=0 pair name ns
+  for pair in "$@"; do
+    name=${pair%%:*}
+    ns=$tag$name
+    ip netns add "$ns" || skip "this machine does not allow more namespaces"
+    ip link add "v$tag$i" type veth peer name "p$tag$i" || skip "veth pairs are not available"
+    ip link set "v$tag$i" netns "$ns"
+    ip link set "p$tag$i" netns "${tag}br"
+    ip -n "${tag}br" link set "p$tag$i" master br0 up
+    in_ns "$ns" ip addr add "$subnet.${pair##*:}/24" dev "v$tag$i"
+    in_ns "$ns" ip link set "v$tag$i" up
+    in_ns "$ns" ip link set lo up
+    i=$((i + 1))
+  done
+}

@@ -33,23 +33,7 @@ cleanup() {
 trap cleanup EXIT
 
 # The network: a bridge, the controller at .10, the nodes at .1 and .2.
-ip netns add ${tag}br 2>/dev/null || skip "this machine does not allow 'ip netns add'"
-ip -n ${tag}br link add br0 type bridge 2>/dev/null || skip "bridges are not available"
-ip -n ${tag}br link set br0 up
-i=0
-for pair in ctl:10 a:1 b:2; do
-  name=${pair%%:*} last=${pair##*:}
-  ns=${tag}$name
-  ip netns add "$ns"
-  ip link add "v${tag}$i" type veth peer name "p${tag}$i" || skip "veth pairs are not available"
-  ip link set "v${tag}$i" netns "$ns"
-  ip link set "p${tag}$i" netns ${tag}br
-  ip -n ${tag}br link set "p${tag}$i" master br0 up
-  in_ns "$ns" ip addr add 10.213.9.$last/24 dev "v${tag}$i"
-  in_ns "$ns" ip link set "v${tag}$i" up
-  in_ns "$ns" ip link set lo up
-  i=$((i + 1))
-done
+bridge_hosts $tag 10.213.9 ctl:10 a:1 b:2
 cat > "$dir/hosts" <<HOSTS
 127.0.0.1 localhost
 10.213.9.10 rtdctl
