@@ -5,7 +5,9 @@
 #  2. checkpointed on 4 ranks, it resumes on 2 and on 3 with the same global
 #     batch, and its loss continues (the same numbers to 1e-5);
 #  3. a corrupted latest checkpoint is named, and the one before is resumed;
-#  4. with background saves, a worker SIGKILLed while one is being written
+#  4. ZeRO-3 shards (weights and AdamW's moments) saved on 4 ranks resume as
+#     ZeRO-1 on 2 ranks and ZeRO-2 on 3, the loss continuing;
+#  5. with background saves, a worker SIGKILLed while one is being written
 #     leaves the checkpoint before whole: resumed from it, the same weights.
 #   tests/checkpoint/resume.sh DTRUN MLP_CPU
 set -u
@@ -61,7 +63,21 @@ train 2 "$out/fallback" --steps 70 --batch 6 --ckpt-dir "$out/c2-2" --ckpt-every
 grep -q "step_00000060/rank_00001.bin.*CRC-32C" "$out/fallback" \
   && echo "ok: the corrupted file is named" \
   || { echo "FAILED: the corrupted file is not named"; cat "$out/fallback"; fail=1; }
-# 4. Killed in the middle of a background save (right after the call).
+# 4. Sharded state across strategies and world sizes.
+zero="--lr 0.01 --batch"
+train 4 "$out/zref" --shard zero3 --steps 60 $zero 3
+train 4 "$out/zfirst" --shard zero3 --steps 30 $zero 3 --ckpt-dir "$out/z" --ckpt-every 10
+for pair in zero1:2 zero2:3; do
+  s=${pair%%:*} n=${pair##*:}
+  rm -rf "$out/z-$s" && cp -r "$out/z" "$out/z-$s"
+  train $n "$out/z$s" --shard $s --steps 60 $zero $((12 / n)) --ckpt-dir "$out/z-$s" --ckpt-every 10
+  [ "$(value "resumed from step" "$out/z$s")" = 30 ] && echo "ok: $s on $n ranks resumed ZeRO-3's step 30" \
+    || { echo "FAILED: $s on $n ranks did not resume"; cat "$out/z$s"; fail=1; }
+  close_to "loss at step 60, ZeRO-3 on 4 then $s on $n" "$(value "step 60 loss" "$out/z$s")" \
+    "$(value "step 60 loss" "$out/zref")"
+done
+
+# 5. Killed in the middle of a background save (right after the call).
 async_kill=$((10 + 5 * (RANDOM % 9)))
 train 4 "$out/async" --steps 60 --batch 3 --ckpt-dir "$out/c4" --ckpt-every 5 --ckpt-async 1 \
   --kill-at-step $async_kill

@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rt_dist/checkpoint.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/context.h"
 #include "rt_dist/store.h"
@@ -122,6 +123,20 @@ class FSDP {
   // available to the next forward. Returns false where the step was skipped
   // (loss scaling found an inf or nan). The next micro-step starts a new step.
   bool step(StreamRef stream = {});
+
+  // The engine's state as checkpoint tensors (rt_dist/checkpoint.h), named
+  // after params[u][i] (a name and the parameter's shape; the shape's elements
+  // must be its count): the fp32 master weights under that name, AdamW's
+  // moments under name + ".exp_avg" and ".exp_avg_sq", each as the ranges this
+  // rank's shards hold, pointing into the engine's own shards (host memory:
+  // the Gloo path; device shards are not yet supported). for_save: with
+  // hybrid sharding only the first replica group saves (every rank loads).
+  // meta holds "fsdp.steps", "fsdp.loss_scale" and "fsdp.good_steps". Call
+  // between steps; after a load, call after_load().
+  ckpt::State checkpoint_state(const std::vector<std::vector<ckpt::Tensor>>& params, bool for_save);
+  // The loaded shards become the parameters the next forward computes with;
+  // the step count and loss scale come from `loaded`'s meta.
+  void after_load(const ckpt::State& loaded, StreamRef stream = {});
 
   float loss_scale() const;
   int steps_taken() const;  // AdamW steps applied (skipped ones not counted)
