@@ -16,6 +16,7 @@ forbid collectives 'launcher/|runtime/(env|context)' "backends do not know the c
 forbid examples 'runtime/|collectives/|launcher/|tests/' "examples use only rt_dist/ headers"
 forbid sharding 'launcher/' "only dtrun uses the launcher"
 forbid bench 'launcher/' "only dtrun uses the launcher"
+forbid data 'launcher/|collectives/|sharding/' "the loader needs only the core"
 # STYLE.md 3.4: no implicit host syncs in library code.
 syncs=$(grep -rnE 'cuda(Stream|Device|Event)Synchronize' "$root/collectives" "$root/runtime" "$root/sharding" 2>/dev/null)
 if [ -n "$syncs" ]; then echo "host synchronization in library code:"; echo "$syncs"; fail=1; fi

@@ -4,6 +4,7 @@
 #include "rt_dist/checkpoint.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/context.h"
+#include "rt_dist/data.h"
 #include "rt_dist/ddp.h"
 #include "rt_dist/error.h"
 #include "rt_dist/fsdp.h"
