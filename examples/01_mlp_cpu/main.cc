@@ -7,6 +7,7 @@
 // --lr. Uses only the public API.
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,7 +36,12 @@ struct Flags {
   std::string ckpt_dir;
   int ckpt_every = 0;
   bool ckpt_async = false;  // save in the background while training goes on
-  int kill_at_step = 0;  // a test's fault: the last rank SIGKILLs itself there, first attempt only
+  int kill_at_step = 0;
+  // Inputs from shard files through rtd::data::Loader (--data DIR), written
+  // first by --make-data DIR --records N; else generated from (step, row).
+  std::string data_dir, make_data;
+  long long records =
+      4096;  // a test's fault: the last rank SIGKILLs itself there, first attempt only
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -66,13 +73,20 @@ Flags parse_flags(int argc, char** argv) {
       f.ckpt_every = std::atoi(value());
     else if (a == "--ckpt-async")
       f.ckpt_async = std::atoi(value()) != 0;
+    else if (a == "--data")
+      f.data_dir = value();
+    else if (a == "--make-data")
+      f.make_data = value();
+    else if (a == "--records")
+      f.records = std::atoll(value());
     else if (a == "--kill-at-step")
       f.kill_at_step = std::atoi(value());
     else {
       std::fprintf(stderr,
                    "usage: mlp_cpu [--steps N] [--batch B] [--hidden H] [--lr LR] "
                    "[--log-every K] [--shard zero1|zero2|zero3|hybrid] [--ckpt-dir DIR "
-                   "--ckpt-every K [--ckpt-async 1]] [--kill-at-step S]\nunknown argument %s\n",
+                   "--ckpt-every K [--ckpt-async 1]] [--data DIR | --make-data DIR --records N] "
+                   "[--kill-at-step S]\nunknown argument %s\n",
                    a.c_str());
       std::exit(2);
     }
@@ -161,8 +175,50 @@ unsigned long long weights_hash(const Mlp& m) {
   return h;
 }
 
-// This rank's rows of the global batch of world * rows samples at a step.
-void batch_of(const Flags& f, int rank, int step, std::vector<float>& x) {
+// Synthetic inputs in shard files: 4 files of records of f.in floats.
+int make_data(const Flags& f) {
+  std::filesystem::create_directories(f.make_data);
+  const long long per_file = (f.records + 3) / 4;
+  for (int file = 0; file < 4; ++file) {
+    const long long first = per_file * file;
+    const long long n = std::max(0LL, std::min(per_file, f.records - first));
+    const std::string path = f.make_data + "/shard_" + std::to_string(file) + ".bin";
+    rtd::data::write_shard(path, sizeof(float) * f.in, static_cast<std::uint64_t>(n),
+                           [&](std::uint64_t i, unsigned char* out) {
+                             for (int c = 0; c < f.in; ++c) {
+                               const float v = uniform(7, (first + i) * f.in + c);
+                               std::memcpy(out + c * sizeof(float), &v, sizeof(float));
+                             }
+                           });
+  }
+  std::printf("wrote %lld records of %d floats to %s\n", f.records, f.in, f.make_data.c_str());
+  return 0;
+}
+
+std::unique_ptr<rtd::data::Loader> open_data(const Flags& f, int rank, int world) {
+  if (f.data_dir.empty()) return nullptr;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(f.data_dir)) {
+    if (entry.path().extension() == ".bin") files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return std::make_unique<rtd::data::Loader>(
+      rtd::data::LoaderOptions{.files = files,
+                               .record_bytes = sizeof(float) * f.in,
+                               .batch_per_rank = f.batch,
+                               .rank = rank,
+                               .world_size = world,
+                               .seed = 11});
+}
+
+// This rank's rows of the global batch of world * rows samples at a step:
+// from the loader when there is one, else generated.
+void batch_of(const Flags& f, int rank, int step, std::vector<float>& x,
+              rtd::data::Loader* loader = nullptr) {
+  if (loader) {
+    std::memcpy(x.data(), loader->next(), x.size() * sizeof(float));
+    return;
+  }
   for (int r = 0; r < f.batch; ++r) {
     std::uint64_t global_row = static_cast<std::uint64_t>(rank) * f.batch + r;
     for (int c = 0; c < f.in; ++c) x[r * f.in + c] = uniform(1000 + step, global_row * f.in + c);
@@ -208,6 +264,13 @@ int train_sharded(rtd::Context& ctx, const Flags& f, const Mlp& teacher, Mlp stu
       {{"w2", rtd::DType::kFloat32, {f.out, f.hidden}, {}}}};
   int first_step = 1;
   std::unique_ptr<rtd::ckpt::Checkpointer> ckpt;
+  std::unique_ptr<rtd::data::Loader> loader;
+  try {
+    loader = open_data(f, ctx.rank(), ctx.world_size());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlp_cpu: %s\n", e.what());
+    return 1;
+  }
   if (!f.ckpt_dir.empty()) {
     ckpt = std::make_unique<rtd::ckpt::Checkpointer>(
         ctx.store(), ctx.rank(), ctx.world_size(),
@@ -216,6 +279,8 @@ int train_sharded(rtd::Context& ctx, const Flags& f, const Mlp& teacher, Mlp stu
     try {
       if (auto step = ckpt->load(state)) {
         fsdp.after_load(state);
+        if (loader && state.meta.count("data_position"))
+          loader->set_position(state.meta["data_position"]);
         first_step = static_cast<int>(*step) + 1;
         if (ctx.rank() == 0) std::printf("resumed from step %lld\n", static_cast<long long>(*step));
       }
@@ -225,7 +290,7 @@ int train_sharded(rtd::Context& ctx, const Flags& f, const Mlp& teacher, Mlp stu
     }
   }
   for (int step = first_step; step <= f.steps; ++step) {
-    batch_of(f, ctx.rank(), step, x);
+    batch_of(f, ctx.rank(), step, x, loader.get());
     teacher.forward(rows, x.data(), teacher_act, target);
     for (int u = 0; u < 2; ++u) {
       fsdp.pre_forward(u);
@@ -249,8 +314,11 @@ int train_sharded(rtd::Context& ctx, const Flags& f, const Mlp& teacher, Mlp stu
       std::printf("step %d loss %.8e\n", step, loss);
       std::fflush(stdout);
     }
-    if (ckpt && f.ckpt_every > 0 && step % f.ckpt_every == 0)
-      ckpt->save(step, fsdp.checkpoint_state(names, true));
+    if (ckpt && f.ckpt_every > 0 && step % f.ckpt_every == 0) {
+      rtd::ckpt::State state = fsdp.checkpoint_state(names, true);
+      if (loader) state.meta["data_position"] = loader->position();
+      ckpt->save(step, state);
+    }
   }
   ctx.comm().barrier()->wait();
   return 0;
@@ -260,6 +328,14 @@ int train_sharded(rtd::Context& ctx, const Flags& f, const Mlp& teacher, Mlp stu
 
 int main(int argc, char** argv) {
   Flags f = parse_flags(argc, argv);
+  if (!f.make_data.empty()) {
+    try {
+      return make_data(f);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mlp_cpu: %s\n", e.what());
+      return 1;
+    }
+  }
   std::shared_ptr<rtd::Context> ctx;
   try {
     ctx = rtd::init({.backend = rtd::Backend::kGloo});
@@ -296,15 +372,25 @@ int main(int argc, char** argv) {
   std::vector<float> dy(rows * f.out), da(rows * f.hidden);
   auto t0 = std::chrono::steady_clock::now();
 
-  // Resume from the latest valid checkpoint, saved by any number of ranks.
+  // Resume from the latest valid checkpoint, saved by any number of ranks,
+  // and the data where it was.
   int first_step = 1;
   std::unique_ptr<rtd::ckpt::Checkpointer> ckpt;
+  std::unique_ptr<rtd::data::Loader> loader;
+  try {
+    loader = open_data(f, rank, world);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mlp_cpu: %s\n", e.what());
+    return 1;
+  }
   if (!f.ckpt_dir.empty()) {
     ckpt = std::make_unique<rtd::ckpt::Checkpointer>(
         ctx->store(), rank, world, rtd::ckpt::Options{.dir = f.ckpt_dir, .keep_last = 2});
     rtd::ckpt::State state = model_state(student, rank, world, true);
     try {
       if (auto step = ckpt->load(state)) {
+        if (loader && state.meta.count("data_position"))
+          loader->set_position(state.meta["data_position"]);
         first_step = static_cast<int>(*step) + 1;
         if (rank == 0) std::printf("resumed from step %lld\n", static_cast<long long>(*step));
       }
@@ -319,13 +405,7 @@ int main(int argc, char** argv) {
   for (int step = first_step; step <= f.steps; ++step) {
     if (!f.ckpt_async && step == f.kill_at_step && first_attempt && rank == world - 1)
       raise(SIGKILL);
-    // This rank's rows of the global batch of world * rows samples.
-    for (int r = 0; r < rows; ++r) {
-      std::uint64_t global_row = static_cast<std::uint64_t>(rank) * rows + r;
-      for (int c = 0; c < f.in; ++c) {
-        x[r * f.in + c] = uniform(1000 + step, global_row * f.in + c);
-      }
-    }
+    batch_of(f, rank, step, x, loader.get());
     teacher.forward(rows, x.data(), teacher_act, target);
     student.forward(rows, x.data(), act, y);
 
@@ -357,6 +437,7 @@ int main(int argc, char** argv) {
     }
     if (ckpt && f.ckpt_every > 0 && step % f.ckpt_every == 0) {
       rtd::ckpt::State state = model_state(student, rank, world, false);
+      if (loader) state.meta["data_position"] = loader->position();
       if (f.ckpt_async) {
         ckpt->save_async(step, state);
         // A fault in the middle of the background write: the last rank dies

@@ -7,7 +7,10 @@
 #  3. a corrupted latest checkpoint is named, and the one before is resumed;
 #  4. ZeRO-3 shards (weights and AdamW's moments) saved on 4 ranks resume as
 #     ZeRO-1 on 2 ranks and ZeRO-2 on 3, the loss continuing;
-#  5. with background saves, a worker SIGKILLed while one is being written
+#  5. reading its inputs from shard files through rtd::data's loader, the
+#     data position resumes with the weights: the same weights after a kill,
+#     the loss continuing on 2 ranks after 4;
+#  6. with background saves, a worker SIGKILLed while one is being written
 #     leaves the checkpoint before whole: resumed from it, the same weights.
 #   tests/checkpoint/resume.sh DTRUN MLP_CPU
 set -u
@@ -77,7 +80,22 @@ for pair in zero1:2 zero2:3; do
     "$(value "step 60 loss" "$out/zref")"
 done
 
-# 5. Killed in the middle of a background save (right after the call).
+# 5. Inputs from shard files: the loader's position is in the checkpoint.
+"$mlp" --make-data "$out/data" --records 500 >/dev/null || { echo "FAILED: --make-data"; fail=1; }
+data="--data $out/data --steps 60"
+train 4 "$out/dref" $data --batch 3
+train 4 "$out/dkilled" $data --batch 3 --ckpt-dir "$out/d" --ckpt-every 5 --kill-at-step $kill_at
+[ -n "$(value "resumed from step" "$out/dkilled")" ] && \
+  [ "$(value "final weights fnv1a" "$out/dkilled")" = "$(value "final weights fnv1a" "$out/dref")" ] \
+  && echo "ok: with the loader, killed at step $kill_at: the same weights" \
+  || { echo "FAILED: with the loader, killed at step $kill_at"; tail -n 20 "$out/dkilled"; fail=1; }
+rm -rf "$out/d2" && mkdir -p "$out/d2"
+train 4 "$out/dfirst" --data "$out/data" --steps 30 --batch 3 --ckpt-dir "$out/d2" --ckpt-every 10
+train 2 "$out/don2" $data --batch 6 --ckpt-dir "$out/d2" --ckpt-every 10
+close_to "with the loader, loss at step 60 on 2 ranks after 4" "$(value "step 60 loss" "$out/don2")" \
+  "$(value "step 60 loss" "$out/dref")"
+
+# 6. Killed in the middle of a background save (right after the call).
 async_kill=$((10 + 5 * (RANDOM % 9)))
 train 4 "$out/async" --steps 60 --batch 3 --ckpt-dir "$out/c4" --ckpt-every 5 --ckpt-async 1 \
   --kill-at-step $async_kill
