@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rt_dist/rt_dist.h"
@@ -26,7 +27,9 @@ namespace {
 
 struct Flags {
   int steps = 100;
-  int batch = 32;  // per rank
+  int batch = 32;        // per rank
+  int global_batch = 0;  // > 0: the batch per rank is this / world size (elastic jobs)
+  int pace_ms = 0;       // a pause per step, to stand in for a longer step
   int in = 32, hidden = 64, out = 8;
   float lr = 0.1f;
   int log_every = 10;
@@ -59,6 +62,10 @@ Flags parse_flags(int argc, char** argv) {
       f.steps = std::atoi(value());
     else if (a == "--batch")
       f.batch = std::atoi(value());
+    else if (a == "--global-batch")
+      f.global_batch = std::atoi(value());
+    else if (a == "--pace-ms")
+      f.pace_ms = std::atoi(value());
     else if (a == "--hidden")
       f.hidden = std::atoi(value());
     else if (a == "--lr")
@@ -84,7 +91,8 @@ Flags parse_flags(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: mlp_cpu [--steps N] [--batch B] [--hidden H] [--lr LR] "
-                   "[--log-every K] [--shard zero1|zero2|zero3|hybrid] [--ckpt-dir DIR "
+                   "[--global-batch G] [--pace-ms MS] [--log-every K] "
+                   "[--shard zero1|zero2|zero3|hybrid] [--ckpt-dir DIR "
                    "--ckpt-every K [--ckpt-async 1]] [--data DIR | --make-data DIR --records N] "
                    "[--kill-at-step S]\nunknown argument %s\n",
                    a.c_str());
@@ -310,6 +318,7 @@ int train_sharded(rtd::Context& ctx, const Flags& f, const Mlp& teacher, Mlp stu
     fsdp.post_backward(0);
     fsdp.step();
     ctx.comm().all_reduce(rtd::view(&loss, 1), rtd::ReduceOp::kAvg)->wait();
+    if (f.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.pace_ms));
     if (ctx.rank() == 0 && (step % f.log_every == 0 || step == 1 || step == f.steps)) {
       std::printf("step %d loss %.8e\n", step, loss);
       std::fflush(stdout);
@@ -344,6 +353,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int rank = ctx->rank(), world = ctx->world_size();
+  if (f.global_batch > 0) {
+    // The same global batch in every world (an elastic job's rounds).
+    if (f.global_batch % world != 0) {
+      std::fprintf(stderr, "mlp_cpu: --global-batch %d does not split over %d ranks\n",
+                   f.global_batch, world);
+      return 2;
+    }
+    f.batch = f.global_batch / world;
+  }
+  if (rank == 0 && !f.ckpt_dir.empty())
+    std::printf("world size %d, %d samples per rank\n", world, f.batch);
   if (ctx->comm().backend() != "gloo") {
     std::fprintf(stderr,
                  "mlp_cpu trains on the CPU: run it with RTD_BACKEND=gloo (or without a GPU)\n");
@@ -425,6 +445,7 @@ int main(int argc, char** argv) {
     ddp.grad_ready(0);
     ddp.finish();
     ctx->comm().all_reduce(rtd::view(&loss, 1), rtd::ReduceOp::kAvg)->wait();
+    if (f.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.pace_ms));
 
     for (std::size_t i = 0; i < student.w1.size(); ++i) student.w1[i] -= f.lr * g1[i];
     for (std::size_t i = 0; i < student.w2.size(); ++i) student.w2[i] -= f.lr * g2[i];

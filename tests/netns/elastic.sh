@@ -4,10 +4,11 @@
 # back to 2 when that node's dtrun is killed, grows again, finishes; and a job
 # that loses a node below its minimum fails with a message saying so. The
 # workers print the round, the world size and the restart count (membership
-# changes spend no restart: --max-restarts=0).
+# changes spend no restart: --max-restarts=0). Last, the CPU trainer in an
+# elastic job resumes from its checkpoint in the larger world.
 # Exits 77 (skipped) where network namespaces cannot be made, saying why.
 set -u
-dtrun=$1
+dtrun=$1 mlp=${2:-}
 . "$(dirname "$0")/lib.sh"
 require_netns
 
@@ -84,4 +85,27 @@ kill -9 $pb; wait $pb 2>/dev/null
 wait $pa; rc=$?
 [ $rc -ne 0 ] && echo "ok: the job failed (exit $rc)" || { echo "FAILED: the job exited 0"; fail=1; }
 check "the host says why" "1 node(s) remain, fewer than the 2 that --nnodes=2:3 needs" "$out/la"
+# 6. The trainer grows from 2 to 3 nodes and resumes from its checkpoint
+# (a file system the hosts share), with the same global batch.
+if [ -n "$mlp" ]; then
+  train() {  # namespace, log
+    nsenter --net=/run/netns/"$1" "$dtrun" --nproc-per-node=1 --nnodes=2:3 \
+      --rdzv=10.213.8.1:29502 --token=t --heartbeat-timeout=3 --rdzv-last-call=1 \
+      --rdzv-timeout=60 --env RTD_LOG=warn "$mlp" --global-batch 12 --steps 300 --pace-ms 20 \
+      --log-every 50 --ckpt-dir "$out/ck" --ckpt-every 10 >"$2" 2>&1 &
+  }
+  train "$a" "$out/ta"; pa=$!
+  train "$b" "$out/tb"; pb=$!
+  pids="$pids $pa $pb"
+  wait_for "step 50 loss" "$out/ta"
+  train "$c" "$out/tc"; pc=$!
+  pids="$pids $pc"
+  for p in $pa $pb $pc; do
+    wait $p || { echo "FAILED: a node of the growing trainer exited $?"; fail=1; }
+  done
+  check "the trainer ran on 2 nodes first" "world size 2, 6 samples per rank" "$out/ta"
+  check "then on 3" "world size 3, 4 samples per rank" "$out/ta"
+  check "and resumed from its checkpoint" "resumed from step" "$out/ta"
+  check "to the end" "step 300 loss" "$out/ta"
+fi
 exit $fail
