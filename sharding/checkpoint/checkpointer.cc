@@ -1,7 +1,8 @@
 // Checkpointer: the collective save and load of docs/checkpoints.md.
 //
 // save, as the n-th save of this Checkpointer (every rank counts alike), under
-// "ckpt/save<n>/" in the store:
+// "ckpt/<dir>/save<n>/" in the store (so one Checkpointer per directory in a
+// store: a restarted job's store is a fresh round):
 //   1. rank 0 makes step_<S>.tmp/ (stale leftovers removed) and says "dir";
 //   2. every rank writes rank_<r>.bin there (pieces of at most piece_bytes,
 //      each with its CRC-32C), fsyncs it and publishes what it wrote ("part/<r>");
@@ -10,11 +11,12 @@
 //      removes checkpoints beyond keep_last, and says "done".
 // A rank's error is published in its key ("!why"), so that every rank throws it.
 //
-// load, as the n-th load, under "ckpt/load<n>/": rank 0 lists the committed
+// load, as the n-th load, under "ckpt/<dir>/load<n>/": rank 0 lists the committed
 // checkpoints, newest first ("candidates"); for each, every rank fills its
 // ranges and says whether it could ("<i>/<r>"); all could: done; else, with
 // fallback, the next one.
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -174,10 +176,12 @@ struct Checkpointer::Impl {
   Options options;
   int saves = 0;
   int loads = 0;
-  // The background save: its thread, its own copy of the state, its error.
+  // The background save: its thread, its own copy of the state (in `arena`,
+  // kept from save to save so that only the first pays for new memory), its
+  // error.
   std::thread background;
   State copy;
-  std::vector<std::vector<char>> buffers;
+  std::vector<char> arena;
   std::exception_ptr error;
 
   // Every rank's value of prefix + "<r>", in rank order.
@@ -252,7 +256,6 @@ Checkpointer::~Checkpointer() {
 void Checkpointer::wait() {
   Impl& m = *impl_;
   if (m.background.joinable()) m.background.join();
-  m.buffers.clear();
   m.copy = State{};
   if (m.error) std::rethrow_exception(std::exchange(m.error, nullptr));
 }
@@ -260,15 +263,21 @@ void Checkpointer::wait() {
 void Checkpointer::save_async(std::int64_t step, const State& state) {
   wait();
   Impl& m = *impl_;
-  m.copy.meta = state.meta;
+  std::size_t total = 0;
   for (const Tensor& t : state.tensors) {
     checked_count(t);
+    for (const Range& r : t.ranges) total += r.count * dtype_size(t.dtype);
+  }
+  if (m.arena.size() < total) m.arena.resize(total);
+  m.copy.meta = state.meta;
+  std::size_t at = 0;
+  for (const Tensor& t : state.tensors) {
     Tensor c{t.name, t.dtype, t.shape, {}};
     for (const Range& r : t.ranges) {
       const std::size_t bytes = r.count * dtype_size(t.dtype);
-      m.buffers.emplace_back(static_cast<const char*>(r.data),
-                             static_cast<const char*>(r.data) + bytes);
-      c.ranges.push_back(Range{r.first, r.count, m.buffers.back().data()});
+      std::memcpy(m.arena.data() + at, r.data, bytes);
+      c.ranges.push_back(Range{r.first, r.count, m.arena.data() + at});
+      at += bytes;
     }
     m.copy.tensors.push_back(std::move(c));
   }
@@ -288,7 +297,7 @@ void Checkpointer::save(std::int64_t step, const State& state) {
 
 void Checkpointer::save_now(std::int64_t step, const State& state) {
   Impl& m = *impl_;
-  const std::string prefix = "ckpt/save" + std::to_string(m.saves++) + "/";
+  const std::string prefix = "ckpt/" + m.options.dir + "/save" + std::to_string(m.saves++) + "/";
   const std::string tmp = m.options.dir + "/" + step_dir_name(step) + ".tmp";
   if (m.rank == 0) {
     std::string said = "ok";
@@ -333,7 +342,7 @@ void Checkpointer::save_now(std::int64_t step, const State& state) {
 std::optional<std::int64_t> Checkpointer::load(State& state, bool fallback) {
   wait();
   Impl& m = *impl_;
-  const std::string prefix = "ckpt/load" + std::to_string(m.loads++) + "/";
+  const std::string prefix = "ckpt/" + m.options.dir + "/load" + std::to_string(m.loads++) + "/";
   if (m.rank == 0) {
     std::string list;
     for (std::int64_t step : list_checkpoints(m.options.dir))

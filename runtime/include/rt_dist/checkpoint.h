@@ -52,6 +52,8 @@ struct Options {
 class Checkpointer {
  public:
   // store: shared by the ranks (the context's); rank / world_size: this job's.
+  // One Checkpointer per directory per store: the ranks agree through keys
+  // named after the directory and the count of calls.
   Checkpointer(Store& store, int rank, int world_size, Options options);
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
