@@ -10,21 +10,17 @@ long long seconds(std::chrono::system_clock::duration d) {
 }
 }  // namespace
 
-Membership::Membership(MembershipConfig config, SystemTime now) : config_(std::move(config)) {
+Membership::Membership(RoundConfig job, std::chrono::milliseconds heartbeat_timeout, SystemTime now)
+    : job_(std::move(job)), heartbeat_timeout_(heartbeat_timeout) {
   forming_ = std::make_unique<Round>(round_config(0), now);
 }
 
 RoundConfig Membership::round_config(int round) const {
-  return RoundConfig{.round = round,
-                     .min_nodes = config_.min_nodes,
-                     .max_nodes = config_.max_nodes,
-                     .nproc_per_node = config_.nproc_per_node,
-                     .fingerprint = config_.fingerprint,
-                     .master_port = config_.master_port,
-                     .run_id = config_.run_id,
-                     .previous = {},
-                     .last_call = config_.last_call,
-                     .rejoin_wait = config_.heartbeat_timeout};
+  RoundConfig c = job_;
+  c.round = round;
+  c.previous.clear();
+  c.rejoin_wait = heartbeat_timeout_;
+  return c;
 }
 
 // A new round for a running job: it waits for every member not lost.
@@ -63,9 +59,9 @@ std::string Membership::refusal_locked(const proto::JoinRequest& r) const {
              "'s workers are done); node at " + r.host() + " cannot join it now";
     }
   }
-  if (alive >= config_.max_nodes) {
+  if (alive >= job_.max_nodes) {
     return "rendezvous: the job already has " + std::to_string(alive) + " node(s), the most " +
-           nnodes_flag(config_.min_nodes, config_.max_nodes) + " allows; node at " + r.host() +
+           nnodes_flag(job_.min_nodes, job_.max_nodes) + " allows; node at " + r.host() +
            " is one too many";
   }
   return "";
@@ -131,8 +127,8 @@ void Membership::lose_locked(Member& m, SystemTime now) {
   std::string what = "node " + std::to_string(m.who.node_rank) + " (" + m.who.host +
                      ") has not been heard from for " + std::to_string(seconds(now - m.last_seen)) +
                      " s (its dtrun was killed, or its host is unreachable)";
-  const bool elastic = config_.min_nodes < config_.max_nodes;
-  if (elastic && !finishing && alive >= config_.min_nodes) {
+  const bool elastic = job_.min_nodes < job_.max_nodes;
+  if (elastic && !finishing && alive >= job_.min_nodes) {
     log::get("rendezvous")->warn("{}; going on with the {} other node(s)", what, alive);
     if (forming_)
       forming_->forget(m.who.node_id);
@@ -142,8 +138,8 @@ void Membership::lose_locked(Member& m, SystemTime now) {
   }
   if (elastic && !finishing) {
     what += "; " + std::to_string(alive) + " node(s) remain, fewer than the " +
-            std::to_string(config_.min_nodes) + " that " +
-            nnodes_flag(config_.min_nodes, config_.max_nodes) + " needs";
+            std::to_string(job_.min_nodes) + " that " +
+            nnodes_flag(job_.min_nodes, job_.max_nodes) + " needs";
   }
   failure_ = what;
   ++generation_;
@@ -162,11 +158,11 @@ void Membership::tick(SystemTime now) {
   }
   // A lone node has nobody to lose; while a round forms, members that are
   // back wait in Join without beating, and the round's own wait covers the rest.
-  if (!failure_.empty() || running_ < 0 || config_.max_nodes == 1) return;
+  if (!failure_.empty() || running_ < 0 || job_.max_nodes == 1) return;
   for (Member& m : members_) {
     if (m.lost || m.state == NodeState::kLeaving) continue;
     if (forming_ && forming_->has_joined(m.who.node_id)) continue;
-    if (now - m.last_seen > config_.heartbeat_timeout) {
+    if (now - m.last_seen > heartbeat_timeout_) {
       lose_locked(m, now);
       if (!failure_.empty()) return;
     }

@@ -17,17 +17,6 @@
 
 namespace rtd::launcher {
 
-struct MembershipConfig {
-  int min_nodes = 1;
-  int max_nodes = 1;
-  int nproc_per_node = 1;
-  std::string fingerprint;
-  int master_port = 0;
-  std::string run_id;
-  std::chrono::milliseconds last_call{0};
-  std::chrono::milliseconds heartbeat_timeout{30000};
-};
-
 enum class NodeState { kRunning, kDone, kLeaving };
 
 struct Beat {
@@ -37,7 +26,10 @@ struct Beat {
 
 class Membership {
  public:
-  explicit Membership(MembershipConfig config, SystemTime now = std::chrono::system_clock::now());
+  // job: what every round checks and hands out (its round, previous and
+  // rejoin_wait are set per round); a member silent for heartbeat_timeout is lost.
+  Membership(RoundConfig job, std::chrono::milliseconds heartbeat_timeout,
+             SystemTime now = std::chrono::system_clock::now());
 
   // Joins the forming round, opening one for a running job (see the header
   // comment); refuses a newcomer when the job is full or finishing.
@@ -66,7 +58,8 @@ class Membership {
   std::string refusal_locked(const proto::JoinRequest& request) const;
   void lose_locked(Member& m, SystemTime now);
 
-  const MembershipConfig config_;
+  const RoundConfig job_;
+  const std::chrono::milliseconds heartbeat_timeout_;
   std::mutex mu_;
   int running_ = -1;                // the round whose workers run (-1: none yet)
   std::vector<Member> members_;     // of round running_, by node rank

@@ -32,14 +32,14 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
   RendezvousService(const ServerOptions& o, MemoryStore* store)
       : token_(o.token),
         store_(store),
-        membership_(MembershipConfig{.min_nodes = o.min_nodes,
-                                     .max_nodes = o.max_nodes,
-                                     .nproc_per_node = o.nproc_per_node,
-                                     .fingerprint = o.fingerprint,
-                                     .master_port = o.master_port,
-                                     .run_id = random_token().substr(0, 12),
-                                     .last_call = o.last_call,
-                                     .heartbeat_timeout = o.heartbeat_timeout}),
+        membership_(RoundConfig{.min_nodes = o.min_nodes,
+                                .max_nodes = o.max_nodes,
+                                .nproc_per_node = o.nproc_per_node,
+                                .fingerprint = o.fingerprint,
+                                .master_port = o.master_port,
+                                .run_id = random_token().substr(0, 12),
+                                .last_call = o.last_call},
+                    o.heartbeat_timeout),
         hold_limit_(o.heartbeat_timeout / 2) {
     store_->set_observer([this](const std::string& key) {
       std::lock_guard<std::mutex> lock(held_mu_);

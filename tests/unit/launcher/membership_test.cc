@@ -21,14 +21,14 @@ struct Answer {
 class MembershipTest : public ::testing::Test {
  protected:
   void make(int min_nodes, int max_nodes) {
-    membership_ = std::make_unique<Membership>(MembershipConfig{.min_nodes = min_nodes,
-                                                                .max_nodes = max_nodes,
-                                                                .nproc_per_node = 2,
-                                                                .fingerprint = "f",
-                                                                .master_port = 1,
-                                                                .run_id = "run",
-                                                                .last_call = milliseconds(0),
-                                                                .heartbeat_timeout = seconds(5)});
+    membership_ = std::make_unique<Membership>(RoundConfig{.min_nodes = min_nodes,
+                                                           .max_nodes = max_nodes,
+                                                           .nproc_per_node = 2,
+                                                           .fingerprint = "f",
+                                                           .master_port = 1,
+                                                           .run_id = "run",
+                                                           .last_call = milliseconds(0)},
+                                               seconds(5));
     min_ = min_nodes;
     max_ = max_nodes;
   }
