@@ -38,6 +38,14 @@ void* allocate(int device, std::size_t bytes);
 void release(void* ptr);
 void zero_async(void* ptr, std::size_t bytes, StreamRef stream);
 void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream);
+// Blocking copies between GPU `device` and host memory, for checkpoints:
+// they order after the work already queued on the legacy default stream
+// only, so the caller finishes the work that writes (or reads) the GPU
+// buffer first. Pinned host memory makes them run at the link's speed.
+void copy_to_host(const void* gpu_src, void* host_dst, std::size_t bytes, int device);
+void copy_from_host(const void* host_src, void* gpu_dst, std::size_t bytes, int device);
+void* allocate_pinned(std::size_t bytes);
+void release_pinned(void* ptr);
 }  // namespace gpu
 
 }  // namespace rtd

@@ -13,4 +13,8 @@ void* allocate(int, std::size_t) { no_gpu(); }
 void release(void*) {}
 void zero_async(void*, std::size_t, StreamRef) { no_gpu(); }
 void cast_async(const BufferView&, const BufferView&, StreamRef) { no_gpu(); }
+void copy_to_host(const void*, void*, std::size_t, int) { no_gpu(); }
+void copy_from_host(const void*, void*, std::size_t, int) { no_gpu(); }
+void* allocate_pinned(std::size_t) { no_gpu(); }
+void release_pinned(void*) {}
 }  // namespace rtd::gpu

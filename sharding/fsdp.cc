@@ -560,9 +560,6 @@ bool FSDP::step(StreamRef stream) {
 ckpt::State FSDP::checkpoint_state(const std::vector<std::vector<ckpt::Tensor>>& params,
                                    bool for_save) {
   Impl& s = *impl_;
-  if (s.device != DeviceType::kCpu)
-    throw Error(ErrorCategory::kInvalidArgument,
-                "FSDP::checkpoint_state: shards on a GPU are not supported yet (host shards only)");
   if (static_cast<int>(params.size()) != s.unit_count())
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP::checkpoint_state: names for " + std::to_string(params.size()) +
@@ -598,8 +595,8 @@ ckpt::State FSDP::checkpoint_state(const std::vector<std::vector<ckpt::Tensor>>&
       auto* base = static_cast<float*>(buffers[k]->data()) + s.shard_off[u];
       for (const ShardPiece& piece : pieces_in_shard(l, s.group_rank())) {
         if (piece.count == 0) continue;
-        state.tensors[index[piece.param]].ranges.push_back(
-            ckpt::Range{piece.param_first, piece.count, base + piece.shard_offset});
+        state.tensors[index[piece.param]].ranges.push_back(ckpt::Range{
+            piece.param_first, piece.count, base + piece.shard_offset, s.device, s.device_index});
       }
     }
   }
@@ -611,9 +608,6 @@ ckpt::State FSDP::checkpoint_state(const std::vector<std::vector<ckpt::Tensor>>&
 
 void FSDP::after_load(const ckpt::State& loaded, StreamRef stream) {
   Impl& s = *impl_;
-  if (s.device != DeviceType::kCpu)
-    throw Error(ErrorCategory::kInvalidArgument,
-                "FSDP::after_load: shards on a GPU are not supported yet (host shards only)");
   // A gather still in flight (the next step's prefetch) carries the old values.
   for (auto& w : s.gather_work) {
     if (w) w->wait();

@@ -3,7 +3,10 @@
 // store, each with its slice of every tensor, as DDP's ranks save), into DIR.
 // The state is the reference MLP's with AdamW: parameters, two moments, each
 // float32 (--params 537e6: about 6.4 GB). Prints a table line and JSON.
-//   ckpt_bench --dir /path --params 537e6 --ranks 2 [--rounds 2]
+//   ckpt_bench --dir /path --params 537e6 --ranks 2 [--rounds 2] [--device cuda]
+// With --device cuda the state lives on GPU 0 (every rank's slice), as a
+// GPU trainer's does: the save copies it through host memory (pinned for
+// save_async), and the load copies it back.
 // Load runs after the page cache was dropped where this process may do so
 // (root), else it says that it read from the cache. The asynchronous save is
 // timed too: how long the second of two save_async() calls blocks (the copy
@@ -19,6 +22,9 @@
 #include <vector>
 
 #include "rt_dist/checkpoint.h"
+#ifdef RTD_BENCH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace {
 
@@ -38,6 +44,7 @@ int main(int argc, char** argv) {
   std::string dir;
   double params = 537e6;
   int ranks = 2, rounds = 2;
+  bool gpu = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
     if (f == "--dir")
@@ -48,6 +55,8 @@ int main(int argc, char** argv) {
       ranks = std::atoi(v.c_str());
     else if (f == "--rounds")
       rounds = std::atoi(v.c_str());
+    else if (f == "--device")
+      gpu = v == "cuda";
     else {
       std::fprintf(stderr,
                    "usage: ckpt_bench --dir DIR [--params 537e6] [--ranks 2] [--rounds 2]\n");
@@ -70,17 +79,38 @@ int main(int argc, char** argv) {
         data[r][t][i] = static_cast<float>((lo + i) % 1000) * 0.001f + t;
     }
   }
+  // On the GPU: the same values, in device memory.
+  std::vector<std::vector<void*>> device(ranks, std::vector<void*>(3, nullptr));
+  if (gpu) {
+#ifdef RTD_BENCH_CUDA
+    for (int r = 0; r < ranks; ++r)
+      for (int t = 0; t < 3; ++t) {
+        const std::size_t bytes = data[r][t].size() * sizeof(float);
+        if (cudaMalloc(&device[r][t], bytes) != cudaSuccess ||
+            cudaMemcpy(device[r][t], data[r][t].data(), bytes, cudaMemcpyHostToDevice) !=
+                cudaSuccess) {
+          std::fprintf(stderr, "ckpt_bench: cannot place the state on the GPU\n");
+          return 1;
+        }
+      }
+#else
+    std::fprintf(stderr, "ckpt_bench: built without CUDA; --device cuda is not available\n");
+    return 2;
+#endif
+  }
   auto state_of = [&](int r) {
     rtd::ckpt::State s;
     const std::size_t lo = n * r / ranks;
-    for (int t = 0; t < 3; ++t)
-      s.tensors.push_back(rtd::ckpt::Tensor{names[t],
-                                            rtd::DType::kFloat32,
-                                            {static_cast<std::int64_t>(n)},
-                                            {{lo, data[r][t].size(), data[r][t].data()}}});
+    for (int t = 0; t < 3; ++t) {
+      rtd::ckpt::Range range{lo, data[r][t].size(), data[r][t].data()};
+      if (gpu) range = {lo, data[r][t].size(), device[r][t], rtd::DeviceType::kCuda, 0};
+      s.tensors.push_back(rtd::ckpt::Tensor{
+          names[t], rtd::DType::kFloat32, {static_cast<std::int64_t>(n)}, {range}});
+    }
     return s;
   };
   const double bytes = 3.0 * n * sizeof(float);
+  std::printf("state on the %s\n", gpu ? "GPU" : "host");
   std::printf("%10s %6s %10s %10s %12s %12s %12s %12s %s\n", "GB", "ranks", "save_s", "load_s",
               "save_GB/s", "load_GB/s", "async_blk_s", "async_all_s", "load from");
   for (int round = 0; round < rounds; ++round) {
@@ -126,8 +156,8 @@ int main(int argc, char** argv) {
                 save_s, load_s, bytes / 1e9 / save_s, bytes / 1e9 / load_s, block_s, async_s, from);
     std::printf(
         "{\"bench\":\"ckpt\",\"bytes\":%.0f,\"ranks\":%d,\"save_s\":%.4f,\"load_s\":%.4f,"
-        "\"async_block_s\":%.4f,\"async_total_s\":%.4f,\"load_from\":\"%s\"}\n",
-        bytes, ranks, save_s, load_s, block_s, async_s, from);
+        "\"async_block_s\":%.4f,\"async_total_s\":%.4f,\"load_from\":\"%s\",\"device\":\"%s\"}\n",
+        bytes, ranks, save_s, load_s, block_s, async_s, from, gpu ? "cuda" : "cpu");
     std::fflush(stdout);
   }
   std::filesystem::remove_all(dir);

@@ -62,6 +62,37 @@ void* allocate(int device, std::size_t bytes) {
 
 void release(void* ptr) { cudaFree(ptr); }
 
+namespace {
+// Runs fn with `device` current, the caller's current device restored after.
+template <typename Fn>
+void on_device(int device, Fn&& fn) {
+  int current = 0;
+  check(cudaGetDevice(&current), "reading the current GPU");
+  check(cudaSetDevice(device), "selecting the GPU");
+  cudaError_t rc = fn();
+  cudaSetDevice(current);
+  check(rc, "copying between the GPU and the host");
+}
+}  // namespace
+
+void copy_to_host(const void* gpu_src, void* host_dst, std::size_t bytes, int device) {
+  on_device(device, [&] { return cudaMemcpy(host_dst, gpu_src, bytes, cudaMemcpyDeviceToHost); });
+}
+
+void copy_from_host(const void* host_src, void* gpu_dst, std::size_t bytes, int device) {
+  on_device(device, [&] { return cudaMemcpy(gpu_dst, host_src, bytes, cudaMemcpyHostToDevice); });
+}
+
+void* allocate_pinned(std::size_t bytes) {
+  void* p = nullptr;
+  check(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocDefault), "allocating pinned memory");
+  return p;
+}
+
+void release_pinned(void* ptr) {
+  if (ptr) cudaFreeHost(ptr);
+}
+
 void zero_async(void* ptr, std::size_t bytes, StreamRef stream) {
   check(cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream.cuda_stream)), "zeroing");
 }

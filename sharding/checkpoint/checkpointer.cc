@@ -22,6 +22,7 @@
 #include <thread>
 #include <utility>
 
+#include "collectives/device_memory.h"
 #include "rt_dist/checkpoint.h"
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
@@ -76,10 +77,16 @@ proto::CheckpointRankPart write_part(const std::string& dir, int rank, const Sta
     for (std::int64_t d : t.shape) out->add_shape(d);
     const std::size_t esize = dtype_size(t.dtype);
     const std::size_t per_piece = std::max<std::size_t>(1, piece_bytes / esize);
+    std::vector<char> staging;  // a GPU range's piece, on its way to the file
     for (const Range& r : t.ranges) {
       for (std::size_t done = 0; done < r.count;) {
         const std::size_t n = std::min(per_piece, r.count - done);
         const char* data = static_cast<const char*>(r.data) + done * esize;
+        if (r.device == DeviceType::kCuda) {
+          staging.resize(n * esize);
+          gpu::copy_to_host(data, staging.data(), n * esize, r.device_index);
+          data = staging.data();
+        }
         proto::CheckpointPiece* p = out->add_pieces();
         p->set_file(0);
         p->set_first(r.first + done);
@@ -131,8 +138,12 @@ std::int64_t read_state(const std::string& dir, State& state) {
         if (lo >= hi) continue;
         buffer.resize(p.count() * esize);
         reader.read(saved, p, buffer.data());
-        std::copy_n(buffer.data() + (lo - p.first()) * esize, (hi - lo) * esize,
-                    static_cast<char*>(r.data) + (lo - r.first) * esize);
+        const char* from = buffer.data() + (lo - p.first()) * esize;
+        char* to = static_cast<char*>(r.data) + (lo - r.first) * esize;
+        if (r.device == DeviceType::kCuda)
+          gpu::copy_from_host(from, to, (hi - lo) * esize, r.device_index);
+        else
+          std::copy_n(from, (hi - lo) * esize, to);
         covered += hi - lo;
       }
       if (covered < r.count) {
@@ -181,7 +192,27 @@ struct Checkpointer::Impl {
   // error.
   std::thread background;
   State copy;
-  std::vector<char> arena;
+  struct Arena {
+    char* data = nullptr;
+    std::size_t size = 0;
+    bool pinned = false;
+    ~Arena() { release(); }
+    void release() {
+      if (pinned)
+        gpu::release_pinned(data);
+      else
+        delete[] data;
+      data = nullptr;
+      size = 0;
+    }
+    void reserve(std::size_t bytes, bool want_pinned) {
+      if (bytes <= size && want_pinned == pinned) return;
+      release();
+      data = want_pinned ? static_cast<char*>(gpu::allocate_pinned(bytes)) : new char[bytes];
+      size = bytes;
+      pinned = want_pinned;
+    }
+  } arena;
   std::exception_ptr error;
 
   // Every rank's value of prefix + "<r>", in rank order.
@@ -264,19 +295,26 @@ void Checkpointer::save_async(std::int64_t step, const State& state) {
   wait();
   Impl& m = *impl_;
   std::size_t total = 0;
+  bool on_gpu = false;
   for (const Tensor& t : state.tensors) {
     checked_count(t);
-    for (const Range& r : t.ranges) total += r.count * dtype_size(t.dtype);
+    for (const Range& r : t.ranges) {
+      total += r.count * dtype_size(t.dtype);
+      on_gpu = on_gpu || r.device == DeviceType::kCuda;
+    }
   }
-  if (m.arena.size() < total) m.arena.resize(total);
+  m.arena.reserve(total, on_gpu);
   m.copy.meta = state.meta;
   std::size_t at = 0;
   for (const Tensor& t : state.tensors) {
     Tensor c{t.name, t.dtype, t.shape, {}};
     for (const Range& r : t.ranges) {
       const std::size_t bytes = r.count * dtype_size(t.dtype);
-      std::memcpy(m.arena.data() + at, r.data, bytes);
-      c.ranges.push_back(Range{r.first, r.count, m.arena.data() + at});
+      if (r.device == DeviceType::kCuda)
+        gpu::copy_to_host(r.data, m.arena.data + at, bytes, r.device_index);
+      else
+        std::memcpy(m.arena.data + at, r.data, bytes);
+      c.ranges.push_back(Range{r.first, r.count, m.arena.data + at});
       at += bytes;
     }
     m.copy.tensors.push_back(std::move(c));

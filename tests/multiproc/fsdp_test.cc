@@ -6,11 +6,15 @@
 #include "rt_dist/fsdp.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
+#include <optional>
 #include <vector>
 
+#include "rt_dist/checkpoint.h"
 #include "tests/multiproc/world.h"
 
 namespace rtd::testing_util {
@@ -221,6 +225,54 @@ TEST_F(FSDPTest, EveryStrategyOnNRanksEqualsOneRankWithNTimesTheBatch) {
       EXPECT_EQ(f.steps_taken(), 4);
       EXPECT_GT(f.state_bytes(), 0u);
     }
+  }
+}
+
+// A checkpoint of one strategy's shards (weights and AdamW's moments, on the
+// host or the GPU) resumes in every strategy: 2 steps, save, load into a
+// fresh engine, 2 more steps equal 4 steps of the reference.
+TEST_F(FSDPTest, ACheckpointOfEveryStrategyResumesInEveryStrategy) {
+  const int n = comm().size();
+  Store& store = test_context()->store();
+  std::vector<std::vector<ckpt::Tensor>> names;
+  for (std::size_t u = 0; u < kUnits.size(); ++u) {
+    names.emplace_back();
+    for (std::size_t i = 0; i < kUnits[u].size(); ++i)
+      names[u].push_back(ckpt::Tensor{"u" + std::to_string(u) + ".p" + std::to_string(i),
+                                      DType::kFloat32,
+                                      {static_cast<std::int64_t>(kUnits[u][i])},
+                                      {}});
+  }
+  Reference ref;
+  ref.o.lr = 1e-2f;
+  for (int step = 0; step < 4; ++step) ref.step(1000 * step, n * kSamplesPerRank);
+  int round = 0;
+  for (ShardStrategy a : kAll) {
+    // Every rank the same directory: rank 0 names it.
+    const std::string key = "fsdp_ckpt_dir/" + std::to_string(round++);
+    if (comm().rank() == 0)
+      store.set(key, ::testing::TempDir() + "rtd_fsdp_ckpt_" + std::to_string(getpid()) + "_" +
+                         std::string(to_string(a)));
+    const std::string dir = store.get(key, std::chrono::seconds(30));
+    {
+      FSDP f = make(options_for(a, n));
+      for (int step = 0; step < 2; ++step) ASSERT_TRUE(train_step(f, 1000 * step, 1));
+      ckpt::Checkpointer(store, comm().rank(), n, {.dir = dir})
+          .save(2, f.checkpoint_state(names, true));
+    }
+    for (ShardStrategy b : kAll) {
+      FSDP g = make(options_for(b, n));
+      ckpt::State state = g.checkpoint_state(names, false);
+      auto step = ckpt::Checkpointer(store, comm().rank(), n, {.dir = dir}).load(state, false);
+      ASSERT_EQ(step, std::optional<std::int64_t>(2));
+      g.after_load(state);
+      EXPECT_EQ(g.steps_taken(), 2);
+      for (int s2 = 2; s2 < 4; ++s2) ASSERT_TRUE(train_step(g, 1000 * s2, 1));
+      expect_close(params_of(g), ref.p, 2e-5,
+                   std::string(to_string(a)) + " saved, " + std::string(to_string(b)) + " resumed");
+    }
+    comm().barrier()->wait();
+    if (comm().rank() == 0) std::filesystem::remove_all(dir);
   }
 }
 

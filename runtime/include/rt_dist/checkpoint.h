@@ -20,11 +20,15 @@
 namespace rtd::ckpt {
 
 // Elements [first, first + count) of a tensor (flattened, row-major), held
-// at `data` in host memory: the source of a save, the destination of a load.
+// at `data`: the source of a save, the destination of a load. On a GPU
+// (device kCuda) the Checkpointer copies through host memory; the work that
+// writes or reads the buffer must have finished (between steps).
 struct Range {
   std::size_t first = 0;
   std::size_t count = 0;
   void* data = nullptr;
+  DeviceType device = DeviceType::kCpu;
+  int device_index = 0;
 };
 
 struct Tensor {
@@ -65,7 +69,8 @@ class Checkpointer {
   void save(std::int64_t step, const State& state);
 
   // Collective, asynchronous: copies this rank's ranges into host memory the
-  // Checkpointer owns and returns; a background thread then saves them as
+  // Checkpointer owns (pinned where ranges are on a GPU, so that the copy
+  // runs at the link's speed) and returns; a background thread then saves them as
   // save() does, while training goes on. The next save, save_async, load or
   // wait() first waits for it, and throws its error there: none is lost.
   void save_async(std::int64_t step, const State& state);

@@ -128,8 +128,9 @@ class FSDP {
   // after params[u][i] (a name and the parameter's shape; the shape's elements
   // must be its count): the fp32 master weights under that name, AdamW's
   // moments under name + ".exp_avg" and ".exp_avg_sq", each as the ranges this
-  // rank's shards hold, pointing into the engine's own shards (host memory:
-  // the Gloo path; device shards are not yet supported). for_save: with
+  // rank's shards hold, pointing into the engine's own shards (on the host
+  // or the GPU; the Checkpointer copies GPU ranges through host memory, so
+  // the step's work must have finished). for_save: with
   // hybrid sharding only the first replica group saves (every rank loads).
   // meta holds "fsdp.steps", "fsdp.loss_scale" and "fsdp.good_steps". Call
   // between steps; after a load, call after_load().
