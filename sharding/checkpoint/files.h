@@ -38,6 +38,9 @@ class FileReader {
   std::size_t size() const { return size_; }
   // Throws when fewer than `bytes` bytes are there.
   void read(std::size_t offset, void* out, std::size_t bytes) const;
+  // Asks the kernel to start reading [offset, offset + bytes) now (readahead
+  // while the caller checks what it read before).
+  void prefetch(std::size_t offset, std::size_t bytes) const;
 
  private:
   std::string path_;
