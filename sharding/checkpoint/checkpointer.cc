@@ -111,6 +111,7 @@ std::int64_t read_state(const std::string& dir, State& state) {
   for (const auto& t : manifest.tensors()) by_name[t.name()] = &t;
   PieceReader reader(dir, manifest);
   std::vector<char> buffer;
+  const proto::CheckpointPiece* in_buffer = nullptr;  // read and checked once for many ranges
   for (Tensor& t : state.tensors) {
     checked_count(t);
     auto it = by_name.find(t.name);
@@ -136,8 +137,11 @@ std::int64_t read_state(const std::string& dir, State& state) {
         const std::size_t lo = std::max<std::size_t>(r.first, p.first());
         const std::size_t hi = std::min<std::size_t>(r.first + r.count, p.first() + p.count());
         if (lo >= hi) continue;
-        buffer.resize(p.count() * esize);
-        reader.read(saved, p, buffer.data());
+        if (in_buffer != &p) {
+          buffer.resize(p.count() * esize);
+          reader.read(saved, p, buffer.data());
+          in_buffer = &p;
+        }
         const char* from = buffer.data() + (lo - p.first()) * esize;
         char* to = static_cast<char*>(r.data) + (lo - r.first) * esize;
         if (r.device == DeviceType::kCuda)
