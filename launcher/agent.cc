@@ -175,12 +175,21 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
       if (many) peers.leave(round, node_rank, nnodes, p.server != nullptr);
       break;
     }
-    const bool failed_here = out.ending == Ending::kWorkerFailed;
+    bool failed_here = out.ending == Ending::kWorkerFailed;
     if (failed_here && many) {
       try {
         out = peers.first_cause(round, node_rank, nnodes, out);
       } catch (const Error& e) {
         logger->warn("could not compare this failure with the other nodes': {}", e.what());
+      }
+      // A membership change stops every node's workers; a worker whose peer
+      // went first may fail before its own node stops it. That is the
+      // change's doing, not a failure to spend a restart on.
+      if (auto news = peers.check(round, node_rank, NodeState::kRunning); news && news->rejoin) {
+        logger->info("{}, while the job's membership changes: not counted as a failure",
+                     out.reason);
+        out = *news;
+        failed_here = false;
       }
     }
     int next_restarts = -1;  // -1: the job ends

@@ -19,7 +19,10 @@ RoundConfig Membership::round_config(int round) const {
   RoundConfig c = job_;
   c.round = round;
   c.previous.clear();
-  c.rejoin_wait = heartbeat_timeout_;
+  // A member that still beats is stopping its workers (up to its grace
+  // period): it is waited for; a silent one is dropped when found (tick()).
+  // This wait is the last resort for one that beats but never comes back.
+  c.rejoin_wait = 4 * heartbeat_timeout_ + std::chrono::seconds(30);
   return c;
 }
 

@@ -85,7 +85,8 @@ void copy_from_host(const void* host_src, void* gpu_dst, std::size_t bytes, int 
 
 void* allocate_pinned(std::size_t bytes) {
   void* p = nullptr;
-  check(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocDefault), "allocating pinned memory");
+  check(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocDefault),
+        "allocating pinned memory");
   return p;
 }
 
