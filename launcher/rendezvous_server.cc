@@ -29,6 +29,10 @@ namespace {
 // members), then the held heartbeats that are due or have news.
 class RendezvousService final : public proto::Rendezvous::CallbackService {
  public:
+  // A held heartbeat is woken when one of its keys changes only for keys
+  // under this prefix (the agents' own); others are answered when present.
+  static constexpr const char* kWatchable = "dtrun/";
+
   RendezvousService(const ServerOptions& o, MemoryStore* store)
       : token_(o.token),
         store_(store),
@@ -41,7 +45,10 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
                                 .last_call = o.last_call},
                     o.heartbeat_timeout),
         hold_limit_(o.heartbeat_timeout / 2) {
+    // Every store write passes here, the workers' included: only the agents'
+    // keys (kWatchable) take the lock.
     store_->set_observer([this](const std::string& key) {
+      if (key.rfind(kWatchable, 0) != 0) return;
       std::lock_guard<std::mutex> lock(held_mu_);
       if (watched_.count(key)) keys_changed_ = true;
     });
@@ -104,7 +111,9 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     const auto hold = std::min<std::chrono::milliseconds>(
         std::chrono::milliseconds(req->hold_ms()),
         std::chrono::duration_cast<std::chrono::milliseconds>(hold_limit_));
-    for (const std::string& key : req->keys()) watched_.insert(key);
+    for (const std::string& key : req->keys()) {
+      if (key.rfind(kWatchable, 0) == 0) watched_.insert(key);
+    }
     held_.push_back(Held{reactor, req, resp, now + hold});
     return reactor;
   }

@@ -46,16 +46,13 @@ std::string Round::mismatch(const proto::JoinRequest& r) const {
   return "";
 }
 
+// Counted as they join (joined_ids_), so that a round of N agents costs
+// O(N), not O(N^2), to close.
 bool Round::complete_locked() const {
   const int n = static_cast<int>(joined_.size());
   if (n >= config_.max_nodes) return true;
-  if (config_.previous.empty() || n < config_.min_nodes) return false;
-  for (const auto& [id, rank] : config_.previous) {
-    bool back = false;
-    for (const Joined& j : joined_) back = back || j.request.node_id() == id;
-    if (!back) return false;
-  }
-  return true;
+  return !config_.previous.empty() && n >= config_.min_nodes &&
+         previous_back_ == config_.previous.size();
 }
 
 void Round::close_locked(std::vector<Answer>* answers) {
@@ -120,6 +117,8 @@ void Round::fail_locked(const std::string& why, std::vector<Answer>* answers) {
           Answer{std::move(j.done), std::nullopt, Error(ErrorCategory::kConfig, failure_)});
   }
   joined_.clear();
+  joined_ids_.clear();
+  previous_back_ = 0;
 }
 
 void Round::deliver(std::vector<Answer>& answers) {
@@ -159,6 +158,7 @@ void Round::join_async(const proto::JoinRequest& request, SystemTime deadline, D
       if (config_.previous.empty() || !newcomer) fail_locked("rendezvous failed: " + why, &answers);
     } else {
       joined_.push_back(Joined{request, deadline, std::move(done)});
+      if (joined_ids_.insert(request.node_id()).second && !newcomer) ++previous_back_;
       last_join_ = std::chrono::system_clock::now();
       if (complete_locked()) close_locked(&answers);
     }
@@ -205,6 +205,8 @@ void Round::tick(SystemTime now) {
                   "rendezvous: only " + std::to_string(n) + " of " +
                       std::to_string(config_.min_nodes) + " nodes joined before the timeout (" +
                       summary + "); start dtrun on the other nodes with the same --rdzv")});
+        const std::string& id = it->request.node_id();
+        if (joined_ids_.erase(id) && config_.previous.count(id)) --previous_back_;
         it = joined_.erase(it);
       }
     }
@@ -240,8 +242,10 @@ void Round::forget(const std::string& node_id) {
   std::vector<Answer> answers;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (config_.previous.erase(node_id) && !closed_ && failure_.empty() && complete_locked())
-      close_locked(&answers);
+    if (config_.previous.erase(node_id)) {
+      if (joined_ids_.count(node_id)) --previous_back_;
+      if (!closed_ && failure_.empty() && complete_locked()) close_locked(&answers);
+    }
   }
   deliver(answers);
 }
@@ -263,10 +267,7 @@ std::vector<Round::Member> Round::members() {
 
 bool Round::has_joined(const std::string& node_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const Joined& j : joined_) {
-    if (j.request.node_id() == node_id) return true;
-  }
-  return false;
+  return joined_ids_.count(node_id) > 0;
 }
 
 }  // namespace rtd::launcher

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "rendezvous.pb.h"
@@ -97,6 +98,8 @@ class Round {
   const SystemTime opened_;
   std::mutex mu_;
   std::vector<Joined> joined_;  // waiting, in arrival order (all of them once closed)
+  std::unordered_set<std::string> joined_ids_;
+  std::size_t previous_back_ = 0;  // members of config_.previous among them
   SystemTime last_join_{};
   bool closed_ = false;
   std::string failure_;
