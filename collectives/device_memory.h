@@ -46,6 +46,29 @@ void copy_to_host(const void* gpu_src, void* host_dst, std::size_t bytes, int de
 void copy_from_host(const void* host_src, void* gpu_dst, std::size_t bytes, int device);
 void* allocate_pinned(std::size_t bytes);
 void release_pinned(void* ptr);
+
+// Device-to-host copies on a stream of their own on `device`, ordered against
+// a caller's stream by events: after(s) makes the copies enqueued next start
+// once the work queued on s so far is done; before(s) makes the work queued
+// on s from now on wait for them; wait() blocks the calling thread (not the
+// caller's stream) until they are done. Throws rtd::Error on a CUDA error.
+class HostCopies {
+ public:
+  explicit HostCopies(int device);
+  ~HostCopies();
+  HostCopies(const HostCopies&) = delete;
+  HostCopies& operator=(const HostCopies&) = delete;
+  void after(StreamRef stream);
+  void copy(const void* gpu_src, void* host_dst, std::size_t bytes);
+  void before(StreamRef stream);
+  void wait();
+
+ private:
+  int device_;
+  void* stream_ = nullptr;
+  void* ready_ = nullptr;  // recorded on the caller's stream
+  void* done_ = nullptr;   // recorded on ours after the copies
+};
 }  // namespace gpu
 
 }  // namespace rtd

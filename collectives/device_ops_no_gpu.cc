@@ -17,4 +17,10 @@ void copy_to_host(const void*, void*, std::size_t, int) { no_gpu(); }
 void copy_from_host(const void*, void*, std::size_t, int) { no_gpu(); }
 void* allocate_pinned(std::size_t) { no_gpu(); }
 void release_pinned(void*) {}
+HostCopies::HostCopies(int) { no_gpu(); }
+HostCopies::~HostCopies() = default;
+void HostCopies::after(StreamRef) { no_gpu(); }
+void HostCopies::copy(const void*, void*, std::size_t) { no_gpu(); }
+void HostCopies::before(StreamRef) { no_gpu(); }
+void HostCopies::wait() { no_gpu(); }
 }  // namespace rtd::gpu

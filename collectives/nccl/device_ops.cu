@@ -4,7 +4,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "collectives/device_memory.h"
 #include "collectives/nccl/ce_kernels.h"
@@ -92,6 +94,60 @@ void* allocate_pinned(std::size_t bytes) {
 
 void release_pinned(void* ptr) {
   if (ptr) cudaFreeHost(ptr);
+}
+
+HostCopies::HostCopies(int device) : device_(device) {
+  on_device(device, [&] {
+    cudaStream_t s = nullptr;
+    cudaEvent_t ready = nullptr, done = nullptr;
+    cudaError_t rc = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+    if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    stream_ = s;
+    ready_ = ready;
+    done_ = done;
+    return rc;
+  });
+}
+
+HostCopies::~HostCopies() {
+  if (done_) cudaEventDestroy(static_cast<cudaEvent_t>(done_));
+  if (ready_) cudaEventDestroy(static_cast<cudaEvent_t>(ready_));
+  if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+void HostCopies::after(StreamRef stream) {
+  on_device(device_, [&] {
+    auto ready = static_cast<cudaEvent_t>(ready_);
+    cudaError_t rc = cudaEventRecord(ready, static_cast<cudaStream_t>(stream.cuda_stream));
+    return rc == cudaSuccess ? cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), ready, 0)
+                             : rc;
+  });
+}
+
+void HostCopies::copy(const void* gpu_src, void* host_dst, std::size_t bytes) {
+  on_device(device_, [&] {
+    return cudaMemcpyAsync(host_dst, gpu_src, bytes, cudaMemcpyDeviceToHost,
+                           static_cast<cudaStream_t>(stream_));
+  });
+}
+
+void HostCopies::before(StreamRef stream) {
+  on_device(device_, [&] {
+    auto done = static_cast<cudaEvent_t>(done_);
+    cudaError_t rc = cudaEventRecord(done, static_cast<cudaStream_t>(stream_));
+    return rc == cudaSuccess
+               ? cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.cuda_stream), done, 0)
+               : rc;
+  });
+}
+
+void HostCopies::wait() {
+  // Polled, so that only this thread waits (never a synchronize of a stream).
+  cudaError_t rc;
+  while ((rc = cudaEventQuery(static_cast<cudaEvent_t>(done_))) == cudaErrorNotReady)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  check(rc, "copying the checkpoint from the GPU");
 }
 
 void zero_async(void* ptr, std::size_t bytes, StreamRef stream) {

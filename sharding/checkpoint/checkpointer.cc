@@ -26,8 +26,8 @@
 #include "rt_dist/checkpoint.h"
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
-#include "sharding/checkpoint/crc32c.h"
 #include "sharding/checkpoint/manifest.h"
+#include "sharding/checkpoint/piece_io.h"
 
 namespace rtd::ckpt {
 namespace fs = std::filesystem;
@@ -45,120 +45,10 @@ std::string rank_file_name(int rank) {
   return text;
 }
 
-std::size_t checked_count(const Tensor& t) {
-  std::size_t n = 1;
-  for (std::int64_t d : t.shape) {
-    if (d < 0)
-      throw Error(ErrorCategory::kInvalidArgument, "tensor '" + t.name + "': negative shape");
-    n *= static_cast<std::size_t>(d);
-  }
-  for (const Range& r : t.ranges) {
-    if (r.first + r.count > n || (r.count > 0 && r.data == nullptr)) {
-      throw Error(ErrorCategory::kInvalidArgument,
-                  "tensor '" + t.name + "': range [" + std::to_string(r.first) + ", " +
-                      std::to_string(r.first + r.count) + ") is outside its " + std::to_string(n) +
-                      " elements or has no data");
-    }
-  }
-  return n;
-}
-
-// This rank's file: its ranges cut into pieces; returns what it wrote.
-proto::CheckpointRankPart write_part(const std::string& dir, int rank, const State& state,
-                                     std::size_t piece_bytes) {
-  proto::CheckpointRankPart part;
-  const std::string name = rank_file_name(rank);
-  FileWriter w(dir + "/" + name);
-  for (const Tensor& t : state.tensors) {
-    checked_count(t);
-    proto::CheckpointTensor* out = part.add_tensors();
-    out->set_name(t.name);
-    out->set_dtype(dtype_name(t.dtype));
-    for (std::int64_t d : t.shape) out->add_shape(d);
-    const std::size_t esize = dtype_size(t.dtype);
-    const std::size_t per_piece = std::max<std::size_t>(1, piece_bytes / esize);
-    std::vector<char> staging;  // a GPU range's piece, on its way to the file
-    for (const Range& r : t.ranges) {
-      for (std::size_t done = 0; done < r.count;) {
-        const std::size_t n = std::min(per_piece, r.count - done);
-        const char* data = static_cast<const char*>(r.data) + done * esize;
-        if (r.device == DeviceType::kCuda) {
-          staging.resize(n * esize);
-          gpu::copy_to_host(data, staging.data(), n * esize, r.device_index);
-          data = staging.data();
-        }
-        proto::CheckpointPiece* p = out->add_pieces();
-        p->set_file(0);
-        p->set_first(r.first + done);
-        p->set_count(n);
-        p->set_offset(w.written());
-        p->set_crc32c(crc32c(data, n * esize));
-        w.write(data, n * esize);
-        done += n;
-      }
-    }
-  }
-  w.close();
-  part.mutable_file()->set_name(name);
-  part.mutable_file()->set_bytes(w.written());
-  return part;
-}
-
 // Fills every range of `state` from the checkpoint in `dir`; throws naming what failed.
-std::int64_t read_state(const std::string& dir, State& state) {
+std::int64_t read_state(const std::string& dir, State& state, int threads) {
   const proto::CheckpointManifest manifest = read_manifest(dir);
-  std::map<std::string, const proto::CheckpointTensor*> by_name;
-  for (const auto& t : manifest.tensors()) by_name[t.name()] = &t;
-  PieceReader reader(dir, manifest);
-  std::vector<char> buffer;
-  const proto::CheckpointPiece* in_buffer = nullptr;  // read and checked once for many ranges
-  for (Tensor& t : state.tensors) {
-    checked_count(t);
-    auto it = by_name.find(t.name);
-    if (it == by_name.end())
-      throw Error(ErrorCategory::kConfig, "checkpoint " + dir + " has no tensor '" + t.name + "'");
-    const proto::CheckpointTensor& saved = *it->second;
-    std::vector<std::int64_t> shape(saved.shape().begin(), saved.shape().end());
-    if (saved.dtype() != dtype_name(t.dtype) || shape != t.shape) {
-      auto text = [](const std::vector<std::int64_t>& s) {
-        std::string out;
-        for (auto d : s) out += (out.empty() ? "" : "x") + std::to_string(d);
-        return out.empty() ? std::string("scalar") : out;
-      };
-      throw Error(ErrorCategory::kConfig, "checkpoint " + dir + ": tensor '" + t.name + "' is " +
-                                              saved.dtype() + " " + text(shape) +
-                                              " there, but the model's is " + dtype_name(t.dtype) +
-                                              " " + text(t.shape));
-    }
-    const std::size_t esize = dtype_size(t.dtype);
-    for (Range& r : t.ranges) {
-      std::size_t covered = 0;
-      for (const auto& p : saved.pieces()) {
-        const std::size_t lo = std::max<std::size_t>(r.first, p.first());
-        const std::size_t hi = std::min<std::size_t>(r.first + r.count, p.first() + p.count());
-        if (lo >= hi) continue;
-        if (in_buffer != &p) {
-          buffer.resize(p.count() * esize);
-          reader.read(saved, p, buffer.data());
-          in_buffer = &p;
-        }
-        const char* from = buffer.data() + (lo - p.first()) * esize;
-        char* to = static_cast<char*>(r.data) + (lo - r.first) * esize;
-        if (r.device == DeviceType::kCuda)
-          gpu::copy_from_host(from, to, (hi - lo) * esize, r.device_index);
-        else
-          std::copy_n(from, (hi - lo) * esize, to);
-        covered += hi - lo;
-      }
-      if (covered < r.count) {
-        throw Error(ErrorCategory::kConfig, "checkpoint " + dir + ": tensor '" + t.name +
-                                                "' elements [" + std::to_string(r.first) + ", " +
-                                                std::to_string(r.first + r.count) +
-                                                ") are not all stored (" + std::to_string(covered) +
-                                                " of " + std::to_string(r.count) + " found)");
-      }
-    }
-  }
+  read_pieces(dir, manifest, state, threads);
   state.meta.clear();
   for (const auto& [k, v] : manifest.meta()) state.meta[k] = v;
   return manifest.step();
@@ -185,6 +75,8 @@ std::vector<std::int64_t> list_checkpoints(const std::string& dir) {
 }
 
 struct Checkpointer::Impl {
+  Impl(Store& s, int r, int w, Options o)
+      : store(s), rank(r), world_size(w), options(std::move(o)) {}
   Store& store;
   int rank;
   int world_size;
@@ -196,27 +88,9 @@ struct Checkpointer::Impl {
   // error.
   std::thread background;
   State copy;
-  struct Arena {
-    char* data = nullptr;
-    std::size_t size = 0;
-    bool pinned = false;
-    ~Arena() { release(); }
-    void release() {
-      if (pinned)
-        gpu::release_pinned(data);
-      else
-        delete[] data;
-      data = nullptr;
-      size = 0;
-    }
-    void reserve(std::size_t bytes, bool want_pinned) {
-      if (bytes <= size && want_pinned == pinned) return;
-      release();
-      data = want_pinned ? static_cast<char*>(gpu::allocate_pinned(bytes)) : new char[bytes];
-      size = bytes;
-      pinned = want_pinned;
-    }
-  } arena;
+  HostBuffer arena;
+  // The side streams save_async copies GPU ranges on, one per device.
+  std::map<int, std::unique_ptr<gpu::HostCopies>> copies;
   std::exception_ptr error;
 
   // Every rank's value of prefix + "<r>", in rank order.
@@ -275,7 +149,7 @@ struct Checkpointer::Impl {
 };
 
 Checkpointer::Checkpointer(Store& store, int rank, int world_size, Options options)
-    : impl_(std::make_unique<Impl>(Impl{store, rank, world_size, std::move(options)})) {
+    : impl_(std::make_unique<Impl>(store, rank, world_size, std::move(options))) {
   if (impl_->options.dir.empty())
     throw Error(ErrorCategory::kInvalidArgument, "Checkpointer needs a directory");
 }
@@ -295,36 +169,41 @@ void Checkpointer::wait() {
   if (m.error) std::rethrow_exception(std::exchange(m.error, nullptr));
 }
 
-void Checkpointer::save_async(std::int64_t step, const State& state) {
+void Checkpointer::save_async(std::int64_t step, const State& state, StreamRef stream) {
   wait();
   Impl& m = *impl_;
   std::size_t total = 0;
-  bool on_gpu = false;
   for (const Tensor& t : state.tensors) {
     checked_count(t);
     for (const Range& r : t.ranges) {
       total += r.count * dtype_size(t.dtype);
-      on_gpu = on_gpu || r.device == DeviceType::kCuda;
+      if (r.device == DeviceType::kCuda && !m.copies[r.device_index])
+        m.copies[r.device_index] = std::make_unique<gpu::HostCopies>(r.device_index);
     }
   }
-  m.arena.reserve(total, on_gpu);
+  m.arena.reserve(total, !m.copies.empty());
   m.copy.meta = state.meta;
+  // GPU ranges: copied on the side streams after the work queued on `stream`;
+  // what the caller queues there next waits for the copies, the host does not.
+  for (auto& [device, c] : m.copies) c->after(stream);
   std::size_t at = 0;
   for (const Tensor& t : state.tensors) {
     Tensor c{t.name, t.dtype, t.shape, {}};
     for (const Range& r : t.ranges) {
       const std::size_t bytes = r.count * dtype_size(t.dtype);
       if (r.device == DeviceType::kCuda)
-        gpu::copy_to_host(r.data, m.arena.data + at, bytes, r.device_index);
+        m.copies[r.device_index]->copy(r.data, m.arena.data() + at, bytes);
       else
-        std::memcpy(m.arena.data + at, r.data, bytes);
-      c.ranges.push_back(Range{r.first, r.count, m.arena.data + at});
+        std::memcpy(m.arena.data() + at, r.data, bytes);
+      c.ranges.push_back(Range{r.first, r.count, m.arena.data() + at});
       at += bytes;
     }
     m.copy.tensors.push_back(std::move(c));
   }
+  for (auto& [device, c] : m.copies) c->before(stream);
   m.background = std::thread([this, step] {
     try {
+      for (auto& [device, c] : impl_->copies) c->wait();
       save_now(step, impl_->copy);
     } catch (...) {
       impl_->error = std::current_exception();
@@ -356,7 +235,9 @@ void Checkpointer::save_now(std::int64_t step, const State& state) {
   if (is_error(dir_said)) throw Error(ErrorCategory::kBackend, error_of(dir_said));
   std::string part;
   try {
-    write_part(tmp, m.rank, state, m.options.piece_bytes).SerializeToString(&part);
+    write_pieces(tmp + "/" + rank_file_name(m.rank), state, m.options.piece_bytes,
+                 m.options.io_threads)
+        .SerializeToString(&part);
   } catch (const std::exception& e) {
     part = "!rank " + std::to_string(m.rank) + ": " + e.what();
   }
@@ -403,7 +284,7 @@ std::optional<std::int64_t> Checkpointer::load(State& state, bool fallback) {
     const std::string dir = m.options.dir + "/" + step_dir_name(candidates[i]);
     std::string mine = "ok";
     try {
-      read_state(dir, state);
+      read_state(dir, state, m.options.io_threads);
     } catch (const std::exception& e) {
       mine = std::string("!rank ") + std::to_string(m.rank) + ": " + e.what();
     }

@@ -43,6 +43,18 @@ void FileWriter::write(const void* data, std::size_t bytes) {
   }
 }
 
+void FileWriter::write_at(std::size_t offset, const void* data, std::size_t bytes) const {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write", path_);
+    p += n;
+    offset += static_cast<std::size_t>(n);
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
 void FileWriter::close() {
   if (::fsync(fd_) != 0) fail("cannot fsync", path_);
   const int fd = fd_;
@@ -81,12 +93,6 @@ FileReader::FileReader(const std::string& path) : path_(path) {
   if (::fstat(fd_, &st) != 0) fail("cannot stat", path);
   size_ = static_cast<std::size_t>(st.st_size);
   ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // a larger readahead window
-}
-
-void FileReader::prefetch(std::size_t offset, std::size_t bytes) const {
-  if (offset < size_)
-    ::posix_fadvise(fd_, static_cast<off_t>(offset),
-                    static_cast<off_t>(std::min(bytes, size_ - offset)), POSIX_FADV_WILLNEED);
 }
 
 FileReader::~FileReader() {

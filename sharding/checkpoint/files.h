@@ -8,14 +8,18 @@
 
 namespace rtd::ckpt {
 
-// An open file written sequentially; close() fsyncs it.
+// An open file written sequentially (write) or at offsets (write_at, from
+// several threads at once); close() fsyncs it.
 class FileWriter {
  public:
   explicit FileWriter(const std::string& path);
   ~FileWriter();
+  FileWriter(const FileWriter&) = delete;
+  FileWriter& operator=(const FileWriter&) = delete;
   void write(const void* data, std::size_t bytes);
-  std::size_t written() const { return written_; }
-  void close();  // fsync + close; throws on failure
+  void write_at(std::size_t offset, const void* data, std::size_t bytes) const;
+  std::size_t written() const { return written_; }  // by write()
+  void close();                                     // fsync + close; throws on failure
 
  private:
   std::string path_;
@@ -28,7 +32,7 @@ void fsync_dir(const std::string& dir);
 void replace_file(const std::string& path, const std::string& text);
 std::string read_file(const std::string& path);
 
-// A file read at offsets (pread), its size known.
+// A file read at offsets (pread, from several threads at once), its size known.
 class FileReader {
  public:
   explicit FileReader(const std::string& path);
@@ -38,9 +42,6 @@ class FileReader {
   std::size_t size() const { return size_; }
   // Throws when fewer than `bytes` bytes are there.
   void read(std::size_t offset, void* out, std::size_t bytes) const;
-  // Asks the kernel to start reading [offset, offset + bytes) now (readahead
-  // while the caller checks what it read before).
-  void prefetch(std::size_t offset, std::size_t bytes) const;
 
  private:
   std::string path_;

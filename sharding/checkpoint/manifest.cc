@@ -87,6 +87,7 @@ PieceReader::PieceReader(std::string dir, const proto::CheckpointManifest& manif
     : dir_(std::move(dir)), manifest_(manifest) {}
 
 const FileReader& PieceReader::file(int index) {
+  std::lock_guard<std::mutex> lock(mutex_);
   auto it = files_.find(index);
   if (it != files_.end()) return *it->second;
   if (index < 0 || index >= manifest_.files_size())
@@ -108,9 +109,6 @@ void PieceReader::read(const proto::CheckpointTensor& tensor, const proto::Check
   const std::size_t bytes =
       piece.count() * dtype_size(dtype_from_name(tensor.dtype(), "tensor '" + tensor.name() + "'"));
   const FileReader& f = file(piece.file());
-  // Pieces sit back to back: the next one is read ahead while this one is
-  // checked and copied on.
-  f.prefetch(piece.offset() + bytes, bytes);
   f.read(piece.offset(), out, bytes);
   const std::uint32_t sum = crc32c(out, bytes);
   if (sum != piece.crc32c()) {

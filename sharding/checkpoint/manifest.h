@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ std::string manifest_to_json(const proto::CheckpointManifest& manifest);
 proto::CheckpointManifest read_manifest(const std::string& dir);
 
 // Reads a checkpoint's pieces, each file opened once and checked against its
-// size in the manifest.
+// size in the manifest; read() may be called from several threads at once.
 class PieceReader {
  public:
   PieceReader(std::string dir, const proto::CheckpointManifest& manifest);
@@ -42,6 +43,7 @@ class PieceReader {
 
   std::string dir_;
   const proto::CheckpointManifest& manifest_;
+  std::mutex mutex_;  // guards files_
   std::map<int, std::unique_ptr<FileReader>> files_;
 };
 

@@ -16,6 +16,7 @@
 
 #include "rt_dist/store.h"
 #include "rt_dist/types.h"
+#include "rt_dist/work.h"
 
 namespace rtd::ckpt {
 
@@ -49,6 +50,10 @@ struct Options {
   // Pieces larger than this are split, so that a rank that needs part of a
   // range reads (and checks) little more than that part.
   std::size_t piece_bytes = 64u << 20;
+  // Pieces each rank writes or reads at once (each thread also computes or
+  // checks its pieces' CRC-32C): a disk reads and writes faster with several
+  // large requests in flight than with one.
+  int io_threads = 4;
 };
 
 // Thrown by load() and the tools when a checkpoint cannot be used: the message
@@ -69,11 +74,16 @@ class Checkpointer {
   void save(std::int64_t step, const State& state);
 
   // Collective, asynchronous: copies this rank's ranges into host memory the
-  // Checkpointer owns (pinned where ranges are on a GPU, so that the copy
-  // runs at the link's speed) and returns; a background thread then saves them as
+  // Checkpointer owns and returns; a background thread then saves them as
   // save() does, while training goes on. The next save, save_async, load or
   // wait() first waits for it, and throws its error there: none is lost.
-  void save_async(std::int64_t step, const State& state);
+  // Ranges on a GPU go into pinned memory on a side stream of the
+  // Checkpointer's, at the link's speed, without blocking the host: the
+  // copies start after the work already queued on `stream` (the legacy
+  // default stream when none is given), and work queued on `stream` after
+  // this call waits for them, so the next step cannot change the state
+  // while it is copied. Ranges in host memory are copied before the call returns.
+  void save_async(std::int64_t step, const State& state, StreamRef stream = {});
   // Waits for the background save, if one runs; throws its error.
   void wait();
 

@@ -151,6 +151,36 @@ TEST_F(CheckpointTest, SmallPiecesAreReadAndCheckedOneByOne) {
   EXPECT_EQ(load_and_check(3, 3), 3);
 }
 
+TEST_F(CheckpointTest, OverlappingSavedRangesLoadWithAnyNumberOfIoThreads) {
+  // Two replicas that both saved all of "w" in 12-byte pieces, one of them
+  // shifted: every element is stored twice, in pieces that straddle each other.
+  run_ranks(2, [&](Store& store, int rank) {
+    std::vector<float> w(70);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = w_at(i, 5);
+    State s;
+    Tensor t{"w", DType::kFloat32, {10, 7}, {}};
+    if (rank == 0) t.ranges.push_back({0, 70, w.data()});
+    if (rank == 1) t.ranges = {{1, 69, w.data() + 1}, {0, 1, w.data()}};
+    s.tensors.push_back(t);
+    s.tensors.push_back(Tensor{"m", DType::kInt64, {33}, {}});
+    Options o = options(3, 12);
+    o.io_threads = 3;
+    Checkpointer(store, rank, 2, o).save(5, s);
+  });
+  for (int threads : {1, 2, 8}) {
+    run_ranks(1, [&](Store& store, int rank) {
+      std::vector<float> w(70, -1.0f);
+      State s;
+      s.tensors.push_back(Tensor{"w", DType::kFloat32, {10, 7}, {{3, 60, w.data() + 3}}});
+      Options o = options();
+      o.io_threads = threads;
+      ASSERT_EQ(Checkpointer(store, rank, 1, o).load(s), 5);
+      for (std::size_t i = 0; i < 70; ++i)
+        EXPECT_EQ(w[i], i >= 3 && i < 63 ? w_at(i, 5) : -1.0f) << i << ", " << threads;
+    });
+  }
+}
+
 TEST_F(CheckpointTest, KeepsTheLastKAndPointsLatestAtTheNewest) {
   for (int step : {1, 2, 3, 4, 5}) save(2, step, options(2));
   EXPECT_EQ(list_checkpoints(dir_.string()), (std::vector<std::int64_t>{5, 4}));
