@@ -4,7 +4,8 @@
 // is computed), so N ranks with batch B follow the same loss curve as one rank
 // with batch N*B. With --shard zero1|zero2|zero3|hybrid, rtd::FSDP shards the
 // weights and AdamW's state instead (each layer a unit) and steps AdamW with
-// --lr. Uses only the public API.
+// --lr; --optim adamw gives DDP the same AdamW, so that checkpoints of either
+// resume in the other. Uses only the public API.
 #include <cblas.h>
 
 #include <algorithm>
@@ -33,7 +34,8 @@ struct Flags {
   int in = 32, hidden = 64, out = 8;
   float lr = 0.1f;
   int log_every = 10;
-  std::string shard;  // empty: DDP and SGD
+  std::string shard;  // empty: DDP, with SGD or (--optim adamw) AdamW
+  bool adamw = false;
   // Checkpoints (DDP): saved every ckpt_every steps into ckpt_dir, and the
   // latest valid one resumed from at start, whatever the world size.
   std::string ckpt_dir;
@@ -74,7 +76,14 @@ Flags parse_flags(int argc, char** argv) {
       f.log_every = std::atoi(value());
     else if (a == "--shard")
       f.shard = value();
-    else if (a == "--ckpt-dir")
+    else if (a == "--optim") {
+      const std::string v = value();
+      if (v != "sgd" && v != "adamw") {
+        std::fprintf(stderr, "--optim takes sgd or adamw, not '%s'\n", v.c_str());
+        std::exit(2);
+      }
+      f.adamw = v == "adamw";
+    } else if (a == "--ckpt-dir")
       f.ckpt_dir = value();
     else if (a == "--ckpt-every")
       f.ckpt_every = std::atoi(value());
@@ -92,7 +101,7 @@ Flags parse_flags(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: mlp_cpu [--steps N] [--batch B] [--hidden H] [--lr LR] "
                    "[--global-batch G] [--pace-ms MS] [--log-every K] "
-                   "[--shard zero1|zero2|zero3|hybrid] [--ckpt-dir DIR "
+                   "[--shard zero1|zero2|zero3|hybrid | --optim sgd|adamw] [--ckpt-dir DIR "
                    "--ckpt-every K [--ckpt-async 1]] [--data DIR | --make-data DIR --records N] "
                    "[--kill-at-step S]\nunknown argument %s\n",
                    a.c_str());
@@ -146,6 +155,8 @@ void gemm_ab(int m, int n, int k, const float* a, const float* b, float* c) {
 struct Mlp {
   int in, hidden, out;
   std::vector<float> w1, w2;  // hidden x in, out x hidden
+  // AdamW's moments of w1 and w2 (DDP with --optim adamw; sized then).
+  std::vector<float> m1, v1, m2, v2;
 
   // y = W2 tanh(W1 x) for each row of x (rows x in); keeps the activations in act.
   void forward(int rows, const float* x, std::vector<float>& act, std::vector<float>& y) const {
@@ -157,11 +168,12 @@ struct Mlp {
   }
 };
 
-// The student's weights as checkpoint tensors: each rank saves its slice of
-// the replica (all ranks write, none twice), and loads all of it.
+// The student's weights (and AdamW's moments, when it has them) as checkpoint
+// tensors, named as FSDP names its own: each rank saves its slice of the
+// replica (all ranks write, none twice), and loads all of it.
 rtd::ckpt::State model_state(Mlp& m, int rank, int world, bool whole) {
   rtd::ckpt::State s;
-  auto tensor = [&](const char* name, std::vector<float>& w, std::int64_t rows_,
+  auto tensor = [&](const std::string& name, std::vector<float>& w, std::int64_t rows_,
                     std::int64_t cols) {
     const std::size_t n = w.size();
     const std::size_t lo = whole ? 0 : n * rank / world, hi = whole ? n : n * (rank + 1) / world;
@@ -170,7 +182,26 @@ rtd::ckpt::State model_state(Mlp& m, int rank, int world, bool whole) {
   };
   tensor("w1", m.w1, m.hidden, m.in);
   tensor("w2", m.w2, m.out, m.hidden);
+  if (!m.m1.empty()) {
+    tensor("w1.exp_avg", m.m1, m.hidden, m.in);
+    tensor("w1.exp_avg_sq", m.v1, m.hidden, m.in);
+    tensor("w2.exp_avg", m.m2, m.out, m.hidden);
+    tensor("w2.exp_avg_sq", m.v2, m.out, m.hidden);
+  }
   return s;
+}
+
+// AdamW without weight decay, as FSDP steps it (step counts from 1).
+void adamw(std::vector<float>& w, const float* g, std::vector<float>& m, std::vector<float>& v,
+           float lr, int step) {
+  const float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(step));
+  const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(step));
+  for (std::size_t j = 0; j < w.size(); ++j) {
+    m[j] = beta1 * m[j] + (1.0f - beta1) * g[j];
+    v[j] = beta2 * v[j] + (1.0f - beta2) * g[j] * g[j];
+    w[j] -= lr * (m[j] / bc1) / (std::sqrt(v[j] / bc2) + eps);
+  }
 }
 
 // FNV-1a over the weights' bytes: equal runs print equal values, bit for bit.
@@ -379,6 +410,12 @@ int main(int argc, char** argv) {
   fill(student.w1, 3, 0.3f);
   fill(student.w2, 4, 0.3f);
   if (!f.shard.empty()) return train_sharded(*ctx, f, teacher, student);
+  if (f.adamw) {
+    student.m1.assign(student.w1.size(), 0.0f);
+    student.v1.assign(student.w1.size(), 0.0f);
+    student.m2.assign(student.w2.size(), 0.0f);
+    student.v2.assign(student.w2.size(), 0.0f);
+  }
   // DDP broadcasts rank 0's initial weights and owns the gradient buffers;
   // small buckets so that each layer's gradient is a bucket of its own.
   rtd::DDP ddp(*ctx,
@@ -394,7 +431,7 @@ int main(int argc, char** argv) {
 
   // Resume from the latest valid checkpoint, saved by any number of ranks,
   // and the data where it was.
-  int first_step = 1;
+  int first_step = 1, adamw_steps = 0;
   std::unique_ptr<rtd::ckpt::Checkpointer> ckpt;
   std::unique_ptr<rtd::data::Loader> loader;
   try {
@@ -411,6 +448,7 @@ int main(int argc, char** argv) {
       if (auto step = ckpt->load(state)) {
         if (loader && state.meta.count("data_position"))
           loader->set_position(state.meta["data_position"]);
+        if (state.meta.count("fsdp.steps")) adamw_steps = std::stoi(state.meta["fsdp.steps"]);
         first_step = static_cast<int>(*step) + 1;
         if (rank == 0) std::printf("resumed from step %lld\n", static_cast<long long>(*step));
       }
@@ -447,8 +485,14 @@ int main(int argc, char** argv) {
     ctx->comm().all_reduce(rtd::view(&loss, 1), rtd::ReduceOp::kAvg)->wait();
     if (f.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.pace_ms));
 
-    for (std::size_t i = 0; i < student.w1.size(); ++i) student.w1[i] -= f.lr * g1[i];
-    for (std::size_t i = 0; i < student.w2.size(); ++i) student.w2[i] -= f.lr * g2[i];
+    if (f.adamw) {
+      ++adamw_steps;
+      adamw(student.w1, g1, student.m1, student.v1, f.lr, adamw_steps);
+      adamw(student.w2, g2, student.m2, student.v2, f.lr, adamw_steps);
+    } else {
+      for (std::size_t i = 0; i < student.w1.size(); ++i) student.w1[i] -= f.lr * g1[i];
+      for (std::size_t i = 0; i < student.w2.size(); ++i) student.w2[i] -= f.lr * g2[i];
+    }
 
     if (rank == 0 && (step % f.log_every == 0 || step == 1 || step == f.steps)) {
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -459,6 +503,7 @@ int main(int argc, char** argv) {
     if (ckpt && f.ckpt_every > 0 && step % f.ckpt_every == 0) {
       rtd::ckpt::State state = model_state(student, rank, world, false);
       if (loader) state.meta["data_position"] = loader->position();
+      if (f.adamw) state.meta["fsdp.steps"] = std::to_string(adamw_steps);  // FSDP's key
       if (f.ckpt_async) {
         ckpt->save_async(step, state);
         // A fault in the middle of the background write: the last rank dies

@@ -5,28 +5,72 @@
 // layer; --fp16: float16 products with dynamic loss scaling).
 //   dtrun --nproc-per-node=2 mlp_gpu --steps 50
 //   dtrun --nproc-per-node=2 mlp_gpu --steps 50 --shard zero3 --fp16 1
+// --ckpt-dir DIR --ckpt-every K saves the weights and AdamW's state every K
+// steps (--ckpt-async 1: in the background) and resumes from the latest valid
+// checkpoint at start, whatever strategy and number of GPUs saved it.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "examples/02_mlp_gpu/checkpoint.h"
 #include "examples/02_mlp_gpu/model.h"
 #include "examples/02_mlp_gpu/sharded.h"
 #include "rt_dist/rt_dist.h"
 
 namespace {
 
+struct CkptFlags {
+  std::string dir;
+  int every = 0;
+  bool async = false;
+};
+
 void report(rtd::Context& ctx, mlp::Model& model, const mlp::MlpConfig& config, int step,
-            int log_every, int steps, std::chrono::steady_clock::time_point start,
+            int first_step, int log_every, int steps, std::chrono::steady_clock::time_point start,
             cudaStream_t stream) {
   if (step % log_every != 0 && step != steps) return;
-  float loss = model.take_loss(step % log_every == 0 ? log_every : step % log_every, stream);
+  const int since =
+      std::min(step - first_step + 1, step % log_every == 0 ? log_every : step % log_every);
+  float loss = model.take_loss(since, stream);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (ctx.rank() == 0) {
-    std::printf("step %d loss %.6e tokens/s %.0f\n", step, loss,
-                static_cast<double>(step) * config.batch * ctx.world_size() / secs);
+    std::printf(
+        "step %d loss %.6e tokens/s %.0f\n", step, loss,
+        static_cast<double>(step - first_step + 1) * config.batch * ctx.world_size() / secs);
     std::fflush(stdout);
+  }
+}
+
+std::unique_ptr<rtd::ckpt::Checkpointer> open_checkpoints(rtd::Context& ctx, const CkptFlags& f) {
+  if (f.dir.empty()) return nullptr;
+  return std::make_unique<rtd::ckpt::Checkpointer>(
+      ctx.store(), ctx.rank(), ctx.world_size(), rtd::ckpt::Options{.dir = f.dir, .keep_last = 2});
+}
+
+// Loads the latest valid checkpoint into `state`; returns the step to start at.
+int resume(rtd::Context& ctx, rtd::ckpt::Checkpointer* ckpt, rtd::ckpt::State& state) {
+  if (!ckpt) return 1;
+  auto step = ckpt->load(state);
+  if (!step) return 1;
+  if (ctx.rank() == 0) std::printf("resumed from step %lld\n", static_cast<long long>(*step));
+  return static_cast<int>(*step) + 1;
+}
+
+// Saves at every f.every-th step: in the background on the training stream's
+// order, or now once the stream's work is done.
+void maybe_save(rtd::ckpt::Checkpointer* ckpt, const CkptFlags& f, int step,
+                const std::function<rtd::ckpt::State()>& state, cudaStream_t stream) {
+  if (!ckpt || f.every <= 0 || step % f.every != 0) return;
+  if (f.async) {
+    ckpt->save_async(step, state(), rtd::StreamRef{stream});
+  } else {
+    cudaStreamSynchronize(stream);
+    ckpt->save(step, state());
   }
 }
 
@@ -35,7 +79,7 @@ void report(rtd::Context& ctx, mlp::Model& model, const mlp::MlpConfig& config, 
 // float16 scales the loss by FSDP's dynamic loss scale (a step with an
 // overflow is skipped on every rank).
 void train_sharded(rtd::Context& ctx, mlp::MlpConfig config, rtd::FSDPOptions options, int steps,
-                   int log_every, cudaStream_t stream) {
+                   int log_every, const CkptFlags& ck, cudaStream_t stream) {
   config.external_weights = true;
   mlp::Model model(config, stream);
   options.param_dtype = config.fp16 ? rtd::DType::kFloat16 : rtd::DType::kBFloat16;
@@ -45,16 +89,24 @@ void train_sharded(rtd::Context& ctx, mlp::MlpConfig config, rtd::FSDPOptions op
   if (ctx.rank() == 0) std::printf("%s\n", fsdp.describe().c_str());
   rtd::StreamRef s{stream};
   mlp::LayerHooks hooks = mlp::fsdp_hooks(fsdp, s);
+  auto ckpt = open_checkpoints(ctx, ck);
+  const auto names = mlp::fsdp_names(config);
+  rtd::ckpt::State loaded = fsdp.checkpoint_state(names, false);
+  const int first_step = resume(ctx, ckpt.get(), loaded);
+  if (first_step > 1) fsdp.after_load(loaded, s);
   auto start = std::chrono::steady_clock::now();
   int skipped = 0;
-  for (int step = 1; step <= steps; ++step) {
+  for (int step = first_step; step <= steps; ++step) {
     model.set_loss_scale(fsdp.loss_scale());
     model.forward(stream, &hooks);
     model.backward([&](int l) { return fsdp.grad(l, 0).data; },
                    [&](int l) { fsdp.post_backward(l, s); }, stream, &hooks);
     if (!fsdp.step(s)) ++skipped;
-    report(ctx, model, config, step, log_every, steps, start, stream);
+    report(ctx, model, config, step, first_step, log_every, steps, start, stream);
+    maybe_save(
+        ckpt.get(), ck, step, [&] { return fsdp.checkpoint_state(names, true); }, stream);
   }
+  if (ckpt) ckpt->wait();
   cudaStreamSynchronize(stream);
   if (ctx.rank() == 0 && config.fp16)
     std::printf("loss scale %.0f, %d of %d steps skipped (overflow)\n", fsdp.loss_scale(), skipped,
@@ -70,6 +122,7 @@ int main(int argc, char** argv) {
   bool reduce_given = false;
   rtd::FSDPOptions shard_options;
   bool sharded = false;
+  CkptFlags ck;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--hidden")
@@ -96,19 +149,32 @@ int main(int argc, char** argv) {
       sharded = value != "ddp";
     } else if (flag == "--reshard" && (value == "0" || value == "1")) {
       shard_options.reshard_after_forward = value == "1";
+    } else if (flag == "--ckpt-dir" && !value.empty()) {
+      ck.dir = value;
+    } else if (flag == "--ckpt-every" && std::atoi(value.c_str()) > 0) {
+      ck.every = std::atoi(value.c_str());
+    } else if (flag == "--ckpt-async" && (value == "0" || value == "1")) {
+      ck.async = value == "1";
     } else {
       std::fprintf(stderr,
                    "usage: mlp_gpu [--hidden H] [--layers L] [--batch B] [--steps N] "
                    "[--log-every K] [--bucket-mb MB] [--grads fp32|bf16] [--reduce fp32|bf16]\n"
                    "               [--shard ddp|zero1|zero2|zero3|hybrid] [--reshard 0|1] "
                    "[--fp16 0|1]\n"
+                   "               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async 0|1]]\n"
                    "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n"
                    "  --shard: shard the model states (bf16 weights from fp32 master shards;\n"
                    "  gradients in the --reduce dtype); --reshard 0 keeps gathered weights\n"
                    "  from forward to backward; --fp16 1 (with --shard): float16 products and\n"
-                   "  weights, dynamic loss scaling, float16 gradients with --reduce bf16\n");
+                   "  weights, dynamic loss scaling, float16 gradients with --reduce bf16\n"
+                   "  --ckpt-dir: resume from the latest valid checkpoint there (saved by any\n"
+                   "  strategy and number of GPUs); --ckpt-every K: save every K steps\n");
       return 2;
     }
+  }
+  if (ck.every > 0 && ck.dir.empty()) {
+    std::fprintf(stderr, "mlp_gpu: --ckpt-every needs --ckpt-dir\n");
+    return 2;
   }
   if (config.fp16 && !sharded) {
     std::fprintf(stderr, "mlp_gpu: --fp16 needs --shard (FSDP scales the loss)\n");
@@ -126,7 +192,7 @@ int main(int argc, char** argv) {
       shard_options.reduce_dtype = !config.half_grads ? rtd::DType::kFloat32
                                    : config.fp16      ? rtd::DType::kFloat16
                                                       : rtd::DType::kBFloat16;
-      train_sharded(*ctx, config, shard_options, steps, log_every, stream);
+      train_sharded(*ctx, config, shard_options, steps, log_every, ck, stream);
       return 0;
     }
     mlp::Model model(config, stream);
@@ -139,10 +205,15 @@ int main(int argc, char** argv) {
     rtd::DDP ddp(*ctx, params, ddp_options);
     cudaDeviceSynchronize();  // DDP broadcast rank 0's weights on the default stream
     model.refresh_weights(stream);
+    auto ckpt = open_checkpoints(*ctx, ck);
+    rtd::ckpt::State loaded = mlp::ddp_state(model, config, *ctx, false, 0);
+    cudaStreamSynchronize(stream);
+    const int first_step = resume(*ctx, ckpt.get(), loaded);
+    if (first_step > 1) model.refresh_weights(stream);  // 16-bit copies of the loaded weights
     rtd::StreamRef s{stream};
     auto grad = [&](int l) { return ddp.grad(l).data; };
     auto start = std::chrono::steady_clock::now();
-    for (int step = 1; step <= steps; ++step) {
+    for (int step = first_step; step <= steps; ++step) {
       model.forward(stream);
       model.backward(
           grad, [&](int l) { ddp.grad_ready(l, s); }, stream);
@@ -153,8 +224,12 @@ int main(int argc, char** argv) {
         model.optimizer_step_layer(l, grad(l), step, stream);
       }
       ddp.finish(s);
-      report(*ctx, model, config, step, log_every, steps, start, stream);
+      report(*ctx, model, config, step, first_step, log_every, steps, start, stream);
+      maybe_save(
+          ckpt.get(), ck, step, [&] { return mlp::ddp_state(model, config, *ctx, true, step); },
+          stream);
     }
+    if (ckpt) ckpt->wait();
     cudaStreamSynchronize(stream);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mlp_gpu: %s\n", e.what());

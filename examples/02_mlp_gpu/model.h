@@ -49,6 +49,9 @@ class Model {
 
   std::size_t layer_elems() const { return std::size_t(c_.hidden) * c_.hidden; }
   float* master(int layer) { return master_ + layer * layer_elems(); }
+  // AdamW's first and second moments of a layer (fp32, like the master).
+  float* exp_avg(int layer) { return m_ + layer * layer_elems(); }
+  float* exp_avg_sq(int layer) { return v_ + layer * layer_elems(); }
   // Recomputes the 16-bit copies from the fp32 weights (after DDP broadcast them).
   void refresh_weights(cudaStream_t s);
   // The initial fp32 weights of every layer (layer l at out + l * layer_elems()),

@@ -6,7 +6,8 @@
 #     batch, and its loss continues (the same numbers to 1e-5);
 #  3. a corrupted latest checkpoint is named, and the one before is resumed;
 #  4. ZeRO-3 shards (weights and AdamW's moments) saved on 4 ranks resume as
-#     ZeRO-1 on 2 ranks and ZeRO-2 on 3, the loss continuing;
+#     ZeRO-1 on 2 ranks and ZeRO-2 on 3, the loss continuing; and across DDP
+#     (with AdamW) and ZeRO: DDP on 4 -> ZeRO-3 on 2, ZeRO-3 on 4 -> DDP on 3;
 #  5. reading its inputs from shard files through rtd::data's loader, the
 #     data position resumes with the weights: the same weights after a kill,
 #     the loss continuing on 2 ranks after 4;
@@ -78,6 +79,16 @@ for pair in zero1:2 zero2:3; do
     || { echo "FAILED: $s on $n ranks did not resume"; cat "$out/z$s"; fail=1; }
   close_to "loss at step 60, ZeRO-3 on 4 then $s on $n" "$(value "step 60 loss" "$out/z$s")" \
     "$(value "step 60 loss" "$out/zref")"
+done
+train 4 "$out/dfirst" --optim adamw --steps 30 $zero 3 --ckpt-dir "$out/dz" --ckpt-every 10
+for pair in "zero3:2:$out/dz" "ddp:3:$out/z"; do
+  IFS=: read -r s n from <<<"$pair"
+  flags=(--shard $s); [ $s = ddp ] && flags=(--optim adamw)
+  train $n "$out/x$s" "${flags[@]}" --steps 60 $zero $((12 / n)) --ckpt-dir "$from"
+  [ "$(value "resumed from step" "$out/x$s")" = 30 ] && echo "ok: $s on $n ranks resumed step 30 of $(basename "$from")" \
+    || { echo "FAILED: $s on $n ranks did not resume"; cat "$out/x$s"; fail=1; }
+  close_to "loss at step 60, $s on $n resumed from $(basename "$from") on 4" \
+    "$(value "step 60 loss" "$out/x$s")" "$(value "step 60 loss" "$out/zref")"
 done
 
 # 5. Inputs from shard files: the loader's position is in the checkpoint.
