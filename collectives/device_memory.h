@@ -47,27 +47,35 @@ void copy_from_host(const void* host_src, void* gpu_dst, std::size_t bytes, int 
 void* allocate_pinned(std::size_t bytes);
 void release_pinned(void* ptr);
 
-// Device-to-host copies on a stream of their own on `device`, ordered against
-// a caller's stream by events: after(s) makes the copies enqueued next start
-// once the work queued on s so far is done; before(s) makes the work queued
-// on s from now on wait for them; wait() blocks the calling thread (not the
-// caller's stream) until they are done. Throws rtd::Error on a CUDA error.
-class HostCopies {
+// Copies between host and GPU memory on a stream of their own on `device`,
+// ordered against the caller's streams by events, never by blocking the
+// caller's thread:
+//   after(s)       the copies enqueued next start once the work queued on s so far is done;
+//   mark(k, s)     records marker k (0 or 1) on s: the work queued on s so far;
+//   after_mark(k)  the copies enqueued next start once marker k's work is done;
+//   before(s)      the work queued on s from now on waits for the copies enqueued so far;
+//   wait()         blocks the calling thread (polling) until they are done.
+// Host memory should be pinned for the copies to be asynchronous. Throws
+// rtd::Error on a CUDA error.
+class CopyStream {
  public:
-  explicit HostCopies(int device);
-  ~HostCopies();
-  HostCopies(const HostCopies&) = delete;
-  HostCopies& operator=(const HostCopies&) = delete;
+  explicit CopyStream(int device);
+  ~CopyStream();
+  CopyStream(const CopyStream&) = delete;
+  CopyStream& operator=(const CopyStream&) = delete;
   void after(StreamRef stream);
-  void copy(const void* gpu_src, void* host_dst, std::size_t bytes);
+  void mark(int marker, StreamRef stream);
+  void after_mark(int marker);
+  void to_host(const void* gpu_src, void* host_dst, std::size_t bytes);
+  void to_device(const void* host_src, void* gpu_dst, std::size_t bytes);
   void before(StreamRef stream);
   void wait();
 
  private:
   int device_;
   void* stream_ = nullptr;
-  void* ready_ = nullptr;  // recorded on the caller's stream
-  void* done_ = nullptr;   // recorded on ours after the copies
+  void* markers_[3] = {};  // 0 and 1 for mark(); 2 for after()
+  void* done_ = nullptr;   // recorded on ours by before() and wait()
 };
 }  // namespace gpu
 

@@ -3,10 +3,12 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <thread>
 
+#include "collectives/device_memory.h"
 #include "data/shard_file.h"
 #include "rt_dist/data.h"
 #include "rt_dist/error.h"
@@ -30,21 +32,31 @@ struct Loader::Impl {
   std::uint64_t total = 0;
   std::uint64_t global_batch = 0;
   std::uint64_t steps = 0;
+  std::size_t batch_bytes = 0;
   // The epoch whose order is in `order`.
   std::uint64_t order_epoch = ~0ull;
   std::vector<std::uint64_t> order;
 
+  // Batch buffers (pinned host memory when batches go to a GPU): prefetch of
+  // them ready or being filled, one handed out (`current`).
+  std::vector<unsigned char*> slots;
+  std::deque<int> free_slots, ready;
+  int current = -1;
   // Producer state: the position of the next batch to prepare; consumer: of
   // the next batch to hand out.
   std::uint64_t fill_epoch = 0, fill_step = 0;
   std::uint64_t next_epoch = 0, next_step = 0;
-  std::deque<std::vector<unsigned char>> ready;
-  std::vector<unsigned char> current;
   std::mutex mu;
   std::condition_variable cv;
   bool stop = false;
   long long generation = 0;  // set_position() discards what was prepared
   std::thread worker;
+
+  // The GPU side (device_index >= 0): two batch buffers there, used in turn,
+  // filled on a copy stream of the loader's.
+  std::unique_ptr<gpu::CopyStream> copies;
+  void* on_device[2] = {nullptr, nullptr};
+  std::uint64_t handed = 0;  // batches handed out on the GPU
 
   const unsigned char* record(std::uint64_t global) const {
     std::size_t f = static_cast<std::size_t>(
@@ -63,34 +75,48 @@ struct Loader::Impl {
     order_epoch = epoch;
   }
 
-  std::vector<unsigned char> make(std::uint64_t epoch, std::uint64_t step) {
+  void make(std::uint64_t epoch, std::uint64_t step, unsigned char* batch) {
     order_for(epoch);
-    std::vector<unsigned char> batch(static_cast<std::size_t>(o.batch_per_rank) * o.record_bytes);
     const std::uint64_t first =
         step * global_batch + static_cast<std::uint64_t>(o.rank) * o.batch_per_rank;
     for (int r = 0; r < o.batch_per_rank; ++r)
-      std::memcpy(batch.data() + r * o.record_bytes, record(order[first + r]), o.record_bytes);
-    return batch;
+      std::memcpy(batch + r * o.record_bytes, record(order[first + r]), o.record_bytes);
   }
 
   void run() {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
-      cv.wait(lock, [&] { return stop || static_cast<int>(ready.size()) < o.prefetch; });
+      cv.wait(lock, [&] { return stop || !free_slots.empty(); });
       if (stop) return;
       const long long gen = generation;
       const std::uint64_t epoch = fill_epoch, step = fill_step;
+      const int slot = free_slots.front();
+      free_slots.pop_front();
       lock.unlock();
-      auto batch = make(epoch, step);
+      make(epoch, step, slots[slot]);
       lock.lock();
-      if (gen != generation) continue;  // set_position() moved on meanwhile
-      ready.push_back(std::move(batch));
+      if (gen != generation) {  // set_position() moved on meanwhile
+        free_slots.push_back(slot);
+        continue;
+      }
+      ready.push_back(slot);
       if (++fill_step == steps) {
         fill_step = 0;
         ++fill_epoch;
       }
       cv.notify_all();
     }
+  }
+
+  void release_buffers() {
+    for (unsigned char* slot : slots) {
+      if (copies)
+        gpu::release_pinned(slot);
+      else
+        delete[] slot;
+    }
+    for (void* d : on_device)
+      if (d) gpu::release(d);
   }
 };
 
@@ -116,32 +142,77 @@ Loader::Loader(LoaderOptions options) : impl_(std::make_unique<Impl>()) {
                                             std::to_string(m.global_batch) +
                                             " (batch_per_rank x world_size)");
   }
+  m.batch_bytes = static_cast<std::size_t>(m.o.batch_per_rank) * m.o.record_bytes;
+  try {
+    if (m.o.device_index >= 0) {
+      m.copies = std::make_unique<gpu::CopyStream>(m.o.device_index);
+      for (void*& d : m.on_device) d = gpu::allocate(m.o.device_index, m.batch_bytes);
+    }
+    for (int i = 0; i <= m.o.prefetch; ++i) {
+      m.slots.push_back(m.copies ? static_cast<unsigned char*>(gpu::allocate_pinned(m.batch_bytes))
+                                 : new unsigned char[m.batch_bytes]);
+      m.free_slots.push_back(i);
+    }
+  } catch (...) {
+    m.release_buffers();
+    throw;
+  }
   m.worker = std::thread([this] { impl_->run(); });
 }
 
 Loader::~Loader() {
+  Impl& m = *impl_;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->stop = true;
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.stop = true;
   }
-  impl_->cv.notify_all();
-  impl_->worker.join();
+  m.cv.notify_all();
+  m.worker.join();
+  if (m.copies) {
+    try {
+      m.copies->wait();  // no copy still reads a slot or writes a GPU buffer
+    } catch (const std::exception&) {
+    }
+  }
+  m.release_buffers();
 }
 
 const unsigned char* Loader::next() {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
+  if (m.current >= 0) {
+    if (m.copies) m.copies->wait();  // the copy of the batch before is done with its slot
+    m.free_slots.push_back(m.current);
+    m.current = -1;
+    m.cv.notify_all();
+  }
   m.cv.wait(lock, [&] { return !m.ready.empty(); });
-  m.current = std::move(m.ready.front());
+  m.current = m.ready.front();
   m.ready.pop_front();
   if (++m.next_step == m.steps) {
     m.next_step = 0;
     ++m.next_epoch;
   }
-  m.cv.notify_all();
-  return m.current.data();
+  return m.slots[m.current];
 }
 
+const void* Loader::next_on_device(StreamRef stream) {
+  Impl& m = *impl_;
+  if (!m.copies) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "data::Loader::next_on_device needs LoaderOptions::device_index (the GPU)");
+  }
+  const unsigned char* host = next();
+  // GPU buffer b held the batch before last: marker b, recorded on `stream`
+  // by the call before, covers the work that read it.
+  const int b = static_cast<int>(m.handed % 2);
+  if (m.handed > 0) m.copies->after_mark(b);
+  m.copies->to_device(host, m.on_device[b], m.batch_bytes);
+  m.copies->before(stream);
+  m.copies->mark(1 - b, stream);  // after the work on the previous batch: frees its buffer
+  ++m.handed;
+  return m.on_device[b];
+}
 std::uint64_t Loader::records() const { return impl_->total; }
 std::uint64_t Loader::steps_per_epoch() const { return impl_->steps; }
 
@@ -168,6 +239,7 @@ void Loader::set_position(const std::string& position) {
                     " steps: the files or the global batch differ from the run that saved it");
   }
   std::lock_guard<std::mutex> lock(m.mu);
+  for (int slot : m.ready) m.free_slots.push_back(slot);
   m.ready.clear();
   ++m.generation;
   m.fill_epoch = m.next_epoch = epoch;

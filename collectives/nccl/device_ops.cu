@@ -96,58 +96,78 @@ void release_pinned(void* ptr) {
   if (ptr) cudaFreeHost(ptr);
 }
 
-HostCopies::HostCopies(int device) : device_(device) {
+CopyStream::CopyStream(int device) : device_(device) {
   on_device(device, [&] {
     cudaStream_t s = nullptr;
-    cudaEvent_t ready = nullptr, done = nullptr;
     cudaError_t rc = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
-    if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
     stream_ = s;
-    ready_ = ready;
-    done_ = done;
+    cudaEvent_t e = nullptr;
+    for (void*& event : markers_) {
+      if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+      if (rc == cudaSuccess) event = e;
+    }
+    if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (rc == cudaSuccess) done_ = e;
     return rc;
   });
 }
 
-HostCopies::~HostCopies() {
+CopyStream::~CopyStream() {
   if (done_) cudaEventDestroy(static_cast<cudaEvent_t>(done_));
-  if (ready_) cudaEventDestroy(static_cast<cudaEvent_t>(ready_));
+  for (void* event : markers_)
+    if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
-void HostCopies::after(StreamRef stream) {
+namespace {
+cudaStream_t cuda(StreamRef s) { return static_cast<cudaStream_t>(s.cuda_stream); }
+cudaEvent_t event(void* e) { return static_cast<cudaEvent_t>(e); }
+}  // namespace
+
+void CopyStream::after(StreamRef stream) {
+  mark(2, stream);
+  after_mark(2);
+}
+
+void CopyStream::mark(int marker, StreamRef stream) {
+  on_device(device_, [&] { return cudaEventRecord(event(markers_[marker]), cuda(stream)); });
+}
+
+void CopyStream::after_mark(int marker) {
   on_device(device_, [&] {
-    auto ready = static_cast<cudaEvent_t>(ready_);
-    cudaError_t rc = cudaEventRecord(ready, static_cast<cudaStream_t>(stream.cuda_stream));
-    return rc == cudaSuccess ? cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), ready, 0)
-                             : rc;
+    return cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), event(markers_[marker]), 0);
   });
 }
 
-void HostCopies::copy(const void* gpu_src, void* host_dst, std::size_t bytes) {
+void CopyStream::to_host(const void* gpu_src, void* host_dst, std::size_t bytes) {
   on_device(device_, [&] {
     return cudaMemcpyAsync(host_dst, gpu_src, bytes, cudaMemcpyDeviceToHost,
                            static_cast<cudaStream_t>(stream_));
   });
 }
 
-void HostCopies::before(StreamRef stream) {
+void CopyStream::to_device(const void* host_src, void* gpu_dst, std::size_t bytes) {
   on_device(device_, [&] {
-    auto done = static_cast<cudaEvent_t>(done_);
-    cudaError_t rc = cudaEventRecord(done, static_cast<cudaStream_t>(stream_));
-    return rc == cudaSuccess
-               ? cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.cuda_stream), done, 0)
-               : rc;
+    return cudaMemcpyAsync(gpu_dst, host_src, bytes, cudaMemcpyHostToDevice,
+                           static_cast<cudaStream_t>(stream_));
   });
 }
 
-void HostCopies::wait() {
+void CopyStream::before(StreamRef stream) {
+  on_device(device_, [&] {
+    cudaError_t rc = cudaEventRecord(event(done_), static_cast<cudaStream_t>(stream_));
+    return rc == cudaSuccess ? cudaStreamWaitEvent(cuda(stream), event(done_), 0) : rc;
+  });
+}
+
+void CopyStream::wait() {
+  on_device(device_,
+            [&] { return cudaEventRecord(event(done_), static_cast<cudaStream_t>(stream_)); });
   // Polled, so that only this thread waits (never a synchronize of a stream).
   cudaError_t rc;
-  while ((rc = cudaEventQuery(static_cast<cudaEvent_t>(done_))) == cudaErrorNotReady)
+  while ((rc = cudaEventQuery(event(done_))) == cudaErrorNotReady)
     std::this_thread::sleep_for(std::chrono::microseconds(200));
-  check(rc, "copying the checkpoint from the GPU");
+  check(rc, "copying between the GPU and the host");
 }
 
 void zero_async(void* ptr, std::size_t bytes, StreamRef stream) {

@@ -4,6 +4,7 @@
 // in the other, on any number of GPUs. Public API only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,6 +46,36 @@ inline rtd::ckpt::State ddp_state(Model& model, const MlpConfig& c, rtd::Context
   }
   state.meta["fsdp.steps"] = std::to_string(steps_taken);
   return state;
+}
+
+// A checksum of the fp32 weights in `state` (the tensors without a suffix),
+// equal for equal weights however they are split over ranges and ranks: the
+// sum over elements of a mix of (tensor, element, bits), summed over the
+// ranks through the store. Collective; copies the ranges to the host.
+inline std::uint64_t weights_checksum(rtd::Context& ctx, const rtd::ckpt::State& state,
+                                      const std::string& key) {
+  auto mix = [](std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  std::uint64_t sum = 0;
+  std::vector<std::uint32_t> host;
+  for (std::size_t t = 0; t < state.tensors.size(); ++t) {
+    const rtd::ckpt::Tensor& tensor = state.tensors[t];
+    if (tensor.name.find(".weight") + 7 != tensor.name.size()) continue;
+    for (const rtd::ckpt::Range& r : tensor.ranges) {
+      host.resize(r.count);
+      cudaMemcpy(host.data(), r.data, r.count * 4, cudaMemcpyDeviceToHost);
+      for (std::size_t i = 0; i < r.count; ++i)
+        sum += mix((std::uint64_t(t) << 40 | (r.first + i)) * 0x9E3779B97F4A7C15ull ^ host[i]);
+    }
+  }
+  ctx.store().set(key + std::to_string(ctx.rank()), std::to_string(sum));
+  std::uint64_t total = 0;
+  for (int r = 0; r < ctx.world_size(); ++r)
+    total += std::stoull(ctx.store().get(key + std::to_string(r), std::chrono::minutes(5)));
+  return total;
 }
 
 }  // namespace mlp

@@ -8,6 +8,8 @@
 // --ckpt-dir DIR --ckpt-every K saves the weights and AdamW's state every K
 // steps (--ckpt-async 1: in the background) and resumes from the latest valid
 // checkpoint at start, whatever strategy and number of GPUs saved it.
+// --data DIR reads the inputs through rtd::data's loader (written first by
+// --make-data DIR --records N); the position is saved with the checkpoint.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "examples/02_mlp_gpu/checkpoint.h"
+#include "examples/02_mlp_gpu/inputs.h"
 #include "examples/02_mlp_gpu/model.h"
 #include "examples/02_mlp_gpu/sharded.h"
 #include "rt_dist/rt_dist.h"
@@ -28,6 +31,7 @@ struct CkptFlags {
   std::string dir;
   int every = 0;
   bool async = false;
+  std::string data;  // inputs from shard files there, through the loader
 };
 
 void report(rtd::Context& ctx, mlp::Model& model, const mlp::MlpConfig& config, int step,
@@ -46,17 +50,28 @@ void report(rtd::Context& ctx, mlp::Model& model, const mlp::MlpConfig& config, 
   }
 }
 
+// The final weights' checksum, equal for equal weights whatever the strategy
+// or the number of GPUs.
+void print_checksum(rtd::Context& ctx, const rtd::ckpt::State& state) {
+  const std::uint64_t sum = mlp::weights_checksum(ctx, state, "mlp_gpu/checksum/");
+  if (ctx.rank() == 0) std::printf("final weights checksum %016llx\n", (unsigned long long)sum);
+}
+
 std::unique_ptr<rtd::ckpt::Checkpointer> open_checkpoints(rtd::Context& ctx, const CkptFlags& f) {
   if (f.dir.empty()) return nullptr;
   return std::make_unique<rtd::ckpt::Checkpointer>(
       ctx.store(), ctx.rank(), ctx.world_size(), rtd::ckpt::Options{.dir = f.dir, .keep_last = 2});
 }
 
-// Loads the latest valid checkpoint into `state`; returns the step to start at.
-int resume(rtd::Context& ctx, rtd::ckpt::Checkpointer* ckpt, rtd::ckpt::State& state) {
+// Loads the latest valid checkpoint into `state` (and the loader's position);
+// returns the step to start at.
+int resume(rtd::Context& ctx, rtd::ckpt::Checkpointer* ckpt, rtd::ckpt::State& state,
+           rtd::data::Loader* inputs) {
   if (!ckpt) return 1;
   auto step = ckpt->load(state);
   if (!step) return 1;
+  if (inputs && state.meta.count("data_position"))
+    inputs->set_position(state.meta["data_position"]);
   if (ctx.rank() == 0) std::printf("resumed from step %lld\n", static_cast<long long>(*step));
   return static_cast<int>(*step) + 1;
 }
@@ -64,13 +79,16 @@ int resume(rtd::Context& ctx, rtd::ckpt::Checkpointer* ckpt, rtd::ckpt::State& s
 // Saves at every f.every-th step: in the background on the training stream's
 // order, or now once the stream's work is done.
 void maybe_save(rtd::ckpt::Checkpointer* ckpt, const CkptFlags& f, int step,
-                const std::function<rtd::ckpt::State()>& state, cudaStream_t stream) {
+                const std::function<rtd::ckpt::State()>& make_state, rtd::data::Loader* inputs,
+                cudaStream_t stream) {
   if (!ckpt || f.every <= 0 || step % f.every != 0) return;
+  rtd::ckpt::State state = make_state();
+  if (inputs) state.meta["data_position"] = inputs->position();
   if (f.async) {
-    ckpt->save_async(step, state(), rtd::StreamRef{stream});
+    ckpt->save_async(step, state, rtd::StreamRef{stream});
   } else {
     cudaStreamSynchronize(stream);
-    ckpt->save(step, state());
+    ckpt->save(step, state);
   }
 }
 
@@ -90,13 +108,16 @@ void train_sharded(rtd::Context& ctx, mlp::MlpConfig config, rtd::FSDPOptions op
   rtd::StreamRef s{stream};
   mlp::LayerHooks hooks = mlp::fsdp_hooks(fsdp, s);
   auto ckpt = open_checkpoints(ctx, ck);
+  auto inputs =
+      ck.data.empty() ? nullptr : mlp::open_inputs(ck.data, config.hidden, config.batch, ctx);
   const auto names = mlp::fsdp_names(config);
   rtd::ckpt::State loaded = fsdp.checkpoint_state(names, false);
-  const int first_step = resume(ctx, ckpt.get(), loaded);
+  const int first_step = resume(ctx, ckpt.get(), loaded, inputs.get());
   if (first_step > 1) fsdp.after_load(loaded, s);
   auto start = std::chrono::steady_clock::now();
   int skipped = 0;
   for (int step = first_step; step <= steps; ++step) {
+    if (inputs) model.set_input(inputs->next_on_device(s), stream);
     model.set_loss_scale(fsdp.loss_scale());
     model.forward(stream, &hooks);
     model.backward([&](int l) { return fsdp.grad(l, 0).data; },
@@ -104,10 +125,12 @@ void train_sharded(rtd::Context& ctx, mlp::MlpConfig config, rtd::FSDPOptions op
     if (!fsdp.step(s)) ++skipped;
     report(ctx, model, config, step, first_step, log_every, steps, start, stream);
     maybe_save(
-        ckpt.get(), ck, step, [&] { return fsdp.checkpoint_state(names, true); }, stream);
+        ckpt.get(), ck, step, [&] { return fsdp.checkpoint_state(names, true); }, inputs.get(),
+        stream);
   }
   if (ckpt) ckpt->wait();
   cudaStreamSynchronize(stream);
+  print_checksum(ctx, fsdp.checkpoint_state(names, true));
   if (ctx.rank() == 0 && config.fp16)
     std::printf("loss scale %.0f, %d of %d steps skipped (overflow)\n", fsdp.loss_scale(), skipped,
                 steps);
@@ -123,6 +146,8 @@ int main(int argc, char** argv) {
   rtd::FSDPOptions shard_options;
   bool sharded = false;
   CkptFlags ck;
+  std::string make_data;
+  long long records = 65536;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--hidden")
@@ -155,6 +180,12 @@ int main(int argc, char** argv) {
       ck.every = std::atoi(value.c_str());
     } else if (flag == "--ckpt-async" && (value == "0" || value == "1")) {
       ck.async = value == "1";
+    } else if (flag == "--data" && !value.empty()) {
+      ck.data = value;
+    } else if (flag == "--make-data" && !value.empty()) {
+      make_data = value;
+    } else if (flag == "--records" && std::atoll(value.c_str()) > 0) {
+      records = std::atoll(value.c_str());
     } else {
       std::fprintf(stderr,
                    "usage: mlp_gpu [--hidden H] [--layers L] [--batch B] [--steps N] "
@@ -162,15 +193,32 @@ int main(int argc, char** argv) {
                    "               [--shard ddp|zero1|zero2|zero3|hybrid] [--reshard 0|1] "
                    "[--fp16 0|1]\n"
                    "               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async 0|1]]\n"
+                   "               [--data DIR | --make-data DIR --records N]\n"
                    "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n"
                    "  --shard: shard the model states (bf16 weights from fp32 master shards;\n"
                    "  gradients in the --reduce dtype); --reshard 0 keeps gathered weights\n"
                    "  from forward to backward; --fp16 1 (with --shard): float16 products and\n"
                    "  weights, dynamic loss scaling, float16 gradients with --reduce bf16\n"
                    "  --ckpt-dir: resume from the latest valid checkpoint there (saved by any\n"
-                   "  strategy and number of GPUs); --ckpt-every K: save every K steps\n");
+                   "  strategy and number of GPUs); --ckpt-every K: save every K steps\n"
+                   "  --data: inputs (hidden bfloat16 values per token) from shard files\n");
       return 2;
     }
+  }
+  if (!make_data.empty()) {
+    try {
+      mlp::make_inputs(make_data, records, config.hidden);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mlp_gpu: %s\n", e.what());
+      return 1;
+    }
+    std::printf("wrote %lld inputs of %d bfloat16 values to %s\n", records, config.hidden,
+                make_data.c_str());
+    return 0;
+  }
+  if (!ck.data.empty() && config.fp16) {
+    std::fprintf(stderr, "mlp_gpu: --data holds bfloat16 inputs; it does not go with --fp16 1\n");
+    return 2;
   }
   if (ck.every > 0 && ck.dir.empty()) {
     std::fprintf(stderr, "mlp_gpu: --ckpt-every needs --ckpt-dir\n");
@@ -206,14 +254,17 @@ int main(int argc, char** argv) {
     cudaDeviceSynchronize();  // DDP broadcast rank 0's weights on the default stream
     model.refresh_weights(stream);
     auto ckpt = open_checkpoints(*ctx, ck);
+    auto inputs =
+        ck.data.empty() ? nullptr : mlp::open_inputs(ck.data, config.hidden, config.batch, *ctx);
     rtd::ckpt::State loaded = mlp::ddp_state(model, config, *ctx, false, 0);
     cudaStreamSynchronize(stream);
-    const int first_step = resume(*ctx, ckpt.get(), loaded);
+    const int first_step = resume(*ctx, ckpt.get(), loaded, inputs.get());
     if (first_step > 1) model.refresh_weights(stream);  // 16-bit copies of the loaded weights
     rtd::StreamRef s{stream};
     auto grad = [&](int l) { return ddp.grad(l).data; };
     auto start = std::chrono::steady_clock::now();
     for (int step = first_step; step <= steps; ++step) {
+      if (inputs) model.set_input(inputs->next_on_device(s), stream);
       model.forward(stream);
       model.backward(
           grad, [&](int l) { ddp.grad_ready(l, s); }, stream);
@@ -227,10 +278,11 @@ int main(int argc, char** argv) {
       report(*ctx, model, config, step, first_step, log_every, steps, start, stream);
       maybe_save(
           ckpt.get(), ck, step, [&] { return mlp::ddp_state(model, config, *ctx, true, step); },
-          stream);
+          inputs.get(), stream);
     }
     if (ckpt) ckpt->wait();
     cudaStreamSynchronize(stream);
+    print_checksum(*ctx, mlp::ddp_state(model, config, *ctx, true, steps));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mlp_gpu: %s\n", e.what());
     return 1;

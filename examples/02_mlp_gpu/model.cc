@@ -71,6 +71,10 @@ Model::~Model() {
   for (void* p : allocations_) cudaFree(p);
 }
 
+void Model::set_input(const void* batch, cudaStream_t s) {
+  cudaMemcpyAsync(acts_[0], batch, input_bytes(), cudaMemcpyDeviceToDevice, s);
+}
+
 void Model::refresh_weights(cudaStream_t s) {
   typed([&](auto* tag) {
     to_16(master_, static_cast<ELEM(tag)*>(weights_), layer_elems() * c_.layers, s);

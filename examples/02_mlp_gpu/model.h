@@ -57,7 +57,12 @@ class Model {
   // The initial fp32 weights of every layer (layer l at out + l * layer_elems()),
   // the values the model's own masters start from.
   void init_master(float* out, cudaStream_t s) const;
-  // Forward on a fixed input; the loss accumulates on the device.
+  // Replaces the input (batch x hidden 16-bit values in the products' type,
+  // in GPU memory) with a copy of `batch`, enqueued on s.
+  void set_input(const void* batch, cudaStream_t s);
+  std::size_t input_bytes() const { return std::size_t(c_.batch) * c_.hidden * 2; }
+  // Forward on the input (a fixed one unless set_input gave another); the
+  // loss accumulates on the device.
   void forward(cudaStream_t s, const LayerHooks* hooks = nullptr);
   // grad(l): where layer l's weight gradient goes (fp32, or 16-bit with
   // half_grads); ready(l) is called right after it is enqueued (last layer first).

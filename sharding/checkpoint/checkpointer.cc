@@ -90,7 +90,7 @@ struct Checkpointer::Impl {
   State copy;
   HostBuffer arena;
   // The side streams save_async copies GPU ranges on, one per device.
-  std::map<int, std::unique_ptr<gpu::HostCopies>> copies;
+  std::map<int, std::unique_ptr<gpu::CopyStream>> copies;
   std::exception_ptr error;
 
   // Every rank's value of prefix + "<r>", in rank order.
@@ -178,7 +178,7 @@ void Checkpointer::save_async(std::int64_t step, const State& state, StreamRef s
     for (const Range& r : t.ranges) {
       total += r.count * dtype_size(t.dtype);
       if (r.device == DeviceType::kCuda && !m.copies[r.device_index])
-        m.copies[r.device_index] = std::make_unique<gpu::HostCopies>(r.device_index);
+        m.copies[r.device_index] = std::make_unique<gpu::CopyStream>(r.device_index);
     }
   }
   m.arena.reserve(total, !m.copies.empty());
@@ -192,7 +192,7 @@ void Checkpointer::save_async(std::int64_t step, const State& state, StreamRef s
     for (const Range& r : t.ranges) {
       const std::size_t bytes = r.count * dtype_size(t.dtype);
       if (r.device == DeviceType::kCuda)
-        m.copies[r.device_index]->copy(r.data, m.arena.data() + at, bytes);
+        m.copies[r.device_index]->to_host(r.data, m.arena.data() + at, bytes);
       else
         std::memcpy(m.arena.data() + at, r.data, bytes);
       c.ranges.push_back(Range{r.first, r.count, m.arena.data() + at});

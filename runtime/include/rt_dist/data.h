@@ -4,7 +4,9 @@
 // all records into global batches of batch_per_rank x world records, rank r
 // taking rows [r * batch_per_rank, (r + 1) * batch_per_rank) of each: the
 // same global batches whatever the world size. A prefetch thread fills the
-// next batches while the trainer uses the current one. position() is a
+// next batches while the trainer uses the current one; for a GPU trainer it
+// fills pinned host memory and next_on_device() copies each batch to the GPU
+// on a stream of the loader's, overlapping the trainer's work. position() is a
 // string for a checkpoint's meta; a loader given it continues exactly there.
 #pragma once
 
@@ -14,6 +16,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "rt_dist/work.h"
 
 namespace rtd::data {
 
@@ -31,6 +35,8 @@ struct LoaderOptions {
   std::uint64_t seed = 0;
   bool shuffle = true;
   int prefetch = 2;  // batches prepared ahead
+  // A GPU (its index) to hand batches out on with next_on_device(); -1: host only.
+  int device_index = -1;
 };
 
 class Loader {
@@ -46,6 +52,12 @@ class Loader {
   // the next call. Epochs follow one another; the records that do not fill a
   // whole global batch at an epoch's end are left out of that epoch.
   const unsigned char* next();
+  // This rank's next batch in memory of the GPU device_index: its copy from
+  // pinned memory starts once `stream` is done with the batch before last, and
+  // the work queued on `stream` after this call waits for it (the host does
+  // not). Valid for the work queued on `stream` until the next call after this
+  // one. Do not mix with next() on one loader.
+  const void* next_on_device(StreamRef stream);
   std::uint64_t records() const;          // in all files
   std::uint64_t steps_per_epoch() const;  // global batches per epoch
   // Where the next batch comes from ("epoch:step"), and going there.

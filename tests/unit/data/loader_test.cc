@@ -111,6 +111,25 @@ TEST_F(LoaderTest, APositionResumesExactlyWhereItWas) {
   EXPECT_THROW(b.set_position("x"), Error);
 }
 
+TEST_F(LoaderTest, ManyBatchesThroughFewBuffersAndAGpuOnlyWhenOneWasGiven) {
+  // Prefetch 1: two buffers in turn, refilled while a position moves too.
+  LoaderOptions o = options(2, 0, 1);
+  o.prefetch = 1;
+  Loader a(o), b(options(2, 0, 1));
+  for (int i = 0; i < 40; ++i) {
+    if (i == 17) {
+      a.set_position(b.position());
+    }
+    EXPECT_EQ(take(a, 2), take(b, 2)) << i;
+  }
+  try {
+    a.next_on_device(StreamRef{});
+    ADD_FAILURE() << "next_on_device without a GPU returned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("device_index"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(LoaderTest, BadFilesAreNamed) {
   std::string e = error_of(options(4, 0, 1));
   EXPECT_EQ(e, "");
