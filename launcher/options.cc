@@ -430,14 +430,16 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
   }
   std::vector<std::string> rest(argv + program_at, argv + argc);
   if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
-  if (rest.empty()) {
+  if (rest.empty() && !context.program_optional) {
     return ParseResult{.exit_code = 2,
                        .message =
                            "dtrun: no program given\nUsage: dtrun [flags] program "
                            "[args...]; run dtrun --help."};
   }
-  o.program = rest.front();
-  o.args.assign(rest.begin() + 1, rest.end());
+  if (!rest.empty()) {
+    o.program = rest.front();
+    o.args.assign(rest.begin() + 1, rest.end());
+  }
   ParseContext c = context;
   c.require_token = c.require_token || require_token;
   std::string err = c.slurm ? from_slurm(*c.slurm, f, o) : "";

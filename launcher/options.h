@@ -59,6 +59,7 @@ struct ParseContext {
   // Under srun: the step's nodes, this node's rank and the rendezvous host
   // stand in for --nnodes, --node-rank and --rdzv when those are not given.
   std::optional<SlurmStep> slurm;
+  bool program_optional = false;  // dtrun doctor: the job's flags, with or without its program
 };
 
 ParseResult parse_options(int argc, const char* const* argv, const ParseContext& context);

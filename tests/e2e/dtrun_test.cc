@@ -459,5 +459,34 @@ TEST(Dtrun, NodeWhoseDtrunIsKilledIsNoticedAndItsWorkersDie) {
   EXPECT_TRUE(contains(r.output, "worker1_gone")) << r.output;
 }
 
+// dtrun doctor: the table of checks, an exit code of 1 exactly when one is an
+// error, and the job's own flags checked (a held port, a name that does not
+// resolve, NCCL_SOCKET_IFNAME that matches nothing).
+TEST(Dtrun, DoctorPrintsItsChecksAndFailsOnlyOnErrors) {
+  auto r = run_command(dtrun("doctor"));
+  EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.output;
+  for (const char* check : {"GPUs", "NCCL socket interface", "/dev/shm", "memlock", "rendezvous"})
+    EXPECT_TRUE(contains(r.output, check)) << "missing " << check << ":\n" << r.output;
+  EXPECT_EQ(r.exit_code == 1, contains(r.output, "ERROR")) << r.output;
+
+  HeldPort held;
+  r = run_command(dtrun("doctor --nnodes=2 --nproc-per-node=1 --rdzv=127.0.0.1:" +
+                        std::to_string(held.port) + " ./train --lr 1"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "ERROR  127.0.0.1:" + std::to_string(held.port))) << r.output;
+  EXPECT_TRUE(contains(r.output, "pick another --rdzv port")) << r.output;
+
+  r = run_command(dtrun("doctor --nnodes=2 --rdzv=no-such-host.invalid:29500"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "no-such-host.invalid")) << r.output;
+
+  r = run_command("NCCL_SOCKET_IFNAME==nosuch0 " + dtrun("doctor"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "NCCL_SOCKET_IFNAME==nosuch0")) << r.output;
+
+  r = run_command(dtrun("doctor --nproc-per-node=x"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
 }  // namespace
 }  // namespace rtd
