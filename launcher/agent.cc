@@ -9,7 +9,10 @@
 #include <cerrno>
 #include <thread>
 
+#include "launcher/doctor/facts.h"
+#include "launcher/doctor/gpu_probe.h"
 #include "launcher/heartbeats.h"
+#include "launcher/nccl_settings.h"
 #include "launcher/net.h"
 #include "launcher/peers.h"
 #include "launcher/rendezvous_client.h"
@@ -119,10 +122,48 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
   return specs;
 }
 
+// Every node publishes the settings its workers will run with under
+// dtrun/round<R>/settings/<node>, reads every node's, and judges them alike
+// (nccl_settings.h); returns the error that stops the job, if any. The host
+// stays until every node has read, so that all fail with the same message.
+std::string check_settings_across_nodes(Store& store, int round, int node_rank, int nnodes,
+                                        const Settings& mine, bool host) {
+  auto logger = log::get("launcher");
+  store.set(round_key(round, "settings/" + std::to_string(node_rank)), encode_settings(mine));
+  std::vector<Settings> all;
+  for (int r = 0; r < nnodes; ++r) {
+    all.push_back(decode_settings(
+        store.get(round_key(round, "settings/" + std::to_string(r)), std::chrono::minutes(1))));
+  }
+  SettingsVerdict verdict = compare_settings(all);
+  if (node_rank == 0) {
+    for (const std::string& w : verdict.warnings)
+      logger->warn("the nodes' settings differ (fine if meant; it may slow the job): {}", w);
+  }
+  store.set(round_key(round, "settings_read/" + std::to_string(node_rank)), "1");
+  if (host && !verdict.error.empty()) {
+    for (int r = 0; r < nnodes; ++r)
+      store.get(round_key(round, "settings_read/" + std::to_string(r)), std::chrono::seconds(10));
+  }
+  return verdict.error;
+}
+
 }  // namespace
 
-int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const EnvMap& parent_env) {
+int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
+              const EnvMap& parent_env) {
   auto logger = log::get("launcher");
+  LaunchOptions o = options;
+  // The preset's NCCL_* values join the workers' environment (--env wins, and
+  // so does dtrun's own environment); the nodes compare what results.
+  doctor::Facts node;
+  NcclPreset preset = NcclPreset::kNone;
+  parse_nccl_preset(o.nccl_preset, &preset);
+  if (preset != NcclPreset::kNone) doctor::read_sysfs_facts("", node);
+  for (const std::string& line : apply_preset(preset, node, parent_env, o.env))
+    logger->info("{}", line);
+  if (o.nnodes > 1) doctor::probe_nccl(node);
+  const Settings settings = effective_settings(parent_env, o.env, node.nccl_version);
   std::string program = resolve_program(o.program, env_config.path);
   if (!o.token_warning.empty()) logger->warn("{}", o.token_warning);
   if (o.from_slurm) {
@@ -141,8 +182,8 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
   // rendezvous host (killed, or partitioned away) notices within it, as the
   // host notices a silent node.
   const auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(o.heartbeat_timeout);
-  Peers peers(make_grpc_store(p.store_addr, o.token)->bounded(limit),
-              std::make_unique<HeartbeatClient>(p.store_addr, o.token, limit));
+  std::shared_ptr<Store> store = make_grpc_store(p.store_addr, o.token)->bounded(limit);
+  Peers peers(store, std::make_unique<HeartbeatClient>(p.store_addr, o.token, limit));
   const bool many = o.nnodes > 1;
 
   for (;;) {
@@ -152,6 +193,19 @@ int run_agent(const LaunchOptions& o, const LauncherConfig& env_config, const En
       log::setup("dtrun node " + std::to_string(node_rank), env_config.log_spec);
       logger->info("round {}: node {} of {}, world size {}", round, node_rank, nnodes,
                    p.layout.world_size());
+    }
+    if (many) {
+      std::string error;
+      try {
+        error = check_settings_across_nodes(*store, round, node_rank, nnodes, settings,
+                                            p.server != nullptr);
+      } catch (const Error& e) {
+        error = std::string("could not compare the nodes' settings: ") + e.what();
+      }
+      if (!error.empty()) {
+        logger->error("job failed: {}", error);
+        return 1;
+      }
     }
     Supervisor supervisor(SupervisorOptions{
         .program_path = program,

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
                                .gpus = launcher::visible_gpus(env_config.cuda_visible_devices),
                                .cpus = launcher::usable_cpus(),
                                .slurm = env_config.slurm,
+                               .nccl_preset = env_config.nccl_preset,
                                .program_optional = doctor});
   if (!parsed.options) {
     std::fprintf(parsed.exit_code == 0 ? stdout : stderr, "%s\n", parsed.message.c_str());

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "launcher/nccl_settings.h"
 #include "launcher/net.h"
 #include "runtime/core/slurm.h"
 
@@ -46,6 +47,7 @@ const std::set<std::string> kValueFlags = {"--nproc-per-node",
                                            "--grace-period",
                                            "--log-dir",
                                            "--log_dir",
+                                           "--nccl-preset",
                                            "--env",
                                            "--token",
                                            "--heartbeat-timeout",
@@ -177,7 +179,7 @@ std::string parse_endpoint(const std::string& text, LaunchOptions& o) {
 // The flags CLI11 reads as text, checked and converted with messages that name them.
 struct RawFlags {
   std::string nproc = "1", nnodes, node_rank, rdzv_timeout = "600", max_restarts = "0", grace = "5",
-              heartbeat = "30", rdzv, token_file, last_call = "5";
+              heartbeat = "30", rdzv, token_file, last_call = "5", nccl_preset;
   std::vector<std::string> env;
   // torchrun's names for what dtrun does its own way.
   std::string rdzv_backend, master_addr, master_port, redirects, tee, local_ranks;
@@ -283,6 +285,13 @@ std::string from_slurm(const SlurmStep& s, RawFlags& f, LaunchOptions& o) {
 
 std::string convert(const RawFlags& f, const ParseContext& c, LaunchOptions& o) {
   int rdzv_timeout = 0, grace = 0, heartbeat = 0, last_call = 0;
+  const std::string preset = f.nccl_preset.empty() ? c.nccl_preset : f.nccl_preset;
+  NcclPreset parsed_preset;
+  if (!parse_nccl_preset(preset, &parsed_preset)) {
+    return (f.nccl_preset.empty() ? "RTD_NCCL_PRESET=" : "--nccl-preset=") + preset +
+           ": the presets are nvlink, ib, roce and tcp (or none)";
+  }
+  o.nccl_preset = preset_name(parsed_preset);
   for (std::string err :
        {to_nproc(f.nproc, c, &o.nproc_per_node), to_nnodes(f.nnodes.empty() ? "1" : f.nnodes, &o),
         f.node_rank.empty() ? std::string()
@@ -384,6 +393,9 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
   app.add_option("--heartbeat-timeout", f.heartbeat,
                  "seconds after which a node that is no longer heard from is lost");
   app.add_option("--log-dir,--log_dir", o.log_dir, "also write each worker's output to files here");
+  app.add_option("--nccl-preset", f.nccl_preset,
+                 "nvlink|ib|roce|tcp: NCCL_* values for that fabric where you set none "
+                 "(RTD_NCCL_PRESET; docs/operations.md)");
   app.add_option("--env", f.env, "KEY=VALUE for every worker (repeatable)");
   app.add_option("--token", o.token, "job token every control-plane call carries (DTRUN_TOKEN)");
   app.add_option("--token-file", f.token_file, "read the job token from this file's first line");

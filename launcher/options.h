@@ -40,7 +40,8 @@ struct LaunchOptions {
   std::string token_warning;
   std::string program;
   std::vector<std::string> args;
-  bool from_slurm = false;  // the placement came from srun's variables
+  bool from_slurm = false;           // the placement came from srun's variables
+  std::string nccl_preset = "none";  // --nccl-preset or RTD_NCCL_PRESET: nvlink|ib|roce|tcp|none
 };
 
 struct ParseResult {
@@ -59,6 +60,7 @@ struct ParseContext {
   // Under srun: the step's nodes, this node's rank and the rendezvous host
   // stand in for --nnodes, --node-rank and --rdzv when those are not given.
   std::optional<SlurmStep> slurm;
+  std::string nccl_preset;        // RTD_NCCL_PRESET (the flag wins)
   bool program_optional = false;  // dtrun doctor: the job's flags, with or without its program
 };
 

@@ -67,6 +67,9 @@ constexpr ConfigVar kVars[] = {
     {"RTD_CE_COPY_STREAMS", "",
      "streams the copy-engine all-reduce spreads its copies over (empty: one, peers in "
      "rotation; more than the peers splits each copy)"},
+    {"RTD_NCCL_PRESET", "",
+     "dtrun's --nccl-preset: nvlink, ib, roce or tcp sets that fabric's NCCL_* values where "
+     "none are set"},
     {"RTD_NCCL_CTA_POLICY", "",
      "ncclConfig_t.CTAPolicy: default, efficiency (fewest thread blocks) or zero (copy engines "
      "where NCCL can)"},
@@ -192,6 +195,7 @@ LauncherConfig launcher_config_from_env(const EnvMap& env) {
   c.require_token = parse_int(env, "DTRUN_REQUIRE_TOKEN", 0).value_or(0) != 0;
   c.log_spec = parse_string(env, "RTD_LOG", "info");
   c.path = parse_string(env, "PATH", "/usr/local/bin:/usr/bin:/bin");
+  c.nccl_preset = parse_string(env, "RTD_NCCL_PRESET", "");
   if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end())
     c.cuda_visible_devices = it->second;
   auto nnodes = parse_int(env, "SLURM_STEP_NUM_NODES", 1);

@@ -78,6 +78,7 @@ struct LauncherConfig {
   // CUDA_VISIBLE_DEVICES as set (empty set: no GPU), or nullopt when unset.
   std::optional<std::string> cuda_visible_devices;
   std::string log_spec = "info";   // RTD_LOG
+  std::string nccl_preset;         // RTD_NCCL_PRESET
   std::string path;                // PATH, to find the program
   std::optional<SlurmStep> slurm;  // under srun
 };

@@ -124,6 +124,33 @@ check "the other host joins as node 1" "rank 3 of 4 on node 1" "$out/u1"
 check "host 0 warns about the token" "unauthenticated" "$out/u0"
 check "host 1 warns about the token" "unauthenticated" "$out/u1"
 
+# 5b. The nodes compare their NCCL settings: NCCL_PROTO forced on one host
+# only fails the job on both, naming each host's value; NCCL_DEBUG on one
+# host only is a warning and the job runs; --nccl-preset's values reach the
+# workers, and the user's own value wins.
+settings() {  # log prefix, then env assignments for host 1 ("-" for none)
+  local name=$1 extra=$2
+  in_a "$dtrun" --nnodes=2 --node-rank=0 --nproc-per-node=1 $rdzv --nccl-preset=tcp \
+    sh -c 'echo threads=$NCCL_SOCKET_NTHREADS ib=$NCCL_IB_DISABLE' >"$out/${name}0" 2>&1 &
+  p0=$!; pids="${pids:-} $p0"
+  if [ "$extra" = - ]; then extra=; fi
+  in_b env $extra "$dtrun" --nnodes=2 --node-rank=1 --nproc-per-node=1 $rdzv --nccl-preset=tcp \
+    --env NCCL_SOCKET_NTHREADS=2 sh -c 'echo threads=$NCCL_SOCKET_NTHREADS ib=$NCCL_IB_DISABLE' \
+    >"$out/${name}1" 2>&1
+  rc1=$?
+  wait $p0; rc0=$?
+}
+settings s NCCL_PROTO=LL
+[ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] || { echo "FAILED: differing NCCL_PROTO exited $rc0/$rc1"; fail=1; }
+check "host 0 names each host's NCCL_PROTO" "NCCL_PROTO: (unset) on node 0; LL on node 1" "$out/s0"
+check "host 1 names each host's NCCL_PROTO" "NCCL_PROTO: (unset) on node 0; LL on node 1" "$out/s1"
+settings w NCCL_DEBUG=WARN
+[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || { echo "FAILED: differing NCCL_DEBUG exited $rc0/$rc1"; cat "$out/w0" "$out/w1"; fail=1; }
+check "NCCL_DEBUG on one host only is a warning" "NCCL_DEBUG: (unset) on node 0; WARN on node 1" "$out/w0"
+check "the preset reaches the workers" "threads=4 ib=1" "$out/w0"
+check "--env wins over the preset" "threads=2 ib=1" "$out/w1"
+check "what the user kept is logged" "kept your own NCCL_SOCKET_NTHREADS=2 (preset: 4)" "$out/w1"
+
 # 6. A partition: the link goes down under a running job. Each side notices
 # within --heartbeat-timeout (3 s here; the command limit is 40 s, and the
 # gRPC call deadline alone would be 60 s).
