@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "rt_dist/trace.h"
 #include "runtime/core/log.h"
 
 namespace rtd {
@@ -83,6 +84,8 @@ FlightRecorder::FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
       publish_every_(publish_every),
       warn_after_(options.hang_warn),
       on_hang_(std::move(on_hang)) {
+  static std::atomic<int> communicators{0};
+  trace_track_ = "comm " + std::to_string(communicators++);
   if (!options.dump_dir.empty()) {
     static std::atomic<int> recorders{0};  // one file per communicator of this process
     const bool slash = options.dump_dir.back() == '/';
@@ -120,7 +123,8 @@ std::uint64_t FlightRecorder::record(std::string op, std::string args) {
   ring_.push_back(Call{.seq = next_seq_,
                        .op = clean(std::move(op)),
                        .args = clean(std::move(args)),
-                       .at_ms = now_ms()});
+                       .at_ms = now_ms(),
+                       .at_us = trace::enabled() ? trace::now_us() : 0});
   return next_seq_++;
 }
 
@@ -131,7 +135,13 @@ FlightRecorder::Call* FlightRecorder::find(std::uint64_t seq) {
 
 void FlightRecorder::completed(std::uint64_t seq) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (Call* c = find(seq)) c->done = true;
+  Call* c = find(seq);
+  if (!c || c->done) return;
+  c->done = true;
+  // In the trace: from the call until its completion was seen (on a GPU, by
+  // the watchdog's poll of the collective's end event).
+  if (c->at_us > 0)
+    trace::span(c->op, "collective", trace_track_, c->at_us, trace::now_us(), c->args);
 }
 
 void FlightRecorder::check_hang() {

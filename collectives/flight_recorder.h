@@ -52,6 +52,7 @@ class FlightRecorder {
     std::string args;        // "float32 x 1024, sum": what ranks must agree on
     std::int64_t at_ms = 0;  // when it was called (milliseconds since the Unix epoch)
     bool done = false;       // completed or failed (this rank's ring only; not published)
+    std::int64_t at_us = 0;  // when it was called, for the trace (this rank's ring only)
   };
   // One peer's report as read from the store.
   struct Report {
@@ -127,6 +128,7 @@ class FlightRecorder {
   std::uint64_t warned_seq_ = 0;  // the newest call warned about (publisher thread only)
   mutable std::mutex mu_;
   std::deque<Call> ring_;
+  std::string trace_track_;  // "comm <n>": this communicator's row in the trace
   std::uint64_t next_seq_ = 1;
   std::uint64_t published_seq_ = 0;  // newest seq in the store
   std::mutex publish_mu_;            // one publish at a time

@@ -19,6 +19,7 @@
 #include "launcher/rendezvous_server.h"
 #include "launcher/signals.h"
 #include "launcher/supervisor.h"
+#include "launcher/trace_merge.h"
 #include "launcher/worker_env.h"
 #include "rt_dist/error.h"
 #include "rt_dist/store.h"
@@ -146,6 +147,20 @@ std::string check_settings_across_nodes(Store& store, int round, int node_rank, 
       store.get(round_key(round, "settings_read/" + std::to_string(r)), std::chrono::seconds(10));
   }
   return verdict.error;
+}
+
+// With RTD_TRACE_DIR set for the workers, node 0 merges the ranks' traces
+// that are in that directory (all of them where it is shared by the nodes).
+void merge_trace(const LaunchOptions& o, const EnvMap& parent_env, int node_rank) {
+  const Settings s = effective_settings(parent_env, o.env, "");
+  auto dir = s.find("RTD_TRACE_DIR");
+  if (node_rank != 0 || dir == s.end() || dir->second.empty()) return;
+  try {
+    const int ranks = merge_traces(dir->second);
+    log::get("launcher")->info("trace of {} rank(s): {}/trace.json", ranks, dir->second);
+  } catch (const Error& e) {
+    log::get("launcher")->warn("could not merge the trace: {}", e.what());
+  }
 }
 
 }  // namespace
@@ -276,9 +291,11 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
       if (p.server) std::this_thread::sleep_for(2 * kPeerPoll);
     }
     logger->error("job failed: {} (exit code {})", out.reason, out.exit_code);
+    merge_trace(o, parent_env, node_rank);
     return out.exit_code;
   }
   logger->info("all workers finished successfully");
+  merge_trace(o, parent_env, p.layout.node_rank());
   return 0;
 }
 

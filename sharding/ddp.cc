@@ -6,6 +6,7 @@
 
 #include "collectives/device_memory.h"
 #include "rt_dist/error.h"
+#include "rt_dist/trace.h"
 #include "runtime/core/log.h"
 #include "sharding/bucket_plan.h"
 #include "sharding/rank_agreement.h"
@@ -107,6 +108,7 @@ struct DDP::Impl {
   void launch_ready(StreamRef stream) {
     while (next_launch < static_cast<int>(pending.size()) && pending[next_launch] == 0) {
       int b = next_launch++;
+      trace::Scope scope("ddp bucket", "ddp");
       if (cast_on_wire()) cast_async(bucket_view(b), wire_view(b), stream);
       works[b] = reducer->run(b, stream);
     }
@@ -211,6 +213,7 @@ void DDP::grad_ready(int i, StreamRef stream) {
 }
 
 void DDP::finish(StreamRef stream) {
+  trace::Scope scope("ddp finish", "ddp");
   Impl& s = *impl_;
   if (s.no_sync) {
     s.reset_step();

@@ -12,6 +12,7 @@
 
 #include "collectives/device_memory.h"
 #include "rt_dist/error.h"
+#include "rt_dist/trace.h"
 #include "runtime/core/log.h"
 #include "sharding/rank_agreement.h"
 #include "sharding/shard_layout.h"
@@ -327,6 +328,7 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
 }
 
 void FSDP::Impl::gather(int u, StreamRef stream) {
+  trace::Scope scope("fsdp gather", "fsdp");
   const int slot = param_slots->acquire(u);
   if (slot < 0) {
     throw Error(ErrorCategory::kInvalidArgument,
@@ -338,6 +340,7 @@ void FSDP::Impl::gather(int u, StreamRef stream) {
 }
 
 void FSDP::Impl::reduce(int u, StreamRef stream) {
+  trace::Scope scope("fsdp reduce", "fsdp");
   const UnitLayout& l = layouts[u];
   BufferView in = full_grads.empty()
                       ? at(grad_slots->data(grad_slots->slot_of(u)), o.reduce_dtype, 0, l.padded)
@@ -508,6 +511,7 @@ void FSDP::post_backward(int u, StreamRef stream) {
 }
 
 bool FSDP::step(StreamRef stream) {
+  trace::Scope scope("fsdp optimizer step", "fsdp");
   Impl& s = *impl_;
   std::vector<int> missing;
   for (int u = 0; u < s.unit_count(); ++u) {

@@ -428,6 +428,8 @@ int main(int argc, char** argv) {
   std::vector<float> x(rows * f.in), target, act, teacher_act, y;
   std::vector<float> dy(rows * f.out), da(rows * f.hidden);
   auto t0 = std::chrono::steady_clock::now();
+  int window_steps = 0;
+  double comm_wait_s = 0;
 
   // Resume from the latest valid checkpoint, saved by any number of ranks,
   // and the data where it was.
@@ -465,7 +467,11 @@ int main(int argc, char** argv) {
       raise(SIGKILL);
     batch_of(f, rank, step, x, loader.get());
     teacher.forward(rows, x.data(), teacher_act, target);
-    student.forward(rows, x.data(), act, y);
+    rtd::trace::Scope step_scope("step");
+    {
+      rtd::trace::Scope scope("forward");
+      student.forward(rows, x.data(), act, y);
+    }
 
     float loss = 0.0f;
     const float norm = 1.0f / static_cast<float>(rows * f.out);
@@ -481,8 +487,10 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < da.size(); ++i) da[i] *= 1.0f - act[i] * act[i];
     gemm_atb(f.hidden, f.in, rows, da.data(), x.data(), g1);
     ddp.grad_ready(0);
+    const auto waited = std::chrono::steady_clock::now();  // the reductions not yet hidden
     ddp.finish();
     ctx->comm().all_reduce(rtd::view(&loss, 1), rtd::ReduceOp::kAvg)->wait();
+    comm_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - waited).count();
     if (f.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.pace_ms));
 
     if (f.adamw) {
@@ -494,11 +502,21 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < student.w2.size(); ++i) student.w2[i] -= f.lr * g2[i];
     }
 
-    if (rank == 0 && (step % f.log_every == 0 || step == 1 || step == f.steps)) {
-      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("step %d loss %.8e samples/s %.0f\n", step, loss,
-                  static_cast<double>(step) * rows * world / secs);
-      std::fflush(stdout);
+    ++window_steps;
+    if (step % f.log_every == 0 || step == 1 || step == f.steps) {
+      // Over the steps since the last line: samples/s, step time, and the
+      // time the step waited for communication.
+      const auto now = std::chrono::steady_clock::now();
+      const double secs = std::chrono::duration<double>(now - t0).count();
+      if (rank == 0) {
+        std::printf("step %d loss %.8e samples/s %.0f step_ms %.3f comm_wait_ms %.3f\n", step, loss,
+                    static_cast<double>(window_steps) * rows * world / secs,
+                    1e3 * secs / window_steps, 1e3 * comm_wait_s / window_steps);
+        std::fflush(stdout);
+      }
+      t0 = now;
+      window_steps = 0;
+      comm_wait_s = 0;
     }
     if (ckpt && f.ckpt_every > 0 && step % f.ckpt_every == 0) {
       rtd::ckpt::State state = model_state(student, rank, world, false);

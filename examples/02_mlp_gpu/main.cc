@@ -23,6 +23,7 @@
 #include "examples/02_mlp_gpu/inputs.h"
 #include "examples/02_mlp_gpu/model.h"
 #include "examples/02_mlp_gpu/sharded.h"
+#include "examples/02_mlp_gpu/wait_timer.h"
 #include "rt_dist/rt_dist.h"
 
 namespace {
@@ -34,20 +35,35 @@ struct CkptFlags {
   std::string data;  // inputs from shard files there, through the loader
 };
 
+// What a user watches, every log_every steps (rank 0): the loss, then over
+// the steps since the last line the tokens/s, the step time, how long the
+// training stream waited for communication, and the GPU memory in use.
+struct Progress {
+  std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+  int steps = 0;  // since the last line
+  mlp::WaitTimer waits;
+};
+
 void report(rtd::Context& ctx, mlp::Model& model, const mlp::MlpConfig& config, int step,
-            int first_step, int log_every, int steps, std::chrono::steady_clock::time_point start,
-            cudaStream_t stream) {
+            int first_step, int log_every, int steps, Progress& p, cudaStream_t stream) {
+  ++p.steps;
   if (step % log_every != 0 && step != steps) return;
   const int since =
       std::min(step - first_step + 1, step % log_every == 0 ? log_every : step % log_every);
-  float loss = model.take_loss(since, stream);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  float loss = model.take_loss(since, stream);  // synchronizes the stream
+  const auto now = std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(now - p.since).count();
+  const float wait_ms = p.waits.take_ms() / p.steps;
+  std::size_t free = 0, total = 0;
+  cudaMemGetInfo(&free, &total);
   if (ctx.rank() == 0) {
-    std::printf(
-        "step %d loss %.6e tokens/s %.0f\n", step, loss,
-        static_cast<double>(step - first_step + 1) * config.batch * ctx.world_size() / secs);
+    std::printf("step %d loss %.6e tokens/s %.0f step_ms %.2f comm_wait_ms %.2f mem_GiB %.2f\n",
+                step, loss, static_cast<double>(p.steps) * config.batch * ctx.world_size() / secs,
+                1e3 * secs / p.steps, wait_ms, static_cast<double>(total - free) / (1u << 30));
     std::fflush(stdout);
   }
+  p.since = now;
+  p.steps = 0;
 }
 
 // The final weights' checksum, equal for equal weights whatever the strategy
@@ -107,6 +123,18 @@ void train_sharded(rtd::Context& ctx, mlp::MlpConfig config, rtd::FSDPOptions op
   if (ctx.rank() == 0) std::printf("%s\n", fsdp.describe().c_str());
   rtd::StreamRef s{stream};
   mlp::LayerHooks hooks = mlp::fsdp_hooks(fsdp, s);
+  Progress progress;
+  // The stream waits for each layer's gather in pre_forward / pre_backward.
+  hooks.before_forward = [&](int l) {
+    progress.waits.before(stream);
+    fsdp.pre_forward(l, s);
+    progress.waits.after(stream);
+  };
+  hooks.before_backward = [&](int l) {
+    progress.waits.before(stream);
+    fsdp.pre_backward(l, s);
+    progress.waits.after(stream);
+  };
   auto ckpt = open_checkpoints(ctx, ck);
   auto inputs =
       ck.data.empty() ? nullptr : mlp::open_inputs(ck.data, config.hidden, config.batch, ctx);
@@ -114,16 +142,21 @@ void train_sharded(rtd::Context& ctx, mlp::MlpConfig config, rtd::FSDPOptions op
   rtd::ckpt::State loaded = fsdp.checkpoint_state(names, false);
   const int first_step = resume(ctx, ckpt.get(), loaded, inputs.get());
   if (first_step > 1) fsdp.after_load(loaded, s);
-  auto start = std::chrono::steady_clock::now();
   int skipped = 0;
   for (int step = first_step; step <= steps; ++step) {
     if (inputs) model.set_input(inputs->next_on_device(s), stream);
     model.set_loss_scale(fsdp.loss_scale());
-    model.forward(stream, &hooks);
-    model.backward([&](int l) { return fsdp.grad(l, 0).data; },
-                   [&](int l) { fsdp.post_backward(l, s); }, stream, &hooks);
+    {
+      rtd::trace::Scope scope("forward");
+      model.forward(stream, &hooks);
+    }
+    {
+      rtd::trace::Scope scope("backward");
+      model.backward([&](int l) { return fsdp.grad(l, 0).data; },
+                     [&](int l) { fsdp.post_backward(l, s); }, stream, &hooks);
+    }
     if (!fsdp.step(s)) ++skipped;
-    report(ctx, model, config, step, first_step, log_every, steps, start, stream);
+    report(ctx, model, config, step, first_step, log_every, steps, progress, stream);
     maybe_save(
         ckpt.get(), ck, step, [&] { return fsdp.checkpoint_state(names, true); }, inputs.get(),
         stream);
@@ -262,20 +295,31 @@ int main(int argc, char** argv) {
     if (first_step > 1) model.refresh_weights(stream);  // 16-bit copies of the loaded weights
     rtd::StreamRef s{stream};
     auto grad = [&](int l) { return ddp.grad(l).data; };
-    auto start = std::chrono::steady_clock::now();
+    Progress progress;
     for (int step = first_step; step <= steps; ++step) {
       if (inputs) model.set_input(inputs->next_on_device(s), stream);
-      model.forward(stream);
-      model.backward(
-          grad, [&](int l) { ddp.grad_ready(l, s); }, stream);
+      {
+        rtd::trace::Scope scope("forward");
+        model.forward(stream);
+      }
+      {
+        rtd::trace::Scope scope("backward");
+        model.backward(
+            grad, [&](int l) { ddp.grad_ready(l, s); }, stream);
+      }
       // Each layer's update starts as soon as its bucket is reduced: the last
       // layers' gradients arrive first, and their updates hide layer 0's reduction.
-      for (int l = config.layers - 1; l >= 0; --l) {
-        ddp.wait_grad(l, s);
-        model.optimizer_step_layer(l, grad(l), step, stream);
+      {
+        rtd::trace::Scope scope("optimizer");
+        for (int l = config.layers - 1; l >= 0; --l) {
+          progress.waits.before(stream);
+          ddp.wait_grad(l, s);
+          progress.waits.after(stream);
+          model.optimizer_step_layer(l, grad(l), step, stream);
+        }
       }
       ddp.finish(s);
-      report(*ctx, model, config, step, first_step, log_every, steps, start, stream);
+      report(*ctx, model, config, step, first_step, log_every, steps, progress, stream);
       maybe_save(
           ckpt.get(), ck, step, [&] { return mlp::ddp_state(model, config, *ctx, true, step); },
           inputs.get(), stream);

@@ -67,6 +67,10 @@ constexpr ConfigVar kVars[] = {
     {"RTD_CE_COPY_STREAMS", "",
      "streams the copy-engine all-reduce spreads its copies over (empty: one, peers in "
      "rotation; more than the peers splits each copy)"},
+    {"RTD_TRACE_DIR", "",
+     "write each rank's timeline there (Chrome-trace JSON, rank_<r>.json; dtrun merges them "
+     "into trace.json)"},
+    {"RTD_TRACE_EVENTS", "200000", "events each rank's trace keeps (the newest; a ring)"},
     {"RTD_NCCL_PRESET", "",
      "dtrun's --nccl-preset: nvlink, ib, roce or tcp sets that fabric's NCCL_* values where "
      "none are set"},
@@ -129,6 +133,16 @@ EnvMap read_process_env() {
 
 std::span<const ConfigVar> config_table() { return kVars; }
 
+TraceSettings trace_settings_from_env(const EnvMap& env) {
+  TraceSettings t;
+  t.dir = parse_string(env, "RTD_TRACE_DIR", "");
+  try {
+    t.events = parse_int(env, "RTD_TRACE_EVENTS", 1).value_or(t.events);
+  } catch (const Error&) {
+  }
+  return t;
+}
+
 Config Config::from_env(const EnvMap& env) {
   Config c;
   c.rank = parse_int(env, "RANK", 0);
@@ -158,6 +172,8 @@ Config Config::from_env(const EnvMap& env) {
   c.round = parse_int(env, "DTRUN_ROUND", 0).value_or(0);
   c.node_addr = parse_string(env, "DTRUN_ADDR", "");
   c.log_spec = parse_string(env, "RTD_LOG", "info");
+  c.trace_dir = parse_string(env, "RTD_TRACE_DIR", "");
+  c.trace_events = parse_int(env, "RTD_TRACE_EVENTS", 1).value_or(c.trace_events);
   int timeout_s = parse_int(env, "RTD_TIMEOUT_S", 1).value_or(300);
   c.timeout = std::chrono::seconds(timeout_s);
   c.hang_warn = std::chrono::seconds(parse_int(env, "RTD_HANG_WARN_S", 0).value_or(60));

@@ -20,6 +20,15 @@ struct ConfigVar {
   const char* default_value;  // "" when unset means "absent"
   const char* doc;
 };
+// RTD_TRACE_DIR and RTD_TRACE_EVENTS for the trace recorder, which starts
+// before any Context: never throws (Config::from_env reports a malformed
+// RTD_TRACE_EVENTS; here it falls back to the default).
+struct TraceSettings {
+  std::string dir;
+  int events = 200000;
+};
+TraceSettings trace_settings_from_env(const EnvMap& env);
+
 // The table that docs/config.md and `dtrun --help-env` print.
 std::span<const ConfigVar> config_table();
 
@@ -54,6 +63,8 @@ struct Config {
   std::string nccl_cta_policy;     // RTD_NCCL_CTA_POLICY: "", default, efficiency, zero
   int ce_reduce_blocks = -1;       // RTD_CE_REDUCE_BLOCKS
   int ce_copy_streams = 0;         // RTD_CE_COPY_STREAMS (0: unset, one stream)
+  std::string trace_dir;           // RTD_TRACE_DIR (empty: no trace)
+  int trace_events = 200000;       // RTD_TRACE_EVENTS: the ring's size
 
   // Throws rtd::Error(kConfig) naming the variable when a value is malformed.
   static Config from_env(const EnvMap& env);

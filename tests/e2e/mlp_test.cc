@@ -1,6 +1,7 @@
 // The first trainer: N workers with batch B follow the loss curve of one worker
 // with batch N*B (to float tolerance), and the loss falls.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <map>
@@ -73,4 +74,30 @@ TEST(MlpCpu, ShardedWorkersMatchOneWorkerWithNTimesTheBatch) {
 }
 
 }  // namespace
+// RTD_TRACE_DIR: each rank writes its timeline, dtrun merges them into one
+// trace.json that a JSON reader opens, with both ranks' collectives, DDP's
+// buckets and the trainer's own scopes; RTD_TRACE_EVENTS bounds each rank's.
+TEST(MlpCpu, TraceDirHoldsOneMergedTimelineOfEveryRank) {
+  const std::string dir = ::testing::TempDir() + "rtd_trace_" + std::to_string(getpid());
+  auto r = testing_util::run_command("rm -rf " + dir + " && RTD_TRACE_DIR=" + dir + " " +
+                                     DTRUN_PATH + " --nproc-per-node=2 " + MLP_PATH + " --steps 6");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // A JSON reader opens it (python3 -m json.tool), then what it holds.
+  auto check = testing_util::run_command("python3 -m json.tool " + dir + "/trace.json");
+  ASSERT_EQ(check.exit_code, 0) << check.output;
+  for (const char* text :
+       {"\"pid\": 0", "\"pid\": 1", "\"name\": \"all_reduce\"", "\"name\": \"ddp bucket\"",
+        "\"name\": \"forward\"", "\"name\": \"step\"", "\"detail\": \"float32 x "})
+    EXPECT_NE(check.output.find(text), std::string::npos) << text;
+
+  r = testing_util::run_command(
+      "rm -rf " + dir + " && RTD_TRACE_DIR=" + dir + " RTD_TRACE_EVENTS=10 " + DTRUN_PATH +
+      " --nproc-per-node=2 " + MLP_PATH + " --steps 6 && grep -c ph.:.X " + dir +
+      "/rank_0.json && grep -o dropped_events.:[0-9]* " + dir + "/rank_0.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\n10\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("dropped_events\":0"), std::string::npos) << r.output;
+  testing_util::run_command("rm -rf " + dir);
+}
+
 }  // namespace rtd

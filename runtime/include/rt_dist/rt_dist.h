@@ -9,5 +9,6 @@
 #include "rt_dist/error.h"
 #include "rt_dist/fsdp.h"
 #include "rt_dist/store.h"
+#include "rt_dist/trace.h"
 #include "rt_dist/types.h"
 #include "rt_dist/work.h"
