@@ -34,8 +34,12 @@ if(RTD_HAVE_CUDA)
     add_library(rt_nccl_deps INTERFACE)
     target_include_directories(rt_nccl_deps INTERFACE ${NCCL_INCLUDE_DIR})
     # cudart is linked statically so that a bundle runs against any driver that
-    # supports this toolkit; NCCL is the GPU machine's own (libnccl.so.2).
-    target_link_libraries(rt_nccl_deps INTERFACE ${NCCL_LIBRARY} CUDA::cudart_static)
+    # supports this toolkit; NCCL is the machine's own libnccl.so.2, opened with
+    # dlopen (collectives/nccl/nccl_api.cc), so that librt_dist also loads where
+    # there is none. Programs that call NCCL themselves link rt_nccl_link.
+    target_link_libraries(rt_nccl_deps INTERFACE CUDA::cudart_static ${CMAKE_DL_LIBS})
+    add_library(rt_nccl_link INTERFACE)
+    target_link_libraries(rt_nccl_link INTERFACE ${NCCL_LIBRARY})
   elseif(RTD_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "RTD_WITH_CUDA=ON but NCCL (nccl.h, libnccl) was not found")
   endif()

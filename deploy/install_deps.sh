@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libcli11-dev libopenblas-dev
   iproute2 procps patchelf file clang-format
   slurmctld slurmd slurm-client munge  # the real-Slurm test (tests/slurm)
+  debootstrap dpkg-dev  # the package test (tests/deploy): a fresh Debian 12 root; dpkg-shlibdeps
   python3                              # the safetensors reader of tests/checkpoint
 )
 
