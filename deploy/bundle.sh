@@ -39,11 +39,19 @@ done | sort -u | while read -r path; do
 done
 
 # Debug info stays in the build tree; the bundle carries stripped copies.
+undefined() { nm -D --undefined-only "$1" | awk '{print $NF}' | sort; }
 for f in "$out"/bin/*; do
   file "$f" | grep -q ELF || continue
   strip --strip-unneeded "$f"
+  before=$(undefined "$f")
   # The machine's CUDA libraries (cuBLASLt) are looked for in the usual toolkit place too.
   patchelf --set-rpath '$ORIGIN/../lib:/usr/local/cuda/lib64' "$f"
+  # patchelf overwrites the old RUNPATH string with X's; a symbol name the
+  # linker stored as its tail would be lost with it.
+  if [ "$before" != "$(undefined "$f")" ]; then
+    echo "bundle: patchelf changed the symbols $f needs (a symbol shared the old RUNPATH's tail)" >&2
+    exit 1
+  fi
 done
 for f in "$out"/lib/*.so*; do
   [ -L "$f" ] && continue
