@@ -12,6 +12,7 @@ packages=(
   slurmctld slurmd slurm-client munge  # the real-Slurm test (tests/slurm)
   debootstrap dpkg-dev  # the package test (tests/deploy): a fresh Debian 12 root; dpkg-shlibdeps
   python3                              # the safetensors reader of tests/checkpoint
+  python3-matplotlib                   # bench/plots: the docs/ figures from the recorded JSON
 )
 
 missing=()
