@@ -15,8 +15,10 @@
 #include "launcher/nccl_settings.h"
 #include "launcher/net.h"
 #include "launcher/peers.h"
+#include "launcher/placement.h"
 #include "launcher/rendezvous_client.h"
 #include "launcher/rendezvous_server.h"
+#include "launcher/settings_exchange.h"
 #include "launcher/signals.h"
 #include "launcher/supervisor.h"
 #include "launcher/trace_merge.h"
@@ -29,74 +31,6 @@ namespace rtd::launcher {
 namespace {
 
 constexpr std::chrono::milliseconds kPeerPoll{500};
-
-std::string fingerprint(const LaunchOptions& o) {
-  return "max_restarts=" + std::to_string(o.max_restarts) +
-         (o.rdzv_id.empty() ? "" : ", rdzv_id=" + o.rdzv_id);
-}
-
-struct Placement {
-  proto::JoinResponse layout;
-  std::string store_addr;
-  std::string node_addr;
-  std::string node_id;                       // this agent's, the same in every round
-  bool host = false;                         // it hosts the rendezvous (node rank 0)
-  std::unique_ptr<RendezvousServer> server;  // the host only
-};
-
-// Joins a round: the first (last_round -1) or the next one.
-proto::JoinResponse join(const LaunchOptions& o, const Placement& p, int last_round, int restarts) {
-  proto::JoinRequest req;
-  req.set_host(p.node_addr);
-  req.set_nproc_per_node(o.nproc_per_node);
-  req.set_nnodes(o.nnodes);
-  req.set_min_nodes(o.min_nodes);
-  req.set_node_rank(p.host ? 0 : o.node_rank);
-  req.set_fingerprint(fingerprint(o));
-  req.set_node_id(p.node_id);
-  req.set_last_round(last_round);
-  req.set_restarts(restarts);
-  return join_rendezvous(p.store_addr, o.token, req, o.rdzv_timeout);
-}
-
-Placement rendezvous(const LaunchOptions& o) {
-  Placement p;
-  p.node_id = random_token().substr(0, 16);
-  std::string rdzv_ip = resolve(o.rdzv_host);
-  // Without --node-rank, the agent on the host that owns the --rdzv address
-  // hosts it; a second agent on that host finds the port taken and joins.
-  p.host = o.node_rank == 0 || (o.node_rank < 0 && (o.nnodes == 1 || is_local_address(rdzv_ip)));
-  int port = o.rdzv_port;
-  if (p.host) {
-    std::string bind_ip = rdzv_ip;
-    if (o.rdzv_bind_all) bind_ip = rdzv_ip.find(':') == std::string::npos ? "0.0.0.0" : "::";
-    try {
-      p.server = std::make_unique<RendezvousServer>(ServerOptions{
-          .bind_ip = bind_ip,
-          .port = o.rdzv_port,
-          .token = o.token,
-          .min_nodes = o.min_nodes,
-          .max_nodes = o.nnodes,
-          .nproc_per_node = o.nproc_per_node,
-          .fingerprint = fingerprint(o),
-          .master_port = free_port(rdzv_ip),
-          .last_call = o.last_call,
-          .heartbeat_timeout = o.heartbeat_timeout,
-      });
-      port = p.server->port();
-    } catch (const Error& e) {
-      if (o.node_rank >= 0 || o.nnodes == 1 || e.backend_code() != EADDRINUSE) throw;
-      log::get("launcher")
-          ->info("port {} is taken on this host: joining the rendezvous there as a client",
-                 o.rdzv_port);
-      p.host = false;
-    }
-  }
-  p.store_addr = join_host_port(rdzv_ip, port);
-  p.node_addr = local_address_towards(rdzv_ip, port);
-  p.layout = join(o, p, -1, 0);
-  return p;
-}
 
 std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
                                      const EnvMap& parent_env) {
@@ -121,32 +55,6 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
     });
   }
   return specs;
-}
-
-// Every node publishes the settings its workers will run with under
-// dtrun/round<R>/settings/<node>, reads every node's, and judges them alike
-// (nccl_settings.h); returns the error that stops the job, if any. The host
-// stays until every node has read, so that all fail with the same message.
-std::string check_settings_across_nodes(Store& store, int round, int node_rank, int nnodes,
-                                        const Settings& mine, bool host) {
-  auto logger = log::get("launcher");
-  store.set(round_key(round, "settings/" + std::to_string(node_rank)), encode_settings(mine));
-  std::vector<Settings> all;
-  for (int r = 0; r < nnodes; ++r) {
-    all.push_back(decode_settings(
-        store.get(round_key(round, "settings/" + std::to_string(r)), std::chrono::minutes(1))));
-  }
-  SettingsVerdict verdict = compare_settings(all);
-  if (node_rank == 0) {
-    for (const std::string& w : verdict.warnings)
-      logger->warn("the nodes' settings differ (fine if meant; it may slow the job): {}", w);
-  }
-  store.set(round_key(round, "settings_read/" + std::to_string(node_rank)), "1");
-  if (host && !verdict.error.empty()) {
-    for (int r = 0; r < nnodes; ++r)
-      store.get(round_key(round, "settings_read/" + std::to_string(r)), std::chrono::seconds(10));
-  }
-  return verdict.error;
 }
 
 // With RTD_TRACE_DIR set for the workers, node 0 merges the ranks' traces
@@ -213,7 +121,8 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
       std::string error;
       try {
         error = check_settings_across_nodes(*store, round, node_rank, nnodes, settings,
-                                            p.server != nullptr);
+                                            p.server != nullptr)
+                    .error;
       } catch (const Error& e) {
         error = std::string("could not compare the nodes' settings: ") + e.what();
       }

@@ -150,6 +150,18 @@ check "NCCL_DEBUG on one host only is a warning" "NCCL_DEBUG: (unset) on node 0;
 check "the preset reaches the workers" "threads=4 ib=1" "$out/w0"
 check "--env wins over the preset" "threads=2 ib=1" "$out/w1"
 check "what the user kept is logged" "kept your own NCCL_SOCKET_NTHREADS=2 (preset: 4)" "$out/w1"
+# dtrun doctor across the hosts: node 0 prints both nodes' findings, the
+# differing NCCL_PROTO an error on both.
+in_a "$dtrun" doctor --nnodes=2 --nproc-per-node=1 $rdzv >"$out/doc0" 2>&1 &
+p0=$!; pids="${pids:-} $p0"
+in_b env NCCL_PROTO=Simple "$dtrun" doctor --nnodes=2 --nproc-per-node=1 $rdzv >"$out/doc1" 2>&1
+rc1=$?
+wait $p0; rc0=$?
+[ $rc0 -eq 1 ] && [ $rc1 -eq 1 ] || { echo "FAILED: doctor across hosts exited $rc0/$rc1"; cat "$out/doc0" "$out/doc1"; fail=1; }
+check "doctor on node 0 reports both nodes" "dtrun doctor across 2 nodes" "$out/doc0"
+check "doctor names node 1's interface" "1    ok     v${tag}b" "$out/doc0"
+check "doctor names the differing setting" "NCCL_PROTO: (unset) on node 0; Simple on node 1" "$out/doc0"
+check "node 1 reports to node 0" "(reported to node 0)" "$out/doc1"
 
 # 6. A partition: the link goes down under a running job. Each side notices
 # within --heartbeat-timeout (3 s here; the command limit is 40 s, and the

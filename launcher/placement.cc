@@ -1,0 +1,74 @@
+// Hosting or joining the rendezvous (placement.h).
+#include "launcher/placement.h"
+
+#include <cerrno>
+
+#include "launcher/net.h"
+#include "launcher/rendezvous_client.h"
+#include "rt_dist/error.h"
+#include "runtime/core/log.h"
+
+namespace rtd::launcher {
+namespace {
+
+std::string fingerprint(const LaunchOptions& o) {
+  return "max_restarts=" + std::to_string(o.max_restarts) +
+         (o.rdzv_id.empty() ? "" : ", rdzv_id=" + o.rdzv_id);
+}
+
+}  // namespace
+
+proto::JoinResponse join(const LaunchOptions& o, const Placement& p, int last_round, int restarts) {
+  proto::JoinRequest req;
+  req.set_host(p.node_addr);
+  req.set_nproc_per_node(o.nproc_per_node);
+  req.set_nnodes(o.nnodes);
+  req.set_min_nodes(o.min_nodes);
+  req.set_node_rank(p.host ? 0 : o.node_rank);
+  req.set_fingerprint(fingerprint(o));
+  req.set_node_id(p.node_id);
+  req.set_last_round(last_round);
+  req.set_restarts(restarts);
+  return join_rendezvous(p.store_addr, o.token, req, o.rdzv_timeout);
+}
+
+Placement rendezvous(const LaunchOptions& o) {
+  Placement p;
+  p.node_id = random_token().substr(0, 16);
+  std::string rdzv_ip = resolve(o.rdzv_host);
+  // Without --node-rank, the agent on the host that owns the --rdzv address
+  // hosts it; a second agent on that host finds the port taken and joins.
+  p.host = o.node_rank == 0 || (o.node_rank < 0 && (o.nnodes == 1 || is_local_address(rdzv_ip)));
+  int port = o.rdzv_port;
+  if (p.host) {
+    std::string bind_ip = rdzv_ip;
+    if (o.rdzv_bind_all) bind_ip = rdzv_ip.find(':') == std::string::npos ? "0.0.0.0" : "::";
+    try {
+      p.server = std::make_unique<RendezvousServer>(ServerOptions{
+          .bind_ip = bind_ip,
+          .port = o.rdzv_port,
+          .token = o.token,
+          .min_nodes = o.min_nodes,
+          .max_nodes = o.nnodes,
+          .nproc_per_node = o.nproc_per_node,
+          .fingerprint = fingerprint(o),
+          .master_port = free_port(rdzv_ip),
+          .last_call = o.last_call,
+          .heartbeat_timeout = o.heartbeat_timeout,
+      });
+      port = p.server->port();
+    } catch (const Error& e) {
+      if (o.node_rank >= 0 || o.nnodes == 1 || e.backend_code() != EADDRINUSE) throw;
+      log::get("launcher")
+          ->info("port {} is taken on this host: joining the rendezvous there as a client",
+                 o.rdzv_port);
+      p.host = false;
+    }
+  }
+  p.store_addr = join_host_port(rdzv_ip, port);
+  p.node_addr = local_address_towards(rdzv_ip, port);
+  p.layout = join(o, p, -1, 0);
+  return p;
+}
+
+}  // namespace rtd::launcher
