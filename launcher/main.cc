@@ -1,8 +1,13 @@
 // dtrun's entry point: flags, signal handlers, the agent, and the exit code.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "launcher/agent.h"
+#include "launcher/doctor/bench.h"
 #include "launcher/doctor/doctor.h"
 #include "launcher/machine.h"
 #include "launcher/options.h"
@@ -22,11 +27,28 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtrun: %s\n", e.what());
     return 2;
   }
-  // `dtrun doctor [job flags] [program]`: the job's flags, checked on this node.
+  // A worker of `dtrun doctor --bench` (dtrun started itself).
+  if (argc > 1 && std::string(argv[1]) == launcher::doctor::kBenchWorkerArg) {
+    try {
+      return launcher::doctor::run_bench_worker();
+    } catch (const Error& e) {
+      std::fprintf(stderr, "dtrun doctor --bench: %s\n", e.what());
+      return 1;
+    }
+  }
+  // `dtrun doctor [--bench] [job flags] [program]`: the job's flags, checked.
   const bool doctor = argc > 1 && std::string(argv[1]) == "doctor";
+  std::vector<const char*> args(argv, argv + argc);
+  bool bench = false;
   if (doctor) {
-    --argc;
-    ++argv;
+    args.erase(args.begin() + 1);
+    auto it = std::find(args.begin(), args.end(), std::string_view("--bench"));
+    if (it != args.end()) {
+      bench = true;
+      args.erase(it);
+    }
+    argc = static_cast<int>(args.size());
+    argv = const_cast<char**>(args.data());
   }
   launcher::ParseResult parsed =
       launcher::parse_options(argc, argv,
@@ -42,7 +64,15 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   try {
-    if (doctor) return launcher::doctor::run_doctor(*parsed.options, env);
+    if (doctor) {
+      const int found = launcher::doctor::run_doctor(*parsed.options, env);
+      if (!bench) return found;
+      // The workers are this dtrun, measuring.
+      launcher::LaunchOptions o = *parsed.options;
+      o.program = std::filesystem::read_symlink("/proc/self/exe").string();
+      o.args = {launcher::doctor::kBenchWorkerArg};
+      return std::max(found, launcher::run_agent(o, env_config, env));
+    }
     return launcher::run_agent(*parsed.options, env_config, env);
   } catch (const Error& e) {
     std::fprintf(stderr, "dtrun: error: %s\n", e.what());

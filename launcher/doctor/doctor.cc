@@ -139,12 +139,21 @@ int print_report(const std::vector<NodeReport>& nodes, bool across) {
 // prints them all; the others print their own.
 int run_across(const LaunchOptions& o, const EnvMap& env, Facts& facts,
                std::vector<Finding> findings) {
+  // An address that does not resolve ends it here; a port in use on this
+  // host may be another node's doctor hosting (two nodes on one host).
+  const Finding address = rendezvous_finding(o);
+  if (address.status == Status::kError &&
+      address.advice.find("pick another") == std::string::npos) {
+    findings.push_back(address);
+    return print_report({{facts.host, findings}}, false) > 0 ? 1 : 0;
+  }
   Placement p;
   try {
     p = rendezvous(o);
   } catch (const Error& e) {
     findings.push_back({"rendezvous", Status::kError, e.what(),
-                        "start dtrun doctor with the same flags on every node; check --rdzv"});
+                        "start dtrun doctor with the same flags on every node; if something "
+                        "else holds the port, stop it or pick another --rdzv port"});
     return print_report({{facts.host, findings}}, false) > 0 ? 1 : 0;
   }
   const int node = p.layout.node_rank(), nnodes = p.layout.nnodes();

@@ -470,10 +470,17 @@ TEST(Dtrun, DoctorPrintsItsChecksAndFailsOnlyOnErrors) {
   EXPECT_EQ(r.exit_code == 1, contains(r.output, "ERROR")) << r.output;
 
   HeldPort held;
-  r = run_command(dtrun("doctor --nnodes=2 --nproc-per-node=1 --rdzv=127.0.0.1:" +
-                        std::to_string(held.port) + " ./train --lr 1"));
+  r = run_command(dtrun("doctor --nproc-per-node=1 --rdzv=127.0.0.1:" + std::to_string(held.port) +
+                        " ./train --lr 1"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "ERROR  127.0.0.1:" + std::to_string(held.port))) << r.output;
+  EXPECT_TRUE(contains(r.output, "pick another --rdzv port")) << r.output;
+  // Across nodes, the held port is tried as another node's rendezvous first.
+  r = run_command(
+      dtrun("doctor --nnodes=2 --rdzv-timeout=2 --rdzv=127.0.0.1:" + std::to_string(held.port)),
+      30);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "does not answer as a dtrun rendezvous")) << r.output;
   EXPECT_TRUE(contains(r.output, "pick another --rdzv port")) << r.output;
 
   r = run_command(dtrun("doctor --nnodes=2 --rdzv=no-such-host.invalid:29500"));
@@ -486,6 +493,15 @@ TEST(Dtrun, DoctorPrintsItsChecksAndFailsOnlyOnErrors) {
 
   r = run_command(dtrun("doctor --nproc-per-node=x"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
+
+  // --bench: the workers (dtrun itself) time an all-reduce.
+  r = run_command(dtrun("doctor --bench --nproc-per-node=2"));
+  EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "[rank 0]: doctor --bench: all-reduce of 8 MiB through gloo, 2 "
+                       "workers on 1 node(s)"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "within node 0")) << r.output;
 }
 
 }  // namespace

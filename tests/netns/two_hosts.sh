@@ -162,6 +162,13 @@ check "doctor on node 0 reports both nodes" "dtrun doctor across 2 nodes" "$out/
 check "doctor names node 1's interface" "1    ok     v${tag}b" "$out/doc0"
 check "doctor names the differing setting" "NCCL_PROTO: (unset) on node 0; Simple on node 1" "$out/doc0"
 check "node 1 reports to node 0" "(reported to node 0)" "$out/doc1"
+# ... and --bench: the workers time an all-reduce across both hosts and within each.
+in_a "$dtrun" doctor --bench --nnodes=2 --nproc-per-node=2 $rdzv >"$out/bench0" 2>&1 &
+p0=$!; pids="${pids:-} $p0"
+in_b "$dtrun" doctor --bench --nnodes=2 --nproc-per-node=2 $rdzv >"$out/bench1" 2>&1
+wait $p0
+check "doctor --bench across the hosts" "all-reduce of 8 MiB through gloo, 4 workers on 2 node(s)" "$out/bench0"
+check "doctor --bench within node 1" "within node 1" "$out/bench0"
 
 # 6. A partition: the link goes down under a running job. Each side notices
 # within --heartbeat-timeout (3 s here; the command limit is 40 s, and the
