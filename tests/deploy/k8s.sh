@@ -43,14 +43,19 @@ mkdir -p "$work/bin" "$work/ckpt" && ln -s "$dtrun" "$work/bin/dtrun"
 # The volume's mount point, as the image has it (left empty; removed after).
 [ -d /ckpt ] || { mkdir /ckpt && made_ckpt=1; }
 echo "args: $args"
+# The build trees' top directories under /tmp (the pods' /tmp hides the host's).
+tmp_tops=$(for f in "$dtrun" "$mlp"; do case $f in /tmp/*) echo "$f" | cut -d/ -f3;; esac; done | sort -u | tr '\n' ' ')
 pod() {  # index: the pod's container, in its namespaces
   local i=$1
-  # The test's files reach the pod as /opt/pod (its /tmp is its own).
+  # The test's files reach the pod as /opt/pod (its /tmp is its own); a build
+  # tree under /tmp is bound back into the pod's /tmp at the same path.
   in_ns "${tag}p$i" unshare -m sh -c "
     mount --make-rprivate / &&
-    mount -t tmpfs none /opt && mkdir -p /opt/train /opt/pod &&
+    mount -t tmpfs none /opt && mkdir -p /opt/train /opt/pod /opt/host_tmp &&
     mount --bind '$work' /opt/pod && mount --bind /opt/pod/hosts /etc/hosts &&
+    mount --bind /tmp /opt/host_tmp &&
     mount -t tmpfs none /tmp && mount --bind /opt/pod/ckpt /ckpt &&
+    for top in $tmp_tops; do mkdir -p /tmp/\$top && mount --bind /opt/host_tmp/\$top /tmp/\$top; done &&
     ln -s '$mlp' /opt/train/mlp_cpu &&
     exec env -i PATH=/opt/pod/bin:/usr/bin:/bin HOSTNAME=rtd-train-$i JOB_COMPLETION_INDEX=$i \
       \$(cat /opt/pod/env) /bin/sh -c '$args'" >"$work/pod$i" 2>&1
@@ -59,7 +64,7 @@ pod 1 & p1=$!; pids="$p1"
 pod 0 & p0=$!; pids="$pids $p0"
 wait $p0; rc0=$?
 wait $p1; rc1=$?
-[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || { echo "FAILED: pods exited $rc0/$rc1"; tail -20 "$work/pod0" "$work/pod1"; fail=1; }
+[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || { echo "FAILED: pods exited $rc0/$rc1"; tail -n 20 "$work/pod0" "$work/pod1"; fail=1; }
 check "pod 0 hosts the rendezvous at its DNS name" "joined: node 0 of 2" "$work/pod0"
 check "pod 1 joins it" "joined: node 1 of 2" "$work/pod1"
 check "the trainer ran to its last step on 4 ranks" "step 200 loss" "$work/pod0"
