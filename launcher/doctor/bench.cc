@@ -79,6 +79,11 @@ int run_bench_worker() {
         expect > 0 ? (" (the links should give " + std::to_string(int(expect)) + "+)").c_str() : "",
         slow ? "  SLOW" : "");
   };
+  if (w.world_size < 2) {
+    std::printf("  one worker: nothing moves; run with more to measure\n");
+    std::fflush(stdout);
+    return 0;
+  }
   const double expect_all = nnodes > 1 ? expect_across : expect_within;
   line("every worker", all, expect_all);
   std::vector<double> sorted = nodes;
@@ -92,7 +97,6 @@ int run_bench_worker() {
       ++bad;
     }
   }
-  if (w.world_size < 2) std::printf("  (one worker: nothing moves; run with more to measure)\n");
   std::fflush(stdout);
   return bad > 0 ? 1 : 0;
 }

@@ -209,6 +209,16 @@ int run_across(const LaunchOptions& o, const EnvMap& env, Facts& facts,
 
 int run_doctor(const LaunchOptions& options, const EnvMap& env) {
   Facts facts = gather_facts(env);
+  // What the workers would see: --env and the NCCL preset's values too.
+  std::vector<std::pair<std::string, std::string>> overrides = options.env;
+  NcclPreset preset = NcclPreset::kNone;
+  parse_nccl_preset(options.nccl_preset, &preset);
+  apply_preset(preset, facts, env, overrides);
+  for (const auto& [k, v] : overrides) {
+    if (k.rfind("NCCL_", 0) == 0 || k.rfind("RTD_", 0) == 0 || k == "OMP_NUM_THREADS" ||
+        k == "CUDA_VISIBLE_DEVICES")
+      facts.env[k] = v;
+  }
   std::vector<Finding> findings =
       evaluate(facts, JobShape{.nproc_per_node = options.nproc_per_node, .nnodes = options.nnodes});
   if (options.nnodes > 1 && options.rdzv_given) {
