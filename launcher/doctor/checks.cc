@@ -74,7 +74,20 @@ void gpu_findings(const Facts& f, const JobShape& job, std::vector<Finding>& out
     if (f.cuda_driver_version > 0)
       std::snprintf(cuda, sizeof(cuda), ", CUDA %d.%d", f.cuda_driver_version / 1000,
                     f.cuda_driver_version % 1000 / 10);
-    out.push_back({"driver", Status::kOk, f.driver_version + cuda, ""});
+    // The driver must support the CUDA runtime rt_dist carries (major.minor).
+    std::string driver = f.driver_version + cuda;
+    int major = 0, minor = 0;
+    if (!f.cuda_runtime.empty() &&
+        std::sscanf(f.cuda_runtime.c_str(), "%d.%d", &major, &minor) == 2) {
+      driver += "; rt_dist's CUDA runtime " + f.cuda_runtime;
+    }
+    if (f.cuda_driver_version > 0 && f.cuda_driver_version < major * 1000 + minor * 10) {
+      out.push_back({"driver", Status::kError, driver,
+                     "the driver is older than the CUDA runtime rt_dist was built with: update "
+                     "the NVIDIA driver, or build rt_dist with an older CUDA toolkit"});
+    } else {
+      out.push_back({"driver", Status::kOk, driver, ""});
+    }
   }
   if (!f.nccl_version.empty()) {
     out.push_back({"NCCL", Status::kOk, f.nccl_version + " (" + f.nccl_path + ")", ""});

@@ -111,6 +111,9 @@ Facts gather_facts(const EnvMap& env, const std::string& root) {
   }
   probe_gpus(f);
   probe_nccl(f);
+#ifdef RTD_CUDA_RUNTIME
+  f.cuda_runtime = RTD_CUDA_RUNTIME;
+#endif
   f.interfaces = read_interfaces();
   read_sysfs_facts(root, f);
   f.have_verbs = verbs_loadable();

@@ -52,6 +52,7 @@ struct Facts {
   std::string gpu_note;
   std::string driver_version;
   int cuda_driver_version = 0;  // 12080 for CUDA 12.8
+  std::string cuda_runtime;     // the CUDA runtime rt_dist was built with ("13.0.88"), or empty
   std::vector<GpuLink> links;
   // The NCCL library the workers would load (its path and version), or why not.
   std::string nccl_path, nccl_version, nccl_note;

@@ -110,6 +110,18 @@ TEST(Doctor, WhichInterfaceNcclWouldUse) {
   EXPECT_EQ(find(evaluate(f, {.nnodes = 2}), "NCCL socket interface").status, Status::kError);
 }
 
+TEST(Doctor, ADriverOlderThanTheCudaRuntimeIsAnError) {
+  Facts f = healthy();
+  f.cuda_runtime = "13.0.88";
+  EXPECT_EQ(find(evaluate(f, {}), "driver").status, Status::kOk);
+  EXPECT_NE(find(evaluate(f, {}), "driver").found.find("rt_dist's CUDA runtime 13.0.88"),
+            std::string::npos);
+  f.cuda_driver_version = 12080;  // the driver supports CUDA 12.8 only
+  const Finding d = find(evaluate(f, {}), "driver");
+  EXPECT_EQ(d.status, Status::kError);
+  EXPECT_NE(d.advice.find("update the NVIDIA driver"), std::string::npos);
+}
+
 TEST(Doctor, MoreWorkersThanVisibleGpusAndNoPeerAccess) {
   Facts f = healthy();
   f.env["CUDA_VISIBLE_DEVICES"] = "0,1";
