@@ -140,8 +140,16 @@ void FlightRecorder::completed(std::uint64_t seq) {
   c->done = true;
   // In the trace: from the call until its completion was seen (on a GPU, by
   // the watchdog's poll of the collective's end event).
-  if (c->at_us > 0)
-    trace::span(c->op, "collective", trace_track_, c->at_us, trace::now_us(), c->args);
+  if (c->at_us > 0) {
+    trace::span(c->op, "collective", trace_track_, c->at_us, trace::now_us(),
+                c->trace_note.empty() ? c->args : c->args + ", " + c->trace_note);
+  }
+}
+
+void FlightRecorder::annotate(std::uint64_t seq, std::string note) {
+  if (!trace::enabled()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Call* c = find(seq)) c->trace_note = std::move(note);
 }
 
 void FlightRecorder::check_hang() {

@@ -53,6 +53,7 @@ class FlightRecorder {
     std::int64_t at_ms = 0;  // when it was called (milliseconds since the Unix epoch)
     bool done = false;       // completed or failed (this rank's ring only; not published)
     std::int64_t at_us = 0;  // when it was called, for the trace (this rank's ring only)
+    std::string trace_note;  // for the trace only (the streams): not published
   };
   // One peer's report as read from the store.
   struct Report {
@@ -75,6 +76,9 @@ class FlightRecorder {
   std::uint64_t record(std::string op, std::string args);
   // Call seq finished (completed or failed); calls may finish in any order.
   void completed(std::uint64_t seq);
+  // What the trace shows of call seq beside its arguments (the streams it
+  // runs on); ranks need not agree on it, so it is not published.
+  void annotate(std::uint64_t seq, std::string note);
   // The last n calls, oldest first.
   std::vector<Call> recent(std::size_t n) const;
   // Writes the newest calls to the store if they changed since the last time.

@@ -1,6 +1,8 @@
 // NcclCommunicator: setup, the launch idiom, and each operation's checks.
 #include "collectives/nccl/nccl_communicator.h"
 
+#include <cstdio>
+
 #include "collectives/nccl/ce_all_reduce.h"
 #include "collectives/nccl/ce_shard_collective.h"
 #include "collectives/nccl/nccl_bootstrap.h"
@@ -8,6 +10,7 @@
 #include "collectives/nccl/nccl_types.h"
 #include "collectives/nccl/nccl_work.h"
 #include "collectives/validate.h"
+#include "rt_dist/trace.h"
 #include "runtime/core/log.h"
 
 namespace rtd::nccl {
@@ -183,6 +186,12 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
   }
   CudaApi& cuda = state_->cuda();
   auto caller_stream = static_cast<cudaStream_t>(caller.cuda_stream);
+  if (recorded != 0 && trace::enabled()) {
+    char note[96];
+    std::snprintf(note, sizeof(note), "on stream %p after caller stream %p",
+                  static_cast<void*>(stream_), static_cast<void*>(caller_stream));
+    state_->recorder()->annotate(recorded, note);
+  }
   RTD_CUDA_CHECK(cuda, cuda.event_record(start_, caller_stream),
                  what + ": recording on the caller's stream");
   RTD_CUDA_CHECK(cuda, cuda.stream_wait_event(stream_, start_),
