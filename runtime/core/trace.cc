@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -59,11 +60,20 @@ class Recorder {
         << ",\"args\":{\"name\":\"rank " << rank_ << "\"}},\n";
     out << "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" << rank_
         << ",\"args\":{\"sort_index\":" << rank_ << "}}";
+    // Rows are numbered (the format's tid is a number) and named by metadata.
+    std::map<std::string, int> tids;
+    for (const Event& e : ring_) tids.emplace(e.track, 0);
+    int next_tid = 1;
+    for (auto& [track, tid] : tids) {
+      tid = next_tid++;
+      out << ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << rank_ << ",\"tid\":" << tid
+          << ",\"args\":{\"name\":\"" << escape(track) << "\"}}";
+    }
     for (std::size_t i = 0; i < ring_.size(); ++i) {
       const Event& e = ring_[(next_ + i) % ring_.size()];
-      out << ",\n{\"ph\":\"X\",\"pid\":" << rank_ << ",\"tid\":\"" << escape(e.track)
-          << "\",\"name\":\"" << escape(e.name) << "\",\"cat\":\"" << escape(e.category)
-          << "\",\"ts\":" << e.start_us << ",\"dur\":" << (e.end_us - e.start_us);
+      out << ",\n{\"ph\":\"X\",\"pid\":" << rank_ << ",\"tid\":" << tids[e.track] << ",\"name\":\""
+          << escape(e.name) << "\",\"cat\":\"" << escape(e.category) << "\",\"ts\":" << e.start_us
+          << ",\"dur\":" << (e.end_us - e.start_us);
       if (!e.args.empty()) out << ",\"args\":{\"detail\":\"" << escape(e.args) << "\"}";
       out << "}";
     }
