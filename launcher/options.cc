@@ -25,6 +25,8 @@ Examples:
   # the same, authenticated (a secret every node knows; or DTRUN_TOKEN, --token-file)
   dtrun --nproc-per-node=8 --nnodes=2 --rdzv=10.0.0.1:29500 --token=$TOK ./train
   dtrun --nproc-per-node=gpu --env NCCL_DEBUG=INFO --max-restarts=3 ./train
+  # check the node(s) first, with the job's own flags: GPUs, NCCL, network, limits
+  dtrun doctor [--bench] --nproc-per-node=8 --nnodes=2 --rdzv=10.0.0.1:29500
 
 Workers get torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...)
 plus DTRUN_STORE, DTRUN_TOKEN and DTRUN_ROUND. Exit status: the first failing
