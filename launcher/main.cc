@@ -67,6 +67,10 @@ int main(int argc, char** argv) {
     if (doctor) {
       const int found = launcher::doctor::run_doctor(*parsed.options, env);
       if (!bench) return found;
+      if (found != 0) {
+        std::fprintf(stderr, "dtrun doctor: --bench skipped: mend the errors above first\n");
+        return found;
+      }
       // The workers are this dtrun, measuring.
       launcher::LaunchOptions o = *parsed.options;
       o.program = std::filesystem::read_symlink("/proc/self/exe").string();

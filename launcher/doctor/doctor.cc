@@ -185,11 +185,14 @@ int run_across(const LaunchOptions& o, const EnvMap& env, Facts& facts,
   store->set(prefix + "node/" + std::to_string(node), facts.host + "\n" + encode(findings));
   if (node != 0) {
     const int errors = print_report({{facts.host, findings}}, false);
-    std::printf("\n(reported to node 0)\n");
+    // Node 0 says whether any node has an error: every node exits alike (and
+    // --bench runs on all of them or on none).
+    const std::string job_errors = store->get(prefix + "printed", std::chrono::seconds(60));
+    std::printf("\n(reported to node 0; %s)\n",
+                job_errors == "0" ? "no node has an error" : "some node has errors: see node 0");
     std::fflush(stdout);
-    store->get(prefix + "printed", std::chrono::seconds(60));
     store->set(prefix + "bye/" + std::to_string(node), "1");
-    return errors > 0 ? 1 : 0;
+    return errors > 0 || job_errors != "0" ? 1 : 0;
   }
   std::vector<NodeReport> nodes;
   for (int r = 0; r < nnodes; ++r) {
@@ -199,7 +202,7 @@ int run_across(const LaunchOptions& o, const EnvMap& env, Facts& facts,
     nodes.push_back({text.substr(0, newline), decode(text.substr(newline + 1))});
   }
   const int errors = print_report(nodes, true);
-  store->set(prefix + "printed", "1");
+  store->set(prefix + "printed", std::to_string(errors));
   for (int r = 1; r < nnodes; ++r)
     store->get(prefix + "bye/" + std::to_string(r), std::chrono::seconds(10));
   return errors > 0 ? 1 : 0;

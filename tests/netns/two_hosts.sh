@@ -161,7 +161,7 @@ wait $p0; rc0=$?
 check "doctor on node 0 reports both nodes" "dtrun doctor across 2 nodes" "$out/doc0"
 check "doctor names node 1's interface" "1    ok     v${tag}b" "$out/doc0"
 check "doctor names the differing setting" "NCCL_PROTO: (unset) on node 0; Simple on node 1" "$out/doc0"
-check "node 1 reports to node 0" "(reported to node 0)" "$out/doc1"
+check "node 1 reports to node 0, and hears of the errors" "(reported to node 0; some node has errors: see node 0)" "$out/doc1"
 # ... and --bench: the workers time an all-reduce across both hosts and within each.
 in_a "$dtrun" doctor --bench --nnodes=2 --nproc-per-node=2 $rdzv >"$out/bench0" 2>&1 &
 p0=$!; pids="${pids:-} $p0"
