@@ -155,7 +155,7 @@ void network_findings(const Facts& f, const JobShape& job, std::vector<Finding>&
   }
   if (f.rdma.empty()) {
     out.push_back({"RDMA", Status::kInfo,
-                   "no devices in /sys/class/infiniband: between nodes NCCL uses TCP sockets",
+                   "no devices (" + f.rdma_source + "): between nodes NCCL uses TCP sockets",
                    job.nnodes > 1 ? "expect 1-10 GB/s between nodes; InfiniBand or RoCE gives "
                                     "25-50 GB/s per NIC"
                                   : ""});
@@ -181,7 +181,7 @@ void network_findings(const Facts& f, const JobShape& job, std::vector<Finding>&
     s = Status::kWarn;
     advice = "NCCL_IB_DISABLE=1 turns these devices off for NCCL: unset it";
   }
-  out.push_back({"RDMA", s, join(ports, "; ") + " (read from sysfs)", advice});
+  out.push_back({"RDMA", s, join(ports, "; ") + " (" + f.rdma_source + ")", advice});
 }
 
 void limit_findings(const Facts& f, const JobShape& job, std::vector<Finding>& out) {

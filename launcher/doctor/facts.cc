@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "launcher/doctor/gpu_probe.h"
+#include "launcher/doctor/rdma_probe.h"
 #include "launcher/machine.h"
 
 namespace rtd::launcher::doctor {
@@ -116,7 +117,9 @@ Facts gather_facts(const EnvMap& env, const std::string& root) {
 #endif
   f.interfaces = read_interfaces();
   read_sysfs_facts(root, f);
-  f.have_verbs = verbs_loadable();
+  // The ports as NCCL will see them, through libibverbs; sysfs where it is absent.
+  f.have_verbs = probe_rdma_verbs(f);
+  f.rdma_source = f.have_verbs ? "libibverbs" : "sysfs: libibverbs is not installed";
   struct statvfs shm {};
   if (statvfs("/dev/shm", &shm) == 0) f.shm_bytes = std::uint64_t(shm.f_blocks) * shm.f_frsize;
   rlimit lim{};

@@ -58,8 +58,9 @@ struct Facts {
   std::string nccl_path, nccl_version, nccl_note;
   std::vector<NetInterface> interfaces;
   std::vector<RdmaPort> rdma;
-  bool have_verbs = false;      // libibverbs.so.1 loads (NCCL's IB transport needs it)
-  std::uint64_t shm_bytes = 0;  // 0: no /dev/shm
+  bool have_verbs = false;            // libibverbs.so.1 loads (NCCL's IB transport needs it)
+  std::string rdma_source = "sysfs";  // where `rdma` came from: "libibverbs" or "sysfs"
+  std::uint64_t shm_bytes = 0;        // 0: no /dev/shm
   std::optional<std::uint64_t> memlock_bytes;  // nullopt: unlimited
   std::uint64_t open_files = 0;
   std::uint64_t hugepages_total = 0, hugepages_free = 0, hugepage_bytes = 0;

@@ -156,10 +156,4 @@ void probe_nccl(Facts& facts) {
   dlclose(lib);
 }
 
-bool verbs_loadable() {
-  void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib) dlclose(lib);
-  return lib != nullptr;
-}
-
 }  // namespace rtd::launcher::doctor

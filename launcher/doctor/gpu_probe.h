@@ -12,7 +12,5 @@ namespace rtd::launcher::doctor {
 void probe_gpus(Facts& facts);
 // Fills nccl_path and nccl_version (or nccl_note), as the workers would find it.
 void probe_nccl(Facts& facts);
-// Whether libibverbs.so.1 loads.
-bool verbs_loadable();
 
 }  // namespace rtd::launcher::doctor

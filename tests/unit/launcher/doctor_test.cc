@@ -80,7 +80,13 @@ TEST(Doctor, AContainerWithoutSharedMemoryOrMemlockIsAnErrorWithAdvice) {
 TEST(Doctor, RdmaWithoutVerbsOrWithIbDisabledOrNoActivePort) {
   Facts f = healthy();
   f.have_verbs = false;
-  EXPECT_EQ(find(evaluate(f, {}), "RDMA").status, Status::kError);
+  f.rdma_source = "sysfs: libibverbs is not installed";
+  const Finding r0 = find(evaluate(f, {}), "RDMA");
+  EXPECT_EQ(r0.status, Status::kError);
+  EXPECT_NE(r0.found.find("(sysfs: libibverbs is not installed)"), std::string::npos) << r0.found;
+  f.rdma.clear();  // no devices: where the answer came from is said
+  EXPECT_NE(find(evaluate(f, {}), "RDMA").found.find("no devices (sysfs: libibverbs is not"),
+            std::string::npos);
   f = healthy();
   f.env["NCCL_IB_DISABLE"] = "1";
   EXPECT_EQ(find(evaluate(f, {}), "RDMA").status, Status::kWarn);
