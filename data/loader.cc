@@ -179,9 +179,11 @@ Loader::~Loader() {
 
 const unsigned char* Loader::next() {
   Impl& m = *impl_;
+  // The copy of the batch before must be done with its slot; waited for
+  // before taking the lock, which the prefetch thread needs meanwhile.
+  if (m.current >= 0 && m.copies) m.copies->wait();
   std::unique_lock<std::mutex> lock(m.mu);
   if (m.current >= 0) {
-    if (m.copies) m.copies->wait();  // the copy of the batch before is done with its slot
     m.free_slots.push_back(m.current);
     m.current = -1;
     m.cv.notify_all();

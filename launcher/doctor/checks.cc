@@ -6,6 +6,8 @@
 #include <map>
 #include <sstream>
 
+#include "launcher/machine.h"
+
 namespace rtd::launcher::doctor {
 namespace {
 
@@ -36,12 +38,11 @@ std::string join(const std::vector<std::string>& items, const std::string& sep =
   return out;
 }
 
-// Visible GPUs: CUDA_VISIBLE_DEVICES' entries where set, else all.
+// Visible GPUs: CUDA_VISIBLE_DEVICES' entries, as dtrun counts them, where set; else all.
 int visible(const Facts& f) {
   auto it = f.env.find("CUDA_VISIBLE_DEVICES");
   if (it == f.env.end()) return static_cast<int>(f.gpus.size());
-  return std::min<int>(static_cast<int>(split(it->second, ',').size()),
-                       static_cast<int>(f.gpus.size()));
+  return std::min(visible_gpus(it->second), static_cast<int>(f.gpus.size()));
 }
 
 void gpu_findings(const Facts& f, const JobShape& job, std::vector<Finding>& out) {

@@ -138,6 +138,7 @@ int print_report(const std::vector<NodeReport>& nodes, bool across) {
 // compared as at a job's start, and every node's findings to node 0, which
 // prints them all; the others print their own.
 int run_across(const LaunchOptions& o, const EnvMap& env, Facts& facts,
+               const std::vector<std::pair<std::string, std::string>>& overrides,
                std::vector<Finding> findings) {
   // An address that does not resolve ends it here; a port in use on this
   // host may be another node's doctor hosting (two nodes on one host).
@@ -162,10 +163,6 @@ int run_across(const LaunchOptions& o, const EnvMap& env, Facts& facts,
        "node " + std::to_string(node) + " of " + std::to_string(nnodes) + " at " + p.store_addr,
        ""});
   auto store = make_grpc_store(p.store_addr, o.token)->bounded(std::chrono::seconds(60));
-  std::vector<std::pair<std::string, std::string>> overrides = o.env;
-  NcclPreset preset = NcclPreset::kNone;
-  parse_nccl_preset(o.nccl_preset, &preset);
-  apply_preset(preset, facts, env, overrides);
   const SettingsVerdict verdict =
       check_settings_across_nodes(*store, p.layout.round(), node, nnodes,
                                   effective_settings(env, overrides, facts.nccl_version), p.host);
@@ -217,16 +214,13 @@ int run_doctor(const LaunchOptions& options, const EnvMap& env) {
   NcclPreset preset = NcclPreset::kNone;
   parse_nccl_preset(options.nccl_preset, &preset);
   apply_preset(preset, facts, env, overrides);
-  for (const auto& [k, v] : overrides) {
-    if (k.rfind("NCCL_", 0) == 0 || k.rfind("RTD_", 0) == 0 || k == "OMP_NUM_THREADS" ||
-        k == "CUDA_VISIBLE_DEVICES")
-      facts.env[k] = v;
-  }
+  for (const auto& [k, v] : overrides)
+    if (is_node_setting(k)) facts.env[k] = v;
   std::vector<Finding> findings =
       evaluate(facts, JobShape{.nproc_per_node = options.nproc_per_node, .nnodes = options.nnodes});
   if (options.nnodes > 1 && options.rdzv_given) {
     try {
-      return run_across(options, env, facts, findings);
+      return run_across(options, env, facts, overrides, findings);
     } catch (const Error& e) {
       findings.push_back({"across nodes", Status::kError, e.what(),
                           "every node must run dtrun doctor with the same flags"});

@@ -100,16 +100,18 @@ void read_sysfs_facts(const std::string& root, Facts& facts) {
   }
 }
 
+bool is_node_setting(const std::string& key) {
+  return key.rfind("NCCL_", 0) == 0 || key.rfind("RTD_", 0) == 0 || key == "OMP_NUM_THREADS" ||
+         key == "CUDA_VISIBLE_DEVICES";
+}
+
 Facts gather_facts(const EnvMap& env, const std::string& root) {
   Facts f;
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   f.host = host;
-  for (const auto& [k, v] : env) {
-    if (k.rfind("NCCL_", 0) == 0 || k.rfind("RTD_", 0) == 0 || k == "OMP_NUM_THREADS" ||
-        k == "CUDA_VISIBLE_DEVICES")
-      f.env[k] = v;
-  }
+  for (const auto& [k, v] : env)
+    if (is_node_setting(k)) f.env[k] = v;
   probe_gpus(f);
   probe_nccl(f);
 #ifdef RTD_CUDA_RUNTIME

@@ -68,6 +68,10 @@ struct Facts {
   EnvMap env;  // NCCL_*, RTD_*, OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES
 };
 
+// The environment variables Facts::env keeps: NCCL_*, RTD_*,
+// OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES.
+bool is_node_setting(const std::string& key);
+
 // Reads this node's facts. root prefixes /sys and /proc paths (tests).
 Facts gather_facts(const EnvMap& env, const std::string& root = "");
 

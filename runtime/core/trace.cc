@@ -1,6 +1,7 @@
 // The per-rank trace ring and its Chrome-trace file (rt_dist/trace.h).
 #include "rt_dist/trace.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -8,7 +9,6 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "runtime/core/config.h"
@@ -120,9 +120,10 @@ class Recorder {
   std::uint64_t dropped_ = 0;
 };
 
-std::string thread_track() {
-  static thread_local std::string name =
-      "thread " + std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()) % 10000);
+// Each thread's row: "thread 1", "thread 2", ... in the order they first record.
+const std::string& thread_track() {
+  static std::atomic<int> threads{0};
+  static thread_local const std::string name = "thread " + std::to_string(++threads);
   return name;
 }
 
