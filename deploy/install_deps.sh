@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that building and testing dtrun / librt_dist needs.
+#   deploy/install_deps.sh [--build-only]
 # Skips what is already present; needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-packages=(
+# What building librt_dist, dtrun, the examples and the .deb needs.
+build_packages=(
   build-essential cmake pkg-config ccache git ca-certificates
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libspdlog-dev libfmt-dev libgloo-dev libopenmpi-dev openmpi-bin libucx-dev
-  libgtest-dev libgmock-dev libcli11-dev libopenblas-dev
-  iproute2 procps patchelf file clang-format
+  libspdlog-dev libfmt-dev libgloo-dev libcli11-dev libopenblas-dev
+  dpkg-dev file  # cpack's .deb: dpkg-shlibdeps
+)
+# What the tests need besides.
+test_packages=(
+  libopenmpi-dev openmpi-bin libucx-dev libgtest-dev libgmock-dev
+  iproute2 procps patchelf clang-format
   slurmctld slurmd slurm-client munge  # the real-Slurm test (tests/slurm)
-  debootstrap dpkg-dev  # the package test (tests/deploy): a fresh Debian 12 root; dpkg-shlibdeps
+  debootstrap                          # the package test (tests/deploy): a fresh Debian 12 root
   python3                              # the safetensors reader of tests/checkpoint
   python3-matplotlib                   # bench/plots: the docs/ figures from the recorded JSON
 )
+
+# --build-only: what a build needs, not the tests (deploy/docker/Dockerfile).
+packages=("${build_packages[@]}")
+if [ "${1:-}" != "--build-only" ]; then packages+=("${test_packages[@]}"); fi
 
 missing=()
 for p in "${packages[@]}"; do
