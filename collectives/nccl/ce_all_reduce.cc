@@ -58,10 +58,12 @@ std::shared_ptr<Work> CopyEngineAllReduce::run(int i, StreamRef caller) {
   call.copy_with_peers(  // pull every peer's copy of my chunk into scratch
       final_slot, [&](int p) { return peers_->scratch() + slot_of(p) * slot_bytes; },
       [&](int p) { return peers_->peer_buffer(p, i) + mine; }, bytes, "pulling a peer's chunk");
+  const DeviceSpans::Mark adding = call.mark();
   reduce_slots_async(own + mine, own + mine, peers_->scratch(), chunks.slot_elems(), n - 1,
                      chunks.size(me), buf.dtype, setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f,
                      setup_.reduce_blocks, peers_->stream());
   call.check_launch("launching the addition");
+  call.span(adding, "addition", bytes * (n - 1));
   // Push my reduced chunk into every peer's buffer (my chunk of theirs was
   // read by me alone, in the pulls above), then say so. A peer's "reduced"
   // flag thus also means it has finished reading my buffer.

@@ -24,6 +24,11 @@ std::vector<std::string> all_gather_strings(Store& store, const std::string& key
   return all;
 }
 
+// What a traced copy or addition shows: its call, its step and its size.
+std::string span_detail(const std::string& what, const char* step, std::size_t bytes) {
+  return what + ": " + step + ", " + std::to_string(bytes) + " bytes";
+}
+
 // Waits for work queued on stream without cuda*Synchronize (polls an event).
 void drain(cudaStream_t stream) {
   cudaEvent_t e = nullptr;
@@ -44,6 +49,7 @@ std::string reduce_refusal(const CeSetup& setup) {
 }
 
 CePeers::~CePeers() {
+  spans_.reset();  // waits for the traced copies to end, before their memory goes
   cudaSetDevice(device_);
   for (void* p : opened_) cudaIpcCloseMemHandle(p);
   if (flags_) cudaFree(flags_);
@@ -141,6 +147,7 @@ std::shared_ptr<CePeers> CePeers::create(const CeSetup& setup, const std::string
       cudaMemsetAsync(res->flags_, 0, res->flag_count_ * sizeof(unsigned), res->stream_);
       drain(res->stream_);  // zero before any peer can write them
       mine.flags_handle = hex(&flags_handle, sizeof(flags_handle));
+      res->spans_ = DeviceSpans::create_if_tracing(setup.device);
     }
   }
 
@@ -216,6 +223,7 @@ CeCall::CeCall(CePeers& peers, std::shared_ptr<CommState> state, const std::stri
     throw Error(failure->category(), what_ + ": " + failure->what(), failure->backend_code());
   }
   epoch_ = ++epoch;
+  if (peers_.spans_) peers_.spans_->collect();  // the earlier calls' finished spans
 }
 
 namespace {
@@ -289,9 +297,16 @@ void CeCall::copy_with_peers(int wait_slot, const Where& dst, const Where& src, 
       }
       if (wait_slot >= 0) wait_for(wait_slot, p, on);
       if (len == 0) continue;
+      DeviceSpans* spans = peers_.spans_.get();
+      const DeviceSpans::Mark mark = spans ? spans->begin(on) : DeviceSpans::Mark{};
       RTD_CUDA_CHECK(
           cuda, cudaMemcpyAsync(dst(p) + from, src(p) + from, len, cudaMemcpyDeviceToDevice, on),
           what_ + ": " + step);
+      if (spans) {
+        spans->end(mark, on, "copy with rank " + std::to_string(p),
+                   forked ? "copy stream " + std::to_string(k % streams) : "copy engines",
+                   span_detail(what_, step, len));
+      }
     }
   }
   for (int k = 0; forked && k < streams; ++k) {
@@ -308,6 +323,15 @@ void CeCall::copy_local(void* dst, const void* src, std::size_t bytes, const cha
   RTD_CUDA_CHECK(state_->cuda(),
                  cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, peers_.stream_),
                  what_ + ": " + step);
+}
+
+DeviceSpans::Mark CeCall::mark() {
+  return peers_.spans_ ? peers_.spans_->begin(peers_.stream_) : DeviceSpans::Mark{};
+}
+
+void CeCall::span(const DeviceSpans::Mark& from, const char* name, std::size_t bytes) {
+  if (peers_.spans_)
+    peers_.spans_->end(from, peers_.stream_, name, "copy engines", span_detail(what_, name, bytes));
 }
 
 void CeCall::check_launch(const char* step) { check_result(cudaGetLastError(), step); }

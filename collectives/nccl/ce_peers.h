@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collectives/nccl/comm_state.h"
+#include "collectives/nccl/device_spans.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/store.h"
 
@@ -81,13 +82,15 @@ class CePeers {
   std::vector<char*> peer_flags_;                 // per rank (own: nullptr), mapped here
   std::vector<std::vector<char*>> peer_buffers_;  // [rank][buffer], mapped here
   std::vector<void*> opened_;                     // IPC mappings to close
+  std::unique_ptr<DeviceSpans> spans_;            // with the trace on: each copy and addition
 };
 
 // One call of a copy-engine collective: recorded in the flight recorder as
 // `op` with `args`, named "<name> #<number><detail> on rank R" in errors, and
 // refused when the communicator has failed; then ++epoch is its flags' value.
 // Every step is enqueued on the collective's stream (or its copy streams);
-// nothing blocks the host.
+// nothing blocks the host. With the trace on, each copy and addition is a span
+// of it, on the row of the stream it ran on.
 class CeCall {
  public:
   CeCall(CePeers& peers, std::shared_ptr<CommState> state, const std::string& op, std::string args,
@@ -106,6 +109,10 @@ class CeCall {
                        const char* step);
   // A copy within this GPU, on the main stream.
   void copy_local(void* dst, const void* src, std::size_t bytes, const char* step);
+  // The work enqueued on the main stream between mark() and span() is one
+  // span of the trace (the addition kernel), when the trace is on.
+  DeviceSpans::Mark mark();
+  void span(const DeviceSpans::Mark& from, const char* name, std::size_t bytes);
   void check_launch(const char* step);                  // after a kernel launched on stream()
   void check_result(cudaError_t rc, const char* step);  // throws when rc is an error
   // The Work of the call, once every step is enqueued.

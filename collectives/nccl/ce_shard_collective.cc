@@ -107,6 +107,7 @@ std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView o
     const std::size_t slot_elems = slot_bytes_ / dtype_size(in.dtype);
     const float scale = setup_.op == ReduceOp::kAvg ? 1.0f / n : 1.0f;
     const int scratch_slots = in_place ? n - 1 : n - 2;
+    const DeviceSpans::Mark adding = call.mark();
     if (!in_place) {  // out += own block (as a one-slot scratch)
       reduce_slots_async(own_out, own_out, own_in + me * block, 0, 1, out.count, in.dtype,
                          scratch_slots == 0 ? scale : 1.0f, setup_.reduce_blocks, peers_->stream());
@@ -117,6 +118,7 @@ std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView o
                          scale, setup_.reduce_blocks, peers_->stream());
       call.check_launch("launching the addition");
     }
+    call.span(adding, "addition", block * (n - 1));
   }
   call.tell_peers(kDone);
   call.wait_for_all(kDone);

@@ -1,7 +1,8 @@
 // A timeline of each rank's steps (docs/operations.md). With RTD_TRACE_DIR
 // set, every rank keeps its last RTD_TRACE_EVENTS events in a ring (the
 // trainer's Scopes, every collective with its size, the data-parallel
-// engines' buckets, gathers, reductions and optimizer steps) and writes them
+// engines' buckets, gathers, reductions and optimizer steps, the copy engines'
+// individual copies in GPU time) and writes them
 // as Chrome-trace JSON to RTD_TRACE_DIR/rank_<r>.json when it exits (or at
 // flush()); dtrun merges a job's ranks into RTD_TRACE_DIR/trace.json, which
 // Perfetto and chrome://tracing open. Scopes are NVTX ranges too, so that
