@@ -65,7 +65,11 @@ void merge_trace(const LaunchOptions& o, const EnvMap& parent_env, int node_rank
   if (node_rank != 0 || dir == s.end() || dir->second.empty()) return;
   try {
     const int ranks = merge_traces(dir->second);
-    log::get("launcher")->info("trace of {} rank(s): {}/trace.json", ranks, dir->second);
+    if (ranks == 0)
+      log::get("launcher")
+          ->warn("no rank wrote its trace in {} (see the workers' errors)", dir->second);
+    else
+      log::get("launcher")->info("trace of {} rank(s): {}/trace.json", ranks, dir->second);
   } catch (const Error& e) {
     log::get("launcher")->warn("could not merge the trace: {}", e.what());
   }
@@ -88,6 +92,8 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
   if (o.nnodes > 1) doctor::probe_nccl(node);
   const Settings settings = effective_settings(parent_env, o.env, node.nccl_version);
   std::string program = resolve_program(o.program, env_config.path);
+  if (auto dir = settings.find("RTD_TRACE_DIR"); dir != settings.end() && !dir->second.empty())
+    prepare_trace_dir(dir->second);
   if (!o.token_warning.empty()) logger->warn("{}", o.token_warning);
   if (o.from_slurm) {
     logger->info("under srun: node {} of {}, rendezvous at {}:{}", o.node_rank, o.nnodes,

@@ -3,7 +3,11 @@
 // (],"otherData":...}); the merge copies the event lines.
 #include "launcher/trace_merge.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -11,6 +15,23 @@
 #include "rt_dist/error.h"
 
 namespace rtd::launcher {
+
+void prepare_trace_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  auto fail = [&](const std::string& why) {
+    throw Error(ErrorCategory::kConfig, "RTD_TRACE_DIR=" + dir + ": " + why +
+                                            "; set it to a directory dtrun and the workers can "
+                                            "write (on every node), or unset it");
+  };
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir)) {
+    fail(fs::exists(dir) ? "a file, not a directory"
+                         : "cannot make it (" + (ec ? ec.message() : std::string("?")) + ")");
+  }
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    fail(std::string("not writable (") + std::strerror(errno) + ")");
+}
 
 int merge_traces(const std::string& dir) {
   namespace fs = std::filesystem;

@@ -53,6 +53,11 @@ class Recorder {
     std::filesystem::create_directories(dir_, ec);
     const std::string path = dir_ + "/rank_" + std::to_string(rank_) + ".json";
     std::ofstream out(path + ".tmp");
+    if (!out) {  // dtrun checked the directory at start; this rank cannot write it now
+      std::fprintf(stderr, "rt_dist: rank %d: cannot write its trace to %s.tmp\n", rank_,
+                   path.c_str());
+      return;
+    }
     // One event per line between the header and the footer: dtrun merges the
     // ranks' files line by line.
     out << "{\"traceEvents\":[\n";
@@ -79,6 +84,11 @@ class Recorder {
     }
     out << "\n],\"otherData\":{\"rank\":" << rank_ << ",\"dropped_events\":" << dropped_ << "}}\n";
     out.close();
+    if (!out) {
+      std::fprintf(stderr, "rt_dist: rank %d: writing its trace %s.tmp failed (disk full?)\n",
+                   rank_, path.c_str());
+      return;
+    }
     std::filesystem::rename(path + ".tmp", path, ec);
   }
 

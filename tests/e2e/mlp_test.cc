@@ -97,6 +97,15 @@ TEST(MlpCpu, TraceDirHoldsOneMergedTimelineOfEveryRank) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("\n10\n"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("dropped_events\":0"), std::string::npos) << r.output;
+
+  // A trace directory that cannot be one fails the job before it starts.
+  r = testing_util::run_command("rm -rf " + dir + " && touch " + dir + " && RTD_TRACE_DIR=" + dir +
+                                " " + DTRUN_PATH + " --nproc-per-node=2 " + MLP_PATH +
+                                " --steps 6");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("RTD_TRACE_DIR=" + dir + ": a file, not a directory"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("joined:"), std::string::npos) << "the job started:\n" << r.output;
   testing_util::run_command("rm -rf " + dir);
 }
 
