@@ -20,7 +20,7 @@ cp -a "$out/stage/lib/"librt_dist.so* "$out/lib/"
 mkdir -p "$out/include" && cp -a "$out/stage/include/." "$out/include/"
 rm -rf "$out/stage"
 if [ "$with_tests" = --with-tests ]; then
-  for t in unit_tests collectives_mp_test gpu_collectives_test e2e_tests; do
+  for t in unit_tests collectives_mp_test gpu_collectives_test gpu_ce_shared_test e2e_tests; do
     [ -x "$build/tests/$t" ] && cp "$build/tests/$t" "$out/bin/"
   done
 fi

@@ -132,7 +132,9 @@ std::size_t CommState::in_flight() {
 
 std::optional<Error> CommState::failure() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (failure_ || gone_) return failure_;
+  // Without an NCCL handle (copy-engine collectives set up on their own, as
+  // tests do) only an abort fails it.
+  if (failure_ || gone_ || !comm_) return failure_;
   ncclResult_t state = ncclSuccess;
   ncclResult_t rc = nccl_->comm_get_async_error(comm_, &state);
   if (rc != ncclSuccess) state = rc;

@@ -11,6 +11,7 @@ namespace {
 
 constexpr std::int64_t kAnchorLifeUs = 10'000'000;
 constexpr std::int64_t kDrainUs = 5'000'000;
+constexpr int kAnchorTries = 3;
 
 }  // namespace
 
@@ -80,19 +81,31 @@ cudaEvent_t DeviceSpans::take_event() {
 std::shared_ptr<DeviceSpans::Anchor> DeviceSpans::anchor() {
   const std::int64_t now = trace::now_us();
   if ((anchor_ && now < anchor_->renew_at_us) || no_clock_) return anchor_;
-  auto a = std::make_shared<Anchor>();
-  if (!clock_stream_ || cudaEventCreate(&a->event) != cudaSuccess) {
-    cudaGetLastError();
-    return anchor_;  // the old one (or none) still places spans
-  }
-  const std::int64_t before = trace::now_us();
-  cudaError_t rc = cudaEventRecord(a->event, clock_stream_);
-  if (rc == cudaSuccess) {
-    while ((rc = cudaEventQuery(a->event)) == cudaErrorNotReady &&
+  // The event's GPU time lies between the record call and the poll that sees
+  // it done, nearer the poll's end (the record waits behind the submission,
+  // and behind other processes' time slices on a shared GPU; the poll spins).
+  // Of a few tries, the one with the narrowest window is kept, so that a
+  // thread preempted between the poll and the clock's read is not.
+  std::shared_ptr<Anchor> best;
+  std::int64_t best_window = 0;
+  cudaError_t rc = cudaSuccess;
+  for (int attempt = 0; attempt < kAnchorTries && rc == cudaSuccess; ++attempt) {
+    auto a = std::make_shared<Anchor>();
+    if (!clock_stream_ || (rc = cudaEventCreate(&a->event)) != cudaSuccess) break;
+    const std::int64_t before = trace::now_us();
+    rc = cudaEventRecord(a->event, clock_stream_);
+    while (rc == cudaSuccess && (rc = cudaEventQuery(a->event)) == cudaErrorNotReady &&
            trace::now_us() - before < kDrainUs) {
+      rc = cudaSuccess;  // not yet: poll again
+    }
+    if (rc != cudaSuccess) break;
+    a->host_us = trace::now_us();
+    if (!best || a->host_us - before < best_window) {
+      best_window = a->host_us - before;
+      best = std::move(a);
     }
   }
-  if (rc != cudaSuccess) {
+  if (!best) {
     cudaGetLastError();
     if (!anchor_) {
       no_clock_ = true;  // not tried again
@@ -100,12 +113,11 @@ std::shared_ptr<DeviceSpans::Anchor> DeviceSpans::anchor() {
                               device_, rc == cudaErrorNotReady ? "did not complete" : "failed",
                               cudaGetErrorString(rc));
     }
-    return anchor_;
+    return anchor_;  // the old one (or none) still places spans
   }
-  const std::int64_t after = trace::now_us();
-  a->host_us = before + (after - before) / 2;
-  a->renew_at_us = after + kAnchorLifeUs;
-  anchor_ = a;
+  cudaGetLastError();
+  best->renew_at_us = best->host_us + kAnchorLifeUs;
+  anchor_ = std::move(best);
   return anchor_;
 }
 

@@ -4,10 +4,12 @@
 // trace's host clock when both have completed; nothing waits for them.
 //
 // [Clock] An anchor event, recorded on an idle stream of its own and polled
-// until done, gets a host time: the middle of the poll's window (a few us
-// wide). A GPU event is then placed at anchor + cudaEventElapsedTime. The
-// anchor is renewed every 10 s, so that the float milliseconds keep their
-// microseconds and the two clocks' drift stays below a microsecond.
+// until done, gets a host time: the end of the poll (the record itself waits
+// behind the submission, and on a GPU that processes share, behind their time
+// slices; the spinning poll sees it done within a microsecond or two). Of
+// three tries the narrowest window is kept. A GPU event is then placed at
+// anchor + cudaEventElapsedTime. The anchor is renewed every 10 s, so that the
+// float milliseconds keep their microseconds and the clocks' drift stays small.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,7 +33,7 @@ class DeviceSpans {
   // nullptr unless the trace is on (RTD_TRACE_DIR): then no event is made.
   static std::unique_ptr<DeviceSpans> create_if_tracing(int device);
   DeviceSpans(int device, Sink sink);
-  // Waits for the pending spans and hands them to the sink.
+  // Waits (a few seconds at most) for the pending spans and hands them to the sink.
   ~DeviceSpans();
   DeviceSpans(const DeviceSpans&) = delete;
   DeviceSpans& operator=(const DeviceSpans&) = delete;

@@ -1,0 +1,188 @@
+// [Copy engines, traced] The copy-engine all-reduce and all-gather, set up
+// directly on a CommState (no NCCL communicator), between ranks that share
+// GPUs: on a machine with one GPU, both ranks use it (CUDA IPC between two
+// processes on one device), so the copy-engine path and its trace spans run
+// where NCCL would refuse two ranks per GPU. The sums must be exact, and with
+// RTD_TRACE_DIR this rank's trace must hold a span per copy with each peer
+// and per addition, each inside the host's span of its collective.
+//   dtrun --nproc-per-node=2 --env RTD_TRACE_DIR=DIR gpu_ce_shared_test
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "collectives/factory.h"
+#include "collectives/nccl/ce_all_reduce.h"
+#include "collectives/nccl/ce_shard_collective.h"
+#include "rt_dist/rt_dist.h"
+#include "rt_dist/trace.h"
+
+namespace rtd::nccl {
+namespace {
+
+std::shared_ptr<Context> g_ctx;
+std::string g_skip;
+
+struct Span {
+  std::string name, cat;
+  long long ts, dur;
+};
+
+// The complete ("X") events of a rank's trace file, one per line as written.
+std::vector<Span> read_spans(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<Span> out;
+  const std::regex event(
+      R"re("ph":"X".*"name":"([^"]*)","cat":"([^"]*)","ts":(-?[0-9]+),"dur":(-?[0-9]+))re");
+  std::smatch m;
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_search(line, m, event))
+      out.push_back({m[1], m[2], std::stoll(m[3]), std::stoll(m[4])});
+  }
+  return out;
+}
+
+class CopyEnginesSharedGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!g_ctx) GTEST_SKIP() << g_skip;
+    rank_ = g_ctx->rank();
+    size_ = g_ctx->world_size();
+    int gpus = 0;
+    ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+    device_ = g_ctx->local_rank() % gpus;
+    ASSERT_EQ(cudaSetDevice(device_), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+    state_ = std::make_shared<CommState>(real_nccl_api(), real_cuda_api(), rank_,
+                                         std::chrono::seconds(60));
+    state_->set_recorder(std::make_shared<FlightRecorder>(nullptr, rank_, size_));
+  }
+  void TearDown() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  CeSetup setup(const std::string& name, std::vector<BufferView> buffers) {
+    static std::shared_ptr<Store> store(&g_ctx->store(), [](Store*) {});
+    scoped_ = make_prefix_store("ce_shared/" + name + "/", store);
+    return CeSetup{.state = state_,
+                   .store = scoped_.get(),
+                   .rank = rank_,
+                   .size = size_,
+                   .device = device_,
+                   .buffers = std::move(buffers),
+                   .op = ReduceOp::kSum,
+                   .timeout = std::chrono::seconds(60)};
+  }
+  BufferView floats(float* p, std::size_t n) {
+    return BufferView{.data = p,
+                      .count = n,
+                      .dtype = DType::kFloat32,
+                      .device = DeviceType::kCuda,
+                      .device_index = device_};
+  }
+
+  int rank_ = 0, size_ = 1, device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::shared_ptr<CommState> state_;
+  std::shared_ptr<Store> scoped_;
+};
+
+TEST_F(CopyEnginesSharedGpu, AllReduceAndAllGatherAreExactAndEachCopyIsTraced) {
+  const std::size_t n = std::size_t(1) << 22;  // 16 MiB of float32
+  float *sum = nullptr, *parts = nullptr;
+  ASSERT_EQ(cudaMalloc(&sum, n * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&parts, n * sizeof(float)), cudaSuccess);
+  std::vector<float> host(n);
+  {
+    std::string why;
+    auto reducer = CopyEngineAllReduce::create(setup("reduce", {floats(sum, n)}), &why);
+    ASSERT_TRUE(reducer) << "the copy-engine all-reduce refused: " << why;
+    auto gatherer =
+        CopyEngineShardCollective::create(setup("gather", {floats(parts, n)}), true, &why);
+    ASSERT_TRUE(gatherer) << "the copy-engine all-gather refused: " << why;
+    for (int round = 0; round < 3; ++round) {
+      for (std::size_t i = 0; i < n; ++i) host[i] = float(rank_ + 1) * float(i % 1000 + round);
+      ASSERT_EQ(cudaMemcpy(sum, host.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      reducer->run(0, StreamRef{stream_})->wait();
+      state_->overdue();  // marks it completed, as a communicator's watchdog would
+      ASSERT_EQ(cudaMemcpy(host.data(), sum, n * sizeof(float), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      const float ranks_sum = float(size_ * (size_ + 1) / 2);
+      for (std::size_t i = 0; i < n; i += 997)
+        ASSERT_EQ(host[i], ranks_sum * float(i % 1000 + round)) << "element " << i;
+
+      const std::size_t block = n / size_;
+      for (std::size_t i = 0; i < block; ++i) host[i] = float(rank_ * 7 + round);
+      ASSERT_EQ(cudaMemcpy(parts + rank_ * block, host.data(), block * sizeof(float),
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+      gatherer
+          ->run(floats(parts + rank_ * block, block), floats(parts, block * size_),
+                StreamRef{stream_})
+          ->wait();
+      state_->overdue();
+      ASSERT_EQ(cudaMemcpy(host.data(), parts, n * sizeof(float), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      for (int r = 0; r < size_; ++r)
+        ASSERT_EQ(host[r * block + block / 2], float(r * 7 + round)) << "block of rank " << r;
+    }
+  }  // the collectives go: their pending spans are written into the ring
+  cudaFree(sum);
+  cudaFree(parts);
+
+  if (!trace::enabled()) GTEST_SKIP() << "RTD_TRACE_DIR is not set: the spans are not checked";
+  trace::flush();
+  const char* dir = std::getenv("RTD_TRACE_DIR");
+  const std::vector<Span> spans =
+      read_spans(std::string(dir) + "/rank_" + std::to_string(rank_) + ".json");
+  std::vector<Span> calls, gpu;
+  for (const Span& s : spans) {
+    if (s.cat == "collective") calls.push_back(s);
+    if (s.cat == "gpu") gpu.push_back(s);
+  }
+  EXPECT_EQ(calls.size(), 6u) << "3 all-reduces and 3 all-gathers";
+  int copies = 0, additions = 0;
+  for (const Span& g : gpu) {
+    if (g.name.rfind("copy with rank ", 0) == 0) {
+      ++copies;
+      EXPECT_NE(g.name, "copy with rank " + std::to_string(rank_)) << "a copy with itself";
+    }
+    if (g.name == "addition") ++additions;
+    bool inside = false;
+    for (const Span& c : calls)
+      inside = inside || (c.ts - 200 <= g.ts && g.ts + g.dur <= c.ts + c.dur + 200);
+    EXPECT_TRUE(inside) << g.name << " at " << g.ts << "+" << g.dur
+                        << " lies outside every collective";
+    EXPECT_GE(g.dur, 0) << g.name;
+  }
+  // Per all-reduce: a pull and a push per peer, one addition; per all-gather a pull per peer.
+  EXPECT_EQ(copies, 3 * 3 * (size_ - 1));
+  EXPECT_EQ(additions, 3);
+}
+
+}  // namespace
+}  // namespace rtd::nccl
+
+int main(int argc, char** argv) {
+  using namespace rtd;
+  ::testing::InitGoogleTest(&argc, argv);
+  std::string why;
+  if (usable_gpu_count(&why) == 0) {
+    nccl::g_skip = "GPU test skipped: " + why;
+  } else {
+    try {
+      nccl::g_ctx = init(InitOptions{.backend = Backend::kGloo});
+    } catch (const Error& e) {
+      std::fprintf(stderr, "init failed: %s\n", e.what());
+      return 1;
+    }
+  }
+  int rc = RUN_ALL_TESTS();
+  nccl::g_ctx.reset();
+  constexpr int kSkipped = 77;  // CTest reports the run as skipped, not passed
+  return rc == 0 && !nccl::g_skip.empty() ? kSkipped : rc;
+}
