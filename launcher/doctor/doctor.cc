@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "launcher/doctor/checks.h"
@@ -12,6 +13,7 @@
 #include "launcher/net.h"
 #include "launcher/placement.h"
 #include "launcher/settings_exchange.h"
+#include "launcher/supervisor.h"
 #include "rt_dist/error.h"
 #include "rt_dist/store.h"
 
@@ -47,6 +49,21 @@ Finding rendezvous_finding(const LaunchOptions& o) {
             "(the port must be open between the nodes)"};
   }
   return {"rendezvous", Status::kOk, where + " (" + ip + ") accepts connections", ""};
+}
+
+// Whether the program (when given) is one dtrun can start, found as the job
+// would find it (a path, or a name on PATH).
+std::optional<Finding> program_finding(const LaunchOptions& o, const EnvMap& env) {
+  if (o.program.empty()) return std::nullopt;
+  auto path = env.find("PATH");
+  try {
+    return Finding{"program", Status::kOk,
+                   resolve_program(o.program, path == env.end() ? "" : path->second), ""};
+  } catch (const Error& e) {
+    return Finding{"program", Status::kError, e.what(),
+                   "the job would stop before starting any worker: name an executable file (a "
+                   "path, or a program on PATH)"};
+  }
 }
 
 // Findings as text for the store: a line per finding, its fields split by tabs.
@@ -218,6 +235,7 @@ int run_doctor(const LaunchOptions& options, const EnvMap& env) {
     if (is_node_setting(k)) facts.env[k] = v;
   std::vector<Finding> findings =
       evaluate(facts, JobShape{.nproc_per_node = options.nproc_per_node, .nnodes = options.nnodes});
+  if (auto program = program_finding(options, env)) findings.push_back(*program);
   if (options.nnodes > 1 && options.rdzv_given) {
     try {
       return run_across(options, env, facts, overrides, findings);

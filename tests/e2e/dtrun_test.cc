@@ -477,6 +477,10 @@ TEST(Dtrun, DoctorPrintsItsChecksAndFailsOnlyOnErrors) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "ERROR  127.0.0.1:" + std::to_string(held.port))) << r.output;
   EXPECT_TRUE(contains(r.output, "pick another --rdzv port")) << r.output;
+  // The program is looked for as the job would (not run).
+  EXPECT_TRUE(contains(r.output, "ERROR  cannot run './train': no such file")) << r.output;
+  r = run_command(dtrun("doctor true --not-a-dtrun-flag"));
+  EXPECT_TRUE(contains(r.output, "program                 ok     /")) << r.output;
   // Across nodes, the held port is tried as another node's rendezvous first.
   r = run_command(
       dtrun("doctor --nnodes=2 --rdzv-timeout=2 --rdzv=127.0.0.1:" + std::to_string(held.port)),
