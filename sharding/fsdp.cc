@@ -644,8 +644,9 @@ void FSDP::after_load(const ckpt::State& loaded, StreamRef stream) {
 float FSDP::loss_scale() const { return impl_->scale; }
 int FSDP::steps_taken() const { return impl_->steps; }
 float FSDP::last_grad_norm() const { return impl_->last_norm; }
-std::size_t FSDP::state_bytes() const {
-  return impl_->bytes + impl_->gatherer->scratch_bytes() + impl_->scatterer->scratch_bytes();
+std::size_t FSDP::state_bytes() const { return impl_->bytes + scratch_bytes(); }
+std::size_t FSDP::scratch_bytes() const {
+  return impl_->gatherer->scratch_bytes() + impl_->scatterer->scratch_bytes();
 }
 
 std::string FSDP::gather_method() const { return impl_->gatherer->method(); }

@@ -228,6 +228,42 @@ TEST_F(FSDPTest, EveryStrategyOnNRanksEqualsOneRankWithNTimesTheBatch) {
   }
 }
 
+// [Memory plan] FSDP::plan, computed without an engine, is what the engine
+// allocates: every strategy, with and without resharding, in every dtype
+// pair, updating in backward or at the step.
+TEST_F(FSDPTest, ThePlanIsWhatTheEngineAllocates) {
+  const int n = comm().size();
+  for (ShardStrategy s : kAll) {
+    for (bool reshard : {true, false}) {
+      for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+        for (bool in_backward : {false, true}) {
+          FSDPOptions o = options_for(s, n);
+          o.reshard_after_forward = reshard;
+          o.param_dtype = dtype;
+          o.reduce_dtype = in_backward ? DType::kFloat16 : dtype;
+          o.update_in_backward = in_backward;
+          FSDP f = make(o);
+          const FSDPMemoryPlan plan = FSDP::plan(kUnits, n, o);
+          EXPECT_EQ(f.state_bytes(), plan.total() + f.scratch_bytes())
+              << to_string(s) << (reshard ? "" : " without reshard") << ", " << to_string(dtype)
+              << (in_backward ? ", updating in backward" : "") << ":\n"
+              << plan.table();
+          EXPECT_EQ(plan.shard_ranks, s == ShardStrategy::kHybrid ? o.shard_group_size : n);
+        }
+      }
+    }
+  }
+  // What the engine refuses, the plan refuses.
+  FSDPOptions bad;
+  bad.update_in_backward = true;
+  bad.max_grad_norm = 1.0f;
+  EXPECT_THROW(FSDP::plan(kUnits, n, bad), Error);
+  bad = FSDPOptions{.strategy = ShardStrategy::kHybrid, .shard_group_size = n + 1};
+  EXPECT_THROW(FSDP::plan(kUnits, n, bad), Error);
+  EXPECT_THROW(FSDP::plan({}, n, FSDPOptions{}), Error);
+  EXPECT_THROW(FSDP::plan({{10, 0}}, n, FSDPOptions{}), Error);
+}
+
 // A checkpoint of one strategy's shards (weights and AdamW's moments, on the
 // host or the GPU) resumes in every strategy: 2 steps, save, load into a
 // fresh engine, 2 more steps equal 4 steps of the reference.

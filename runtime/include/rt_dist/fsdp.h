@@ -92,8 +92,35 @@ struct FSDPOptions {
   bool copy_engines = true;
 };
 
+// [Memory plan] What an FSDP engine allocates for the model states on each
+// rank, computed without building one: on any machine, for any world size,
+// from the units' parameter counts and the options (FSDP::plan). It is the
+// engine's own arithmetic, item by item: an engine's state_bytes() equals
+// plan(...).total() plus its collectives' scratch_bytes(). Not in it: the
+// collectives' scratch (copy engines: up to a slot per peer of the largest
+// unit), the trainer's activations and its own copies of the parameters,
+// the CUDA context, NCCL's buffers and the allocator's rounding.
+struct FSDPMemoryPlan {
+  struct Item {
+    std::string what;  // "fp32 master shards"
+    std::size_t bytes = 0;
+  };
+  std::vector<Item> items;
+  int shard_ranks = 1;  // the ranks a unit is sharded over
+  std::size_t total() const;
+  // A line per item ("  fp32 master shards      128.0 MiB") and the total.
+  std::string table() const;
+};
+
 class FSDP {
  public:
+  // The memory plan of an engine over world_size ranks whose unit u holds
+  // parameters of unit_counts[u][i] float32 elements. kHybrid shards over
+  // options.shard_group_size ranks (set it to the ranks per node: a Context
+  // would). Throws rtd::Error(kInvalidArgument) for what the engine refuses.
+  static FSDPMemoryPlan plan(const std::vector<std::vector<std::size_t>>& unit_counts,
+                             int world_size, const FSDPOptions& options);
+
   // units[u]: the initial parameters of unit u (float32, all on one device);
   // the engine copies what it keeps, and the trainer may free them afterwards.
   FSDP(Communicator& comm, Store& store, std::vector<std::vector<BufferView>> units,
@@ -148,6 +175,9 @@ class FSDP {
   // master shards, moments, gradient shards and buffers, gathered parameters,
   // and the collectives' scratch.
   std::size_t state_bytes() const;
+  // Of state_bytes(), the gathers' and reductions' own scratch (0 but with
+  // copy engines); the rest is FSDP::plan's total.
+  std::size_t scratch_bytes() const;
   // The strategy, the group layout, how the shards move, and state_bytes().
   std::string describe() const;
   // How the shards move: "copy engines", or "all_gather" / "reduce_scatter".

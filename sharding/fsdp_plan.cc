@@ -1,0 +1,116 @@
+// FSDP::plan: the engine's allocations for the model states, item by item,
+// without building it (rt_dist/fsdp.h [Memory plan]). Mirrors
+// FSDP::Impl::setup's allocations; tests/multiproc/fsdp_test.cc holds every
+// strategy and option to state_bytes() == plan total + scratch.
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "rt_dist/error.h"
+#include "rt_dist/fsdp.h"
+#include "sharding/shard_layout.h"
+
+namespace rtd {
+namespace {
+
+std::string size_text(std::size_t bytes) {
+  char text[32];
+  if (bytes >= (std::size_t(1) << 30))
+    std::snprintf(text, sizeof(text), "%.2f GiB", bytes / 1073741824.0);
+  else if (bytes >= (std::size_t(1) << 20))
+    std::snprintf(text, sizeof(text), "%.1f MiB", bytes / 1048576.0);
+  else if (bytes >= 1024)
+    std::snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024.0);
+  else
+    std::snprintf(text, sizeof(text), "%zu B", bytes);
+  return text;
+}
+
+}  // namespace
+
+std::size_t FSDPMemoryPlan::total() const {
+  std::size_t sum = 0;
+  for (const Item& i : items) sum += i.bytes;
+  return sum;
+}
+
+std::string FSDPMemoryPlan::table() const {
+  std::ostringstream out;
+  std::size_t width = 5;
+  for (const Item& i : items) width = std::max(width, i.what.size());
+  for (const Item& i : items)
+    out << "  " << i.what << std::string(width - i.what.size() + 2, ' ') << size_text(i.bytes)
+        << "\n";
+  out << "  total" << std::string(width - 5 + 2, ' ') << size_text(total()) << " per rank ("
+      << "sharded over " << shard_ranks << " ranks)\n";
+  return out.str();
+}
+
+FSDPMemoryPlan FSDP::plan(const std::vector<std::vector<std::size_t>>& unit_counts, int world_size,
+                          const FSDPOptions& o) {
+  auto refuse = [](const std::string& why) {
+    throw Error(ErrorCategory::kInvalidArgument, "FSDP::plan: " + why);
+  };
+  if (world_size < 1) refuse("world_size must be at least 1");
+  if (unit_counts.empty()) refuse("no units");
+  for (const auto& unit : unit_counts) {
+    if (unit.empty()) refuse("a unit without parameters");
+    for (std::size_t c : unit)
+      if (c == 0) refuse("an empty parameter");
+  }
+  if (!is_float_type(o.param_dtype) || !is_float_type(o.reduce_dtype))
+    refuse("param_dtype and reduce_dtype must be float32, bfloat16 or float16");
+  if (o.update_in_backward && (o.max_grad_norm > 0.0f || o.loss_scale.dynamic))
+    refuse("update_in_backward needs max_grad_norm = 0 and no dynamic loss scaling");
+  int group = world_size;
+  if (o.strategy == ShardStrategy::kHybrid && o.shard_group_size > 0) group = o.shard_group_size;
+  if (group > world_size || world_size % group != 0)
+    refuse("hybrid shard groups of " + std::to_string(group) + " ranks do not divide " +
+           std::to_string(world_size) + " ranks");
+
+  std::vector<UnitLayout> layouts;
+  std::size_t total_shard = 0, largest_shard = 0, largest = 0, all_padded = 0;
+  for (const auto& counts : unit_counts) {
+    layouts.push_back(layout_unit(counts, group));
+    total_shard += layouts.back().shard;
+    largest_shard = std::max(largest_shard, layouts.back().shard);
+    largest = std::max(largest, layouts.back().padded);
+    all_padded += layouts.back().padded;
+  }
+  const std::size_t units = layouts.size(), two = std::min<std::size_t>(units, 2);
+  const std::size_t param = dtype_size(o.param_dtype), reduce = dtype_size(o.reduce_dtype);
+  const bool shards_params =
+      o.strategy == ShardStrategy::kZero3 || o.strategy == ShardStrategy::kHybrid;
+
+  FSDPMemoryPlan plan;
+  plan.shard_ranks = group;
+  auto add = [&](std::string what, std::size_t bytes) {
+    plan.items.push_back({std::move(what), bytes});
+  };
+  add("fp32 master shards", total_shard * 4);
+  add("AdamW moments (2 x fp32)", 2 * total_shard * 4);
+  if (o.update_in_backward)
+    add("reduced gradient shards (" + std::to_string(two) + " slots)",
+        two * largest_shard * reduce);
+  else
+    add("reduced gradient shards", total_shard * reduce);
+  add("loss-scale and norm scalar", 4);
+  if (shards_params) {
+    if (o.param_dtype != DType::kFloat32)
+      add(std::string(to_string(o.param_dtype)) + " parameter shards", total_shard * param);
+    const std::size_t slots = o.reshard_after_forward ? two : units;
+    add("gathered parameters (" + std::to_string(slots) + " of " + std::to_string(units) +
+            " units)",
+        slots * largest * param);
+  } else {
+    add("full parameters (every unit)", all_padded * param);
+  }
+  if (o.strategy == ShardStrategy::kZero1)
+    add("full gradients (every unit)", all_padded * reduce);
+  else
+    add("gradients in full (" + std::to_string(two) + " of " + std::to_string(units) + " units)",
+        two * largest * reduce);
+  return plan;
+}
+
+}  // namespace rtd

@@ -1,0 +1,188 @@
+// rtd-plan: the memory rtd::FSDP needs for the model states on each rank,
+// before any GPU is asked (FSDP::plan, the engine's own arithmetic).
+//   rtd-plan --world 8 --params 7B --units 32 --param-dtype bf16
+//   rtd-plan --world 4 --strategy zero2 4096x4096,4096 8*11008x4096
+// A unit is a comma list of parameter sizes (a size may be a product, AxB,
+// with K, M, B suffixes); N*UNIT repeats it. Exit status: 0 fine, 1 a plan
+// the engine would refuse (or, with --gpu-gib, one that does not fit), 2 bad
+// usage.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "rt_dist/error.h"
+#include "rt_dist/fsdp.h"
+
+namespace {
+
+using Units = std::vector<std::vector<std::size_t>>;
+
+[[noreturn]] void bad(const std::string& why) { throw CLI::ValidationError(why); }
+
+// "4096", "11008x4096", "7B", "1.5M": a positive element count.
+std::size_t parse_size(const std::string& text) {
+  std::size_t total = 1;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t x = text.find('x', start);
+    const std::string factor = text.substr(start, x == std::string::npos ? x : x - start);
+    std::size_t used = 0;
+    double value = 0;
+    try {
+      value = std::stod(factor, &used);
+    } catch (const std::exception&) {
+      bad("'" + text + "': '" + factor + "' is not a number");
+    }
+    double scale = 1;
+    const std::string suffix = factor.substr(used);
+    if (suffix == "K" || suffix == "k")
+      scale = 1e3;
+    else if (suffix == "M")
+      scale = 1e6;
+    else if (suffix == "B" || suffix == "G")
+      scale = 1e9;
+    else if (!suffix.empty())
+      bad("'" + text + "': unknown suffix '" + suffix + "' (K, M or B)");
+    const double count = value * scale;
+    if (!(count >= 1) || count > 1e15 ||
+        count != static_cast<double>(static_cast<std::size_t>(count)))
+      bad("'" + text + "': '" + factor + "' is not a whole number of elements from 1 to 1e15");
+    total *= static_cast<std::size_t>(count);
+    if (total > std::size_t(1e15)) bad("'" + text + "': more than 1e15 elements");
+    if (x == std::string::npos) return total;
+    start = x + 1;
+  }
+}
+
+// "N*a,b,c" or "a,b,c": N units (1 by default) of parameters a, b, c.
+void add_units(const std::string& spec, Units& units) {
+  std::size_t repeat = 1;
+  std::string rest = spec;
+  if (const std::size_t star = spec.find('*'); star != std::string::npos) {
+    repeat = parse_size(spec.substr(0, star));
+    if (repeat > 100000) bad("'" + spec + "': more than 100000 units");
+    rest = spec.substr(star + 1);
+  }
+  std::vector<std::size_t> params;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = rest.find(',', start);
+    params.push_back(
+        parse_size(rest.substr(start, comma == std::string::npos ? comma : comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  for (std::size_t i = 0; i < repeat; ++i) units.push_back(params);
+}
+
+bool parse_dtype(const std::string& text, rtd::DType* out) {
+  if (text == "fp32" || text == "float32")
+    *out = rtd::DType::kFloat32;
+  else if (text == "bf16" || text == "bfloat16")
+    *out = rtd::DType::kBFloat16;
+  else if (text == "fp16" || text == "float16")
+    *out = rtd::DType::kFloat16;
+  else
+    return false;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rtd-plan: the memory rtd::FSDP holds for the model states on each rank"};
+  int world = 0, group = 0, units_n = 0;
+  std::string params_text, strategy = "all", param_dtype = "fp32", reduce_dtype;
+  std::vector<std::string> specs;
+  bool no_reshard = false, in_backward = false;
+  double gpu_gib = 0;
+  app.add_option("--world", world, "ranks in the job")->required()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--strategy", strategy, "zero1, zero2, zero3, hybrid or all");
+  app.add_option("--group", group, "hybrid: ranks per shard group (the GPUs of a node)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--params", params_text,
+                 "the model's parameters (7B, 1.5M, 4096x4096), with --units");
+  app.add_option("--units", units_n, "--params split into this many equal units (layers)")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--param-dtype", param_dtype, "fp32, bf16 or fp16: what forward computes with");
+  app.add_option("--reduce-dtype", reduce_dtype,
+                 "fp32, bf16 or fp16: gradients (default: --param-dtype)");
+  app.add_flag("--no-reshard", no_reshard,
+               "zero3/hybrid: keep gathered parameters from forward to backward");
+  app.add_flag("--update-in-backward", in_backward, "update each unit as its gradient is reduced");
+  app.add_option("--gpu-gib", gpu_gib, "GPU memory: say what is left for everything else")
+      ->check(CLI::PositiveNumber);
+  app.add_option("units", specs, "units: sizes A,B,... (a size may be AxB; N*UNIT repeats)");
+  try {
+    app.parse(argc, argv);
+    rtd::FSDPOptions o;
+    if (!parse_dtype(param_dtype, &o.param_dtype))
+      bad("--param-dtype " + param_dtype + ": fp32, bf16 or fp16");
+    if (reduce_dtype.empty())
+      o.reduce_dtype = o.param_dtype;
+    else if (!parse_dtype(reduce_dtype, &o.reduce_dtype))
+      bad("--reduce-dtype " + reduce_dtype + ": fp32, bf16 or fp16");
+    o.reshard_after_forward = !no_reshard;
+    o.update_in_backward = in_backward;
+    o.shard_group_size = group;
+    Units units;
+    if (!params_text.empty()) {
+      if (units_n == 0) bad("--params needs --units (how many layers share them)");
+      if (!specs.empty()) bad("give --params with --units, or the units, not both");
+      const std::size_t total = parse_size(params_text);
+      if (total < static_cast<std::size_t>(units_n)) bad("--params is fewer than --units");
+      for (int u = 0; u < units_n; ++u)
+        units.push_back(
+            {total / units_n + (static_cast<std::size_t>(u) < total % units_n ? 1 : 0)});
+    } else {
+      if (units_n != 0) bad("--units goes with --params");
+      for (const std::string& spec : specs) add_units(spec, units);
+      if (units.empty()) bad("no units: give --params P --units U, or the units' sizes");
+    }
+    std::vector<rtd::ShardStrategy> strategies;
+    if (strategy == "all") {
+      strategies = {rtd::ShardStrategy::kZero1, rtd::ShardStrategy::kZero2,
+                    rtd::ShardStrategy::kZero3};
+      if (group > 0) strategies.push_back(rtd::ShardStrategy::kHybrid);
+    } else {
+      rtd::ShardStrategy s;
+      if (!rtd::parse_shard_strategy(strategy, &s))
+        bad("--strategy " + strategy + ": zero1, zero2, zero3, hybrid or all");
+      strategies = {s};
+    }
+    std::size_t params = 0;
+    for (const auto& unit : units)
+      for (std::size_t c : unit) params += c;
+    std::vector<rtd::FSDPMemoryPlan> plans;  // all first: a refusal prints no table
+    for (rtd::ShardStrategy s : strategies) {
+      o.strategy = s;
+      plans.push_back(rtd::FSDP::plan(units, world, o));
+    }
+    std::printf("%zu parameters in %zu units, %d ranks, %s parameters, %s gradients\n", params,
+                units.size(), world, std::string(rtd::to_string(o.param_dtype)).c_str(),
+                std::string(rtd::to_string(o.reduce_dtype)).c_str());
+    bool fits = true;
+    for (std::size_t k = 0; k < plans.size(); ++k) {
+      std::printf("\n%s, per rank:\n%s", std::string(rtd::to_string(strategies[k])).c_str(),
+                  plans[k].table().c_str());
+      if (gpu_gib > 0) {
+        const double need = plans[k].total() / 1073741824.0;
+        if (need < gpu_gib)
+          std::printf("  fits: %.3g GiB of %.3g left for activations, the CUDA context and NCCL\n",
+                      gpu_gib - need, gpu_gib);
+        else
+          std::printf("  DOES NOT FIT: %.3g GiB more than the GPU's %.3g GiB\n", need - gpu_gib,
+                      gpu_gib);
+        fits = fits && need < gpu_gib;
+      }
+    }
+    return fits ? 0 : 1;
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints the help, or the error
+    return rc == 0 ? 0 : 2;
+  } catch (const rtd::Error& e) {
+    std::fprintf(stderr, "rtd-plan: %s\n", e.what());
+    return 1;
+  }
+}

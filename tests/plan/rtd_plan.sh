@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# rtd-plan as typed: a plan worked out by hand (2 ranks, ZeRO-1, one 4096-element
+# unit: 8 KiB of fp32 master shard, 16 KiB of moments, 8 KiB of gradient shard,
+# 4 B of scalar, 16 KiB of parameters and of gradients in full), a 7B model on
+# 8 ranks, and what it refuses. That the plan is what the engine allocates,
+# for every strategy and option, is tests/multiproc/fsdp_test.cc's.
+#   tests/plan/rtd_plan.sh RTD_PLAN
+set -u
+plan=$1
+fail=0
+expect() {  # what, wanted exit code, text wanted in the output, rtd-plan args...
+  local what=$1 code=$2 text=$3; shift 3
+  local out rc
+  out=$("$plan" "$@" 2>&1); rc=$?
+  if [ "$rc" -ne "$code" ] || ! grep -qF -- "$text" <<<"$out"; then
+    echo "FAIL: $what: exit $rc (wanted $code), wanted '$text' in:"; echo "$out"; fail=1
+  else
+    echo "ok: $what"
+  fi
+}
+expect "ZeRO-1 by hand" 0 "total                         64.0 KiB per rank (sharded over 2 ranks)" \
+  --world 2 --strategy zero1 4096
+expect "7B in 32 units on 8 ranks, ZeRO-3, bf16" 0 "total                                14.67 GiB per rank" \
+  --world 8 --params 7B --units 32 --param-dtype bf16 --strategy zero3
+expect "units given as shapes and repeats" 0 "4196352 parameters in 3 units" \
+  --world 2 --strategy zero2 "1024x2048,2048" "2*1024x1024"
+expect "fits on a GPU" 0 "fits: " --world 8 --params 7B --units 32 --param-dtype bf16 --gpu-gib 80
+expect "does not fit" 1 "DOES NOT FIT" --world 1 --params 7B --units 32 --strategy zero3 --gpu-gib 80
+expect "hybrid groups that do not divide" 1 "hybrid shard groups of 2 ranks do not divide 3 ranks" \
+  --world 3 --strategy hybrid --group 2 4096
+expect "a size that is not one" 2 "'4096x': '' is not a number" --world 2 4096x
+expect "no units" 2 "no units" --world 2
+expect "an unknown strategy" 2 "--strategy zero4" --world 2 --strategy zero4 10
+exit $fail
