@@ -29,8 +29,25 @@ inline std::unique_ptr<rtd::FSDP> shard_model(rtd::Context& ctx, const Model& mo
   for (int l = 0; l < layers; ++l)
     units.push_back(
         {{initial + l * n, n, rtd::DType::kFloat32, rtd::DeviceType::kCuda, ctx.local_rank()}});
+  // The plan (computed without the engine) against what building it took.
+  rtd::FSDPOptions planned = options;
+  if (planned.strategy == rtd::ShardStrategy::kHybrid && planned.shard_group_size == 0)
+    planned.shard_group_size = ctx.world().local_world_size;
+  const rtd::FSDPMemoryPlan plan = rtd::FSDP::plan(
+      std::vector<std::vector<std::size_t>>(layers, {n}), ctx.world_size(), planned);
+  std::size_t free_before = 0, free_after = 0, total = 0;
+  cudaMemGetInfo(&free_before, &total);
   auto fsdp = std::make_unique<rtd::FSDP>(ctx, units, options);
   cudaDeviceSynchronize();
+  cudaMemGetInfo(&free_after, &total);
+  if (ctx.rank() == 0) {
+    std::printf(
+        "memory plan: %.3f GiB of model states per rank (FSDP::plan); the engine holds "
+        "%.3f GiB (%.3f of it collectives' scratch); the GPU's free memory fell by %.3f GiB\n",
+        plan.total() / 1073741824.0, fsdp->state_bytes() / 1073741824.0,
+        fsdp->scratch_bytes() / 1073741824.0,
+        (static_cast<double>(free_before) - static_cast<double>(free_after)) / 1073741824.0);
+  }
   cudaFree(initial);
   return fsdp;
 }
