@@ -42,7 +42,7 @@ std::string FSDPMemoryPlan::table() const {
     out << "  " << i.what << std::string(width - i.what.size() + 2, ' ') << size_text(i.bytes)
         << "\n";
   out << "  total" << std::string(width - 5 + 2, ' ') << size_text(total()) << " per rank ("
-      << "sharded over " << shard_ranks << " ranks)\n";
+      << "sharded over " << shard_ranks << (shard_ranks == 1 ? " rank)\n" : " ranks)\n");
   return out.str();
 }
 
