@@ -49,7 +49,7 @@ std::string reduce_refusal(const CeSetup& setup) {
 }
 
 CePeers::~CePeers() {
-  spans_.reset();  // waits for the traced copies to end, before their memory goes
+  spans_.reset();  // hands the last calls' copies to the trace (waiting for them to end)
   cudaSetDevice(device_);
   for (void* p : opened_) cudaIpcCloseMemHandle(p);
   if (flags_) cudaFree(flags_);
