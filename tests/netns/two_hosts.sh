@@ -23,6 +23,18 @@ ip netns add "$a" 2>/dev/null || skip "this machine does not allow 'ip netns add
 ip netns add "$b" || skip "this machine does not allow a second namespace"
 in_a() { in_ns "$a" "$@"; }
 in_b() { in_ns "$b" "$@"; }
+# NAME, then one command run on both hosts (host 1 with b_env's KEY=VALUE
+# words in its environment): host 0's in the background, host 1's in front,
+# their output in $out/NAME0 and NAME1, their exit codes in rc0 and rc1.
+on_both() {
+  local name=$1 p
+  shift
+  in_a "$@" >"$out/${name}0" 2>&1 &
+  p=$!; pids="${pids:-} $p"
+  in_b env ${b_env:-} "$@" >"$out/${name}1" 2>&1
+  rc1=$?
+  wait $p; rc0=$?
+}
 in_a true 2>/dev/null || skip "cannot enter a network namespace with nsenter here"
 ip link add "v${tag}a" type veth peer name "v${tag}b" || skip "veth pairs are not available"
 ip link set "v${tag}a" netns "$a"
@@ -113,11 +125,7 @@ check "loopback of the rendezvous host is refused" "could not reach the rendezvo
 # plane is unauthenticated.
 usage="--nproc-per-node=2 --nnodes=2 --rdzv=10.213.7.1:29402 --rdzv-timeout=30"
 show='echo rank $RANK of $WORLD_SIZE on node $GROUP_RANK'
-in_b "$dtrun" $usage sh -c "$show" >"$out/u1" 2>&1 &
-p1=$!; pids="${pids:-} $p1"
-in_a "$dtrun" $usage sh -c "$show" >"$out/u0" 2>&1
-rc0=$?
-wait $p1; rc1=$?
+on_both u "$dtrun" $usage sh -c "$show"
 [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || { echo "FAILED: the usage line as typed exited $rc0/$rc1"; cat "$out/u0" "$out/u1"; fail=1; }
 check "the host owning --rdzv is node 0" "rank 0 of 4 on node 0" "$out/u0"
 check "the other host joins as node 1" "rank 3 of 4 on node 1" "$out/u1"
@@ -152,21 +160,14 @@ check "--env wins over the preset" "threads=2 ib=1" "$out/w1"
 check "what the user kept is logged" "kept your own NCCL_SOCKET_NTHREADS=2 (preset: 4)" "$out/w1"
 # dtrun doctor across the hosts: node 0 prints both nodes' findings, the
 # differing NCCL_PROTO an error on both.
-in_a "$dtrun" doctor --nnodes=2 --nproc-per-node=1 $rdzv >"$out/doc0" 2>&1 &
-p0=$!; pids="${pids:-} $p0"
-in_b env NCCL_PROTO=Simple "$dtrun" doctor --nnodes=2 --nproc-per-node=1 $rdzv >"$out/doc1" 2>&1
-rc1=$?
-wait $p0; rc0=$?
+b_env=NCCL_PROTO=Simple on_both doc "$dtrun" doctor --nnodes=2 --nproc-per-node=1 $rdzv
 [ $rc0 -eq 1 ] && [ $rc1 -eq 1 ] || { echo "FAILED: doctor across hosts exited $rc0/$rc1"; cat "$out/doc0" "$out/doc1"; fail=1; }
 check "doctor on node 0 reports both nodes" "dtrun doctor across 2 nodes" "$out/doc0"
 check "doctor names node 1's interface" "1    ok     v${tag}b" "$out/doc0"
 check "doctor names the differing setting" "NCCL_PROTO: (unset) on node 0; Simple on node 1" "$out/doc0"
 check "node 1 reports to node 0, and hears of the errors" "(reported to node 0; some node has errors: see node 0)" "$out/doc1"
 # ... and --bench: the workers time an all-reduce across both hosts and within each.
-in_a "$dtrun" doctor --bench --nnodes=2 --nproc-per-node=2 $rdzv >"$out/bench0" 2>&1 &
-p0=$!; pids="${pids:-} $p0"
-in_b "$dtrun" doctor --bench --nnodes=2 --nproc-per-node=2 $rdzv >"$out/bench1" 2>&1
-wait $p0
+on_both bench "$dtrun" doctor --bench --nnodes=2 --nproc-per-node=2 $rdzv
 check "doctor --bench across the hosts" "all-reduce of 8 MiB through gloo, 4 workers on 2 node(s)" "$out/bench0"
 check "doctor --bench within node 1" "within node 1" "$out/bench0"
 
