@@ -35,6 +35,8 @@ void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream);
 // The GPU side, implemented in nccl/device_ops.cu (or a stub without CUDA).
 namespace gpu {
 void* allocate(int device, std::size_t bytes);
+// GPU `device`'s free memory now (cudaMemGetInfo), in bytes.
+std::size_t free_bytes(int device);
 void release(void* ptr);
 void zero_async(void* ptr, std::size_t bytes, StreamRef stream);
 void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "collectives/device_memory.h"
@@ -170,6 +171,10 @@ struct FSDP::Impl {
   }
 
   void setup(Store& store, std::vector<std::vector<BufferView>>& units);
+  // On GPUs, before anything is allocated: the plan's model states fit in
+  // every rank's free memory, or every rank throws naming those that lack it.
+  void check_fits(Store& store, const std::string& key,
+                  const std::vector<std::vector<BufferView>>& units, int group);
   void gather(int u, StreamRef stream);
   void prefetch(int u, StreamRef stream) {
     if (u >= 0 && u < unit_count() && !param_slots->holds(u) && param_slots->has_free()) {
@@ -235,9 +240,10 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
   }
   // Agree before the first collective: a rank with other units or options
   // would otherwise wait in a split or a broadcast that never matches.
-  check_ranks_agree(store, "fsdp/" + std::to_string(g_instances++) + "/shape/", comm.rank(),
-                    comm.size(), fingerprint(layouts, o, group), "FSDP",
-                    "every rank must declare the same units with the same FSDP options");
+  const std::string key = "fsdp/" + std::to_string(g_instances++) + "/";
+  check_ranks_agree(store, key + "shape/", comm.rank(), comm.size(), fingerprint(layouts, o, group),
+                    "FSDP", "every rank must declare the same units with the same FSDP options");
+  check_fits(store, key + "fits/", units, group);
   shard_comm = &comm;
   if (group < comm.size()) {
     intra_owned = comm.split(comm.rank() / group, comm.rank());
@@ -325,6 +331,39 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
   reduce_work.assign(units_n, nullptr);
   reduced.assign(units_n, 0);
   scale = o.loss_scale.dynamic ? o.loss_scale.initial : 1.0f;
+}
+
+void FSDP::Impl::check_fits(Store& store, const std::string& key,
+                            const std::vector<std::vector<BufferView>>& units, int group) {
+  if (device != DeviceType::kCuda) return;
+  std::vector<std::vector<std::size_t>> counts;
+  for (const auto& unit : units) {
+    counts.emplace_back();
+    for (const BufferView& p : unit) counts.back().push_back(p.count);
+  }
+  FSDPOptions planned = o;
+  planned.shard_group_size = group;
+  const std::size_t need = FSDP::plan(counts, comm.size(), planned).total();
+  const std::size_t free = gpu::free_bytes(device_index);
+  auto gib = [](std::size_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.2f GiB", bytes / 1073741824.0);
+    return std::string(text);
+  };
+  std::string problem;
+  if (need > free) {
+    problem = "GPU " + std::to_string(device_index) + " has " + gib(free) +
+              " free, the model states need " + gib(need);
+  } else if (need > free / 10 * 9) {
+    log::get("fsdp")->warn(
+        "FSDP: the model states take {} of GPU {}'s {} free: little is left for activations",
+        gib(need), device_index, gib(free));
+  }
+  check_every_rank_can(store, key, comm.rank(), comm.size(), problem,
+                       "FSDP: the model states do not fit",
+                       "shard more (ZeRO-3, or more ranks), compute in bfloat16, or update in "
+                       "backward; rtd-plan prints what each choice needs",
+                       ErrorCategory::kConfig);
 }
 
 void FSDP::Impl::gather(int u, StreamRef stream) {

@@ -23,4 +23,22 @@ void check_ranks_agree(Store& store, const std::string& key_prefix, int rank, in
   }
 }
 
+void check_every_rank_can(Store& store, const std::string& key_prefix, int rank, int size,
+                          const std::string& problem, const std::string& who,
+                          const std::string& advice, ErrorCategory category) {
+  store.set(key_prefix + std::to_string(rank), problem.empty() ? "ok" : "no " + problem);
+  std::string problems;
+  int named = 0;
+  for (int r = 0; r < size; ++r) {
+    const std::string theirs = store.get(key_prefix + std::to_string(r), kAgreementTimeout);
+    if (theirs == "ok") continue;
+    if (++named <= 4) {
+      problems += (problems.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " +
+                  theirs.substr(3);
+    }
+  }
+  if (named > 4) problems += "; and " + std::to_string(named - 4) + " more ranks";
+  if (named > 0) throw Error(category, who + ": " + problems + "; " + advice);
+}
+
 }  // namespace rtd

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "rt_dist/error.h"
 #include "rt_dist/store.h"
 #include "rt_dist/types.h"
 #include "rt_dist/work.h"
@@ -18,6 +19,15 @@ namespace rtd {
 // "<who>: rank 1 registered <mine> but rank 0 registered <theirs>; <advice>".
 void check_ranks_agree(Store& store, const std::string& key_prefix, int rank, int size,
                        const std::string& mine, const std::string& who, const std::string& advice);
+
+// Collective through the store: every rank publishes what keeps it from going
+// on (`problem`, empty when nothing does). Where any rank has one, throws
+// rtd::Error(category) on every rank: "<who>: rank 1: <its problem>; rank 3:
+// ...; <advice>", so that no rank goes on alone into a collective that the
+// others never reach.
+void check_every_rank_can(Store& store, const std::string& key_prefix, int rank, int size,
+                          const std::string& problem, const std::string& who,
+                          const std::string& advice, ErrorCategory category);
 
 // Host buffers: the host waits for work; GPU buffers: the stream does.
 inline void complete(Work& work, DeviceType device, StreamRef stream) {

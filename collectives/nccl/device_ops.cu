@@ -58,8 +58,21 @@ void* allocate(int device, std::size_t bytes) {
   void* p = nullptr;
   cudaError_t rc = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
   cudaSetDevice(current);  // the caller's current device stays as it was
-  check(rc, "allocating gradient buckets");
+  check(
+      rc,
+      ("allocating " + std::to_string(bytes) + " bytes on GPU " + std::to_string(device)).c_str());
   return p;
+}
+
+std::size_t free_bytes(int device) {
+  int current = 0;
+  check(cudaGetDevice(&current), "reading the current GPU");
+  check(cudaSetDevice(device), "selecting the GPU");
+  std::size_t free = 0, total = 0;
+  cudaError_t rc = cudaMemGetInfo(&free, &total);
+  cudaSetDevice(current);
+  check(rc, "reading the GPU's free memory");
+  return free;
 }
 
 void release(void* ptr) { cudaFree(ptr); }

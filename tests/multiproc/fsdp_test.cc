@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "rt_dist/checkpoint.h"
+#include "sharding/rank_agreement.h"
 #include "tests/multiproc/world.h"
 
 namespace rtd::testing_util {
@@ -262,6 +263,44 @@ TEST_F(FSDPTest, ThePlanIsWhatTheEngineAllocates) {
   EXPECT_THROW(FSDP::plan(kUnits, n, bad), Error);
   EXPECT_THROW(FSDP::plan({}, n, FSDPOptions{}), Error);
   EXPECT_THROW(FSDP::plan({{10, 0}}, n, FSDPOptions{}), Error);
+}
+
+// check_every_rank_can: nothing stops anyone, or the last rank's problem
+// stops every rank, named on each.
+TEST_F(FSDPTest, ARankThatCannotGoOnStopsEveryRankNamingIt) {
+  Store& store = test_context()->store();
+  const int n = comm().size(), me = comm().rank();
+  EXPECT_NO_THROW(check_every_rank_can(store, "test/can/0/", me, n, "", "who", "advice",
+                                       ErrorCategory::kConfig));
+  const std::string problem = me == n - 1 ? "its reason" : "";
+  try {
+    check_every_rank_can(store, "test/can/1/", me, n, problem, "who", "advice",
+                         ErrorCategory::kConfig);
+    ADD_FAILURE() << "rank " << me << " went on";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kConfig);
+    EXPECT_EQ(std::string(e.what()), "who: rank " + std::to_string(n - 1) + ": its reason; advice");
+  }
+}
+
+// On GPUs, model states that do not fit in a rank's free memory stop every
+// rank before anything is allocated or read, naming the rank and the sizes.
+TEST_F(FSDPTest, ModelStatesThatDoNotFitStopEveryRankBeforeAnyAllocation) {
+  if (test_memory().device() != DeviceType::kCuda)
+    GTEST_SKIP() << "host buffers: the check reads a GPU's free memory";
+  Placed small(DType::kFloat32, 64);
+  BufferView huge = small.view();
+  huge.count = std::size_t(1) << 36;  // 256 GiB of fp32 weights: never read
+  try {
+    FSDP f(comm(), test_context()->store(), {{huge}}, options_for(ShardStrategy::kZero3, 1));
+    ADD_FAILURE() << "an engine that cannot fit was built";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kConfig) << e.what();
+    const std::string text = e.what();
+    EXPECT_NE(text.find("FSDP: the model states do not fit: rank 0: GPU "), std::string::npos)
+        << text;
+    EXPECT_NE(text.find("rtd-plan"), std::string::npos) << text;
+  }
 }
 
 // A checkpoint of one strategy's shards (weights and AdamW's moments, on the
