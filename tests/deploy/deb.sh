@@ -2,7 +2,7 @@
 # The Debian package as a new user meets it: made with cpack from this build,
 # installed with apt into a fresh Debian 12 root (debootstrap), and a trainer
 # outside the project built against it (find_package(rt_dist)) and run on 2
-# workers by the packaged dtrun. Exits 77 (skipped) where this machine cannot
+# workers by the packaged dtrun; dtrun doctor and rtd-plan run there too. Exits 77 (skipped) where this machine cannot
 # make the root (not root, no debootstrap, no package mirror).
 #   tests/deploy/deb.sh BUILD_DIR
 set -u
@@ -46,4 +46,7 @@ fi
 in_root dtrun doctor >"$work/doctor.log" 2>&1
 grep -q "NCCL  *info   not found" "$work/doctor.log" && echo "ok: dtrun doctor says NCCL is not there" ||
   { echo "FAILED: dtrun doctor in the root:"; cat "$work/doctor.log"; exit 1; }
+out=$(in_root rtd-plan --world 2 --strategy zero1 4096 2>&1)
+echo "$out" | grep -q "total  *64.0 KiB per rank" && echo "ok: the packaged rtd-plan prints a plan" ||
+  { echo "FAILED: rtd-plan in the root:"; echo "$out"; exit 1; }
 echo "deb: all passed"
