@@ -58,18 +58,27 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
 }
 
 // With RTD_TRACE_DIR set for the workers, node 0 merges the ranks' traces
-// that are in that directory (all of them where it is shared by the nodes).
-void merge_trace(const LaunchOptions& o, const EnvMap& parent_env, int node_rank) {
+// that are in that directory (all of them where it is shared by the nodes),
+// those of this job's last round only.
+void merge_trace(const LaunchOptions& o, const EnvMap& parent_env,
+                 const proto::JoinResponse& layout) {
   const Settings s = effective_settings(parent_env, o.env, "");
   auto dir = s.find("RTD_TRACE_DIR");
-  if (node_rank != 0 || dir == s.end() || dir->second.empty()) return;
+  if (layout.node_rank() != 0 || dir == s.end() || dir->second.empty()) return;
   try {
-    const int ranks = merge_traces(dir->second);
-    if (ranks == 0)
+    const MergedTrace merged = merge_traces(dir->second, TraceRun{.run = layout.run_id(),
+                                                                  .restart = layout.restarts(),
+                                                                  .world = layout.world_size()});
+    const std::string others =
+        merged.skipped == 0
+            ? ""
+            : " (" + std::to_string(merged.skipped) + " file(s) of other jobs or rounds left out)";
+    if (merged.ranks == 0)
       log::get("launcher")
-          ->warn("no rank wrote its trace in {} (see the workers' errors)", dir->second);
+          ->warn("no rank of this job wrote its trace in {}{}", dir->second, others);
     else
-      log::get("launcher")->info("trace of {} rank(s): {}/trace.json", ranks, dir->second);
+      log::get("launcher")
+          ->info("trace of {} rank(s): {}/trace.json{}", merged.ranks, dir->second, others);
   } catch (const Error& e) {
     log::get("launcher")->warn("could not merge the trace: {}", e.what());
   }
@@ -206,11 +215,11 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
       if (p.server) std::this_thread::sleep_for(2 * kPeerPoll);
     }
     logger->error("job failed: {} (exit code {})", out.reason, out.exit_code);
-    merge_trace(o, parent_env, node_rank);
+    merge_trace(o, parent_env, p.layout);
     return out.exit_code;
   }
   logger->info("all workers finished successfully");
-  merge_trace(o, parent_env, p.layout.node_rank());
+  merge_trace(o, parent_env, p.layout);
   return 0;
 }
 

@@ -82,7 +82,10 @@ class Recorder {
       if (!e.args.empty()) out << ",\"args\":{\"detail\":\"" << escape(e.args) << "\"}";
       out << "}";
     }
-    out << "\n],\"otherData\":{\"rank\":" << rank_ << ",\"dropped_events\":" << dropped_ << "}}\n";
+    // Which job and round wrote it: dtrun merges only the files of its own.
+    out << "\n],\"otherData\":{\"rank\":" << rank_ << ",\"dropped_events\":" << dropped_
+        << ",\"run\":\"" << escape(run_) << "\",\"restart\":" << restart_ << ",\"world\":" << world_
+        << "}}\n";
     out.close();
     if (!out) {
       std::fprintf(stderr, "rt_dist: rank %d: writing its trace %s.tmp failed (disk full?)\n",
@@ -106,6 +109,14 @@ class Recorder {
         break;
       }
     }
+    // The job and round (dtrun and torchrun set these).
+    auto get = [&](const char* key) {
+      auto it = env.find(key);
+      return it == env.end() ? std::string() : it->second;
+    };
+    run_ = get("TORCHELASTIC_RUN_ID");
+    restart_ = std::atoi(get("TORCHELASTIC_RESTART_COUNT").c_str());
+    world_ = std::atoi(get("WORLD_SIZE").c_str());
     if (on()) {
       ring_.reserve(std::min<std::size_t>(capacity_, 1 << 16));
       std::atexit([] { Recorder::get().write(); });
@@ -123,6 +134,9 @@ class Recorder {
 
   std::string dir_;
   int rank_ = 0;
+  std::string run_;  // TORCHELASTIC_RUN_ID: the job
+  int restart_ = 0;  // TORCHELASTIC_RESTART_COUNT
+  int world_ = 0;    // WORLD_SIZE
   std::size_t capacity_ = 200000;
   std::mutex mu_;
   std::vector<Event> ring_;

@@ -98,6 +98,18 @@ TEST(MlpCpu, TraceDirHoldsOneMergedTimelineOfEveryRank) {
   EXPECT_NE(r.output.find("\n10\n"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("dropped_events\":0"), std::string::npos) << r.output;
 
+  // A smaller job after it in the same directory: its trace is its own ranks'.
+  r = testing_util::run_command(
+      "rm -rf " + dir + " && RTD_TRACE_DIR=" + dir + " " + DTRUN_PATH + " --nproc-per-node=3 " +
+      MLP_PATH + " --steps 2 && RTD_TRACE_DIR=" + dir + " " + DTRUN_PATH + " --nproc-per-node=2 " +
+      MLP_PATH + " --steps 2 && python3 -m json.tool " + dir + "/trace.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("trace of 2 rank(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 file(s) of other jobs or rounds left out"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\"pid\": 1"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("\"pid\": 2"), std::string::npos) << "the earlier job's rank 2";
+
   // A trace directory that cannot be one fails the job before it starts.
   r = testing_util::run_command("rm -rf " + dir + " && touch " + dir + " && RTD_TRACE_DIR=" + dir +
                                 " " + DTRUN_PATH + " --nproc-per-node=2 " + MLP_PATH +
