@@ -70,8 +70,17 @@ proto::CheckpointManifest read_manifest(const std::string& dir) {
   proto::CheckpointManifest manifest;
   auto status = google::protobuf::util::JsonStringToMessage(json, &manifest);
   if (!status.ok()) {
-    throw Error(ErrorCategory::kConfig,
-                "manifest " + path + " is malformed: " + std::string(status.message()));
+    // The parser's message quotes the text over several lines: one line here.
+    std::string why;
+    for (char c : std::string(status.message())) {
+      const bool space = c == '\n' || c == '\r' || c == '\t' || c == ' ';
+      if (!space)
+        why += c;
+      else if (!why.empty() && why.back() != ' ')
+        why += ' ';
+    }
+    while (!why.empty() && why.back() == ' ') why.pop_back();
+    throw Error(ErrorCategory::kConfig, "manifest " + path + " is malformed: " + why);
   }
   if (manifest.format_version() > kFormatVersion || manifest.format_version() < 1) {
     throw Error(ErrorCategory::kConfig, "manifest " + path + " has format version " +

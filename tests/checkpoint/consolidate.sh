@@ -28,4 +28,13 @@ rc=$?
   || { echo "FAILED: verify of a corrupted file exited $rc"; cat "$out/bad"; fail=1; }
 "$tool" verify "$out/c/step_00000010" >/dev/null && echo "ok: the step before still verifies" \
   || { echo "FAILED: step 10"; fail=1; }
+# A manifest that does not parse: list shows it, says why in one line, and exits 1.
+echo garbage >"$out/c/step_00000010/manifest.json"
+"$tool" list "$out/c" >"$out/list2" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "step_00000020 *3 *2 .*(latest)" "$out/list2" \
+  && grep -q "^step_00000010 .*UNREADABLE: manifest .*step_00000010/manifest.json is malformed: .*garbage" "$out/list2" \
+  && [ "$(wc -l <"$out/list2")" -eq 3 ] \
+  && echo "ok: list names an unreadable manifest and lists the rest" \
+  || { echo "FAILED: list with an unreadable manifest exited $rc"; cat "$out/list2"; fail=1; }
 exit $fail

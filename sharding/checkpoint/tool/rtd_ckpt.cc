@@ -1,5 +1,6 @@
 // rtd-ckpt: list, verify and consolidate the checkpoints rtd::ckpt writes.
 //   rtd-ckpt list DIR                      the committed checkpoints, newest first
+//                                          (one whose manifest cannot be read: UNREADABLE, why)
 //   rtd-ckpt verify DIR[/step_N]           every piece's CRC-32C, every tensor whole
 //   rtd-ckpt consolidate DIR[/step_N] OUT  one safetensors file of full tensors
 // DIR alone means its latest checkpoint. Exit status: 0 fine, 1 a bad
@@ -62,15 +63,23 @@ int list(const std::string& dir) {
     while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
   }
   std::printf("%-16s %6s %8s %14s\n", "checkpoint", "ranks", "tensors", "bytes");
+  int bad = 0;
   for (auto step : list_checkpoints(dir)) {
     const std::string name = step_dir_name(step);
-    const auto m = read_manifest(dir + "/" + name);
-    std::size_t bytes = 0;
-    for (const auto& f : m.files()) bytes += f.bytes();
-    std::printf("%-16s %6d %8d %14zu%s\n", name.c_str(), m.world_size(), m.tensors_size(), bytes,
-                name == latest ? "  (latest)" : "");
+    const char* mark = name == latest ? "  (latest)" : "";
+    try {
+      const auto m = read_manifest(dir + "/" + name);
+      std::size_t bytes = 0;
+      for (const auto& f : m.files()) bytes += f.bytes();
+      std::printf("%-16s %6d %8d %14zu%s\n", name.c_str(), m.world_size(), m.tensors_size(), bytes,
+                  mark);
+    } catch (const rtd::Error& e) {  // listed, with why it cannot be loaded
+      ++bad;
+      std::printf("%-16s %6s %8s %14s%s  UNREADABLE: %s\n", name.c_str(), "-", "-", "-", mark,
+                  e.what());
+    }
   }
-  return 0;
+  return bad > 0 ? 1 : 0;
 }
 
 int verify(const std::string& path) {
