@@ -128,19 +128,19 @@ DDP::DDP(Communicator& comm, Store& store, std::vector<BufferView> params, DDPOp
   s.device = s.params[0].device;
   s.device_index = s.params[0].device_index;
   std::vector<std::size_t> counts;
-  auto float32_or_bf16 = [](DType t) { return t == DType::kFloat32 || t == DType::kBFloat16; };
   for (std::size_t i = 0; i < s.params.size(); ++i) {
     const BufferView& p = s.params[i];
-    if (!float32_or_bf16(p.dtype) || p.dtype != s.params[0].dtype || p.device != s.device) {
+    if (!is_float_type(p.dtype) || p.dtype != s.params[0].dtype || p.device != s.device) {
       throw Error(ErrorCategory::kInvalidArgument,
                   "DDP: parameter " + std::to_string(i) +
-                      " must be float32 or bfloat16, of parameter 0's dtype and on its device");
+                      " must be float32, bfloat16 or float16, of parameter 0's dtype and on its "
+                      "device");
     }
     counts.push_back(p.count);
   }
-  if (!float32_or_bf16(options.grad_dtype) || !float32_or_bf16(options.reduce_dtype)) {
+  if (!is_float_type(options.grad_dtype) || !is_float_type(options.reduce_dtype)) {
     throw Error(ErrorCategory::kInvalidArgument,
-                "DDP: grad_dtype and reduce_dtype must be float32 or bfloat16");
+                "DDP: grad_dtype and reduce_dtype must be float32, bfloat16 or float16");
   }
   const std::size_t grad_size = dtype_size(options.grad_dtype);
   s.plan =

@@ -66,7 +66,8 @@ class DDPTest : public WorldTest {
       return;
     }
     std::vector<std::uint16_t> bits(current.size());
-    for (std::size_t j = 0; j < bits.size(); ++j) bits[j] = float_to_bf16(current[j]);
+    for (std::size_t j = 0; j < bits.size(); ++j)
+      bits[j] = g.dtype == DType::kBFloat16 ? float_to_bf16(current[j]) : float_to_f16(current[j]);
     test_memory().to_device(g.data, bits.data(), g.bytes());
   }
   std::vector<float> read_grad(DDP& ddp, std::size_t k) {
@@ -78,7 +79,8 @@ class DDPTest : public WorldTest {
     }
     std::vector<std::uint16_t> bits(g.count);
     test_memory().to_host(bits.data(), g.data, g.bytes());
-    for (std::size_t j = 0; j < bits.size(); ++j) out[j] = bf16_to_float(bits[j]);
+    for (std::size_t j = 0; j < bits.size(); ++j)
+      out[j] = g.dtype == DType::kBFloat16 ? bf16_to_float(bits[j]) : f16_to_float(bits[j]);
     return out;
   }
   void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
@@ -127,6 +129,12 @@ TEST_F(DDPTest, NRanksEqualOneRankWithNTimesTheBatch) {
       {DType::kBFloat16, DType::kBFloat16, true, true},
       {DType::kBFloat16, DType::kBFloat16, false, false},
       {DType::kBFloat16, DType::kFloat32, false, true},
+      // float16 likewise, and float32 gradients on a float16 wire.
+      {DType::kFloat16, DType::kFloat16, false, true},
+      {DType::kFloat16, DType::kFloat16, true, true},
+      {DType::kFloat16, DType::kFloat16, false, false},
+      {DType::kFloat16, DType::kFloat32, false, true},
+      {DType::kFloat32, DType::kFloat16, false, true},
   };
   for (const Variant& v : variants) {
     DDP ddp = make(DDPOptions{.grad_dtype = v.grads,
@@ -142,7 +150,10 @@ TEST_F(DDPTest, NRanksEqualOneRankWithNTimesTheBatch) {
     EXPECT_EQ(ddp.reduce_method(), nccl && comm().size() > 1 && v.copy_engines && !v.registered
                                        ? "copy engines"
                                        : "all_reduce");
-    const bool coarse = v.grads == DType::kBFloat16 || v.wire == DType::kBFloat16;
+    // bfloat16 keeps 8 bits of mantissa, float16 11.
+    const bool bf16 = v.grads == DType::kBFloat16 || v.wire == DType::kBFloat16;
+    const bool f16 = v.grads == DType::kFloat16 || v.wire == DType::kFloat16;
+    const double tolerance = bf16 ? 2e-2 : f16 ? 3e-3 : 1e-5;
     const int n = comm().size(), r = comm().rank();
     for (int step = 0; step < 3; ++step) {
       ddp.zero_grad();
@@ -152,11 +163,11 @@ TEST_F(DDPTest, NRanksEqualOneRankWithNTimesTheBatch) {
       }
       ddp.finish();
       for (std::size_t k = 0; k < kSizes.size(); ++k) {
-        expect_close(
-            read_grad(ddp, k), mean_grad(k, 100 * step, n * kSamplesPerRank), coarse ? 2e-2 : 1e-5,
-            std::string(to_string(v.grads)) + " gradients on a " + std::string(to_string(v.wire)) +
-                " wire" + (v.registered ? " registered" : "") + " by " + ddp.reduce_method() +
-                " step " + std::to_string(step) + " param " + std::to_string(k));
+        expect_close(read_grad(ddp, k), mean_grad(k, 100 * step, n * kSamplesPerRank), tolerance,
+                     std::string(to_string(v.grads)) + " gradients on a " +
+                         std::string(to_string(v.wire)) + " wire" +
+                         (v.registered ? " registered" : "") + " by " + ddp.reduce_method() +
+                         " step " + std::to_string(step) + " param " + std::to_string(k));
       }
     }
   }
@@ -261,7 +272,7 @@ TEST_F(DDPTest, RanksWithDifferentGradientDtypesFailCleanlyOnEveryRank) {
   comm().barrier()->wait();
 }
 
-TEST_F(DDPTest, GradientDtypeOtherThanFloat32OrBf16IsRejected) {
+TEST_F(DDPTest, GradientDtypeOtherThanAFloatTypeIsRejected) {
   try {
     DDP ddp = make(DDPOptions{.grad_dtype = DType::kFloat64});
     FAIL() << "expected an error";

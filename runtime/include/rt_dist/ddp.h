@@ -26,14 +26,16 @@ namespace rtd {
 struct DDPOptions {
   double bucket_mb = 25.0;       // bucket cap after the first
   double first_bucket_mb = 1.0;  // the first bucket reduced (the last parameters) is small
-  // Dtype of the gradient buckets (grad(i)): kFloat32, or kBFloat16 for a
-  // trainer whose products write bf16 gradients and whose optimizer reads
-  // them (half the memory and, with reduce_dtype kBFloat16, half the bytes
-  // on the wire and no cast passes).
+  // Dtype of the gradient buckets (grad(i)): kFloat32, or kBFloat16 or
+  // kFloat16 for a trainer whose products write 16-bit gradients and whose
+  // optimizer reads them (half the memory and, with the same reduce_dtype,
+  // half the bytes on the wire and no cast passes). float16 gradients
+  // underflow unless the trainer scales its loss (and overflow shows as
+  // inf: the trainer's loss scaler skips that step); DDP reduces what it is given.
   DType grad_dtype = DType::kFloat32;
-  // Wire dtype of the reduction: kFloat32 or kBFloat16. Where it differs from
-  // grad_dtype, gradients are cast, reduced, and cast back; sums are formed
-  // in fp32 by NCCL, Gloo and the copy-engine addition.
+  // Wire dtype of the reduction: kFloat32, kBFloat16 or kFloat16. Where it
+  // differs from grad_dtype, gradients are cast, reduced, and cast back; sums
+  // are formed in fp32 by NCCL, Gloo and the copy-engine addition.
   DType reduce_dtype = DType::kFloat32;
   // finish() treats gradients that never became ready as zero (PyTorch's
   // find_unused_parameters); otherwise it is an error naming them.
@@ -52,7 +54,7 @@ struct DDPOptions {
 class DDP {
  public:
   // params: the model's parameters in registration order (all on one device,
-  // one dtype: float32 or bfloat16). Checks across ranks that every rank registered the
+  // one dtype: float32, bfloat16 or float16). Checks across ranks that every rank registered the
   // same count and shapes (a mismatch is rtd::Error(kInvalidArgument) on
   // every rank, within the store timeout), then broadcasts from rank 0.
   DDP(Communicator& comm, Store& store, std::vector<BufferView> params, DDPOptions options = {});
