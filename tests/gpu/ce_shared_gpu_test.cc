@@ -164,6 +164,41 @@ TEST_F(CopyEnginesSharedGpu, AllReduceAndAllGatherAreExactAndEachCopyIsTraced) {
   EXPECT_EQ(additions, 3);
 }
 
+// The copy-engine addition in 16 bits (DDP's and FSDP's float16 and bfloat16
+// wires): sums of small integers, exact in either.
+TEST_F(CopyEnginesSharedGpu, AllReduceIn16BitsIsExact) {
+  const std::size_t n = (std::size_t(1) << 20) + 3;  // an odd tail for the vector path
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    void* buf = nullptr;
+    ASSERT_EQ(cudaMalloc(&buf, n * 2), cudaSuccess);
+    BufferView view = floats(static_cast<float*>(buf), n);
+    view.dtype = dtype;
+    std::string why;
+    auto reducer = CopyEngineAllReduce::create(
+        setup(std::string("reduce16/") + std::string(to_string(dtype)), {view}), &why);
+    ASSERT_TRUE(reducer) << "the copy-engine all-reduce refused " << to_string(dtype) << ": "
+                         << why;
+    std::vector<std::uint16_t> bits(n);
+    auto value = [&](std::size_t i, int rank) { return float(rank + 1) * float(i % 64); };
+    auto encode = [&](float v) {
+      return dtype == DType::kFloat16 ? float_to_f16(v) : float_to_bf16(v);
+    };
+    auto decode = [&](std::uint16_t b) {
+      return dtype == DType::kFloat16 ? f16_to_float(b) : bf16_to_float(b);
+    };
+    for (std::size_t i = 0; i < n; ++i) bits[i] = encode(value(i, rank_));
+    ASSERT_EQ(cudaMemcpy(buf, bits.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    reducer->run(0, StreamRef{stream_})->wait();
+    state_->overdue();
+    ASSERT_EQ(cudaMemcpy(bits.data(), buf, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    const float ranks_sum = float(size_ * (size_ + 1) / 2);
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(decode(bits[i]), ranks_sum * float(i % 64)) << to_string(dtype) << " element " << i;
+    reducer.reset();
+    cudaFree(buf);
+  }
+}
+
 }  // namespace
 }  // namespace rtd::nccl
 
