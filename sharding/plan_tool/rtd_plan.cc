@@ -149,6 +149,8 @@ int main(int argc, char** argv) {
       rtd::ShardStrategy s;
       if (!rtd::parse_shard_strategy(strategy, &s))
         bad("--strategy " + strategy + ": zero1, zero2, zero3, hybrid or all");
+      if (s == rtd::ShardStrategy::kHybrid && group == 0)
+        bad("--strategy hybrid needs --group: the ranks of a shard group (a node's GPUs)");
       strategies = {s};
     }
     std::size_t params = 0;

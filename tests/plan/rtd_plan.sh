@@ -28,6 +28,9 @@ expect "fits on a GPU" 0 "fits: " --world 8 --params 7B --units 32 --param-dtype
 expect "does not fit" 1 "DOES NOT FIT" --world 1 --params 7B --units 32 --strategy zero3 --gpu-gib 80
 expect "hybrid groups that do not divide" 1 "hybrid shard groups of 2 ranks do not divide 3 ranks" \
   --world 3 --strategy hybrid --group 2 4096
+expect "hybrid without its group size" 2 "--strategy hybrid needs --group" --world 8 --strategy hybrid 4096
+expect "hybrid over groups of 4 of 8 ranks" 0 "per rank (sharded over 4 ranks)" \
+  --world 8 --strategy hybrid --group 4 4096
 expect "a size that is not one" 2 "'4096x': '' is not a number" --world 2 4096x
 expect "no units" 2 "no units" --world 2
 expect "an unknown strategy" 2 "--strategy zero4" --world 2 --strategy zero4 10
