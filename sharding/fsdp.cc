@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <sstream>
 
 #include "collectives/device_memory.h"
 #include "rt_dist/error.h"
 #include "rt_dist/trace.h"
 #include "runtime/core/log.h"
+#include "sharding/fsdp_plan.h"
 #include "sharding/rank_agreement.h"
 #include "sharding/shard_layout.h"
 #include "sharding/shard_ops.h"
@@ -343,27 +343,8 @@ void FSDP::Impl::check_fits(Store& store, const std::string& key,
   }
   FSDPOptions planned = o;
   planned.shard_group_size = group;
-  const std::size_t need = FSDP::plan(counts, comm.size(), planned).total();
-  const std::size_t free = gpu::free_bytes(device_index);
-  auto gib = [](std::size_t bytes) {
-    char text[32];
-    std::snprintf(text, sizeof(text), "%.2f GiB", bytes / 1073741824.0);
-    return std::string(text);
-  };
-  std::string problem;
-  if (need > free) {
-    problem = "GPU " + std::to_string(device_index) + " has " + gib(free) +
-              " free, the model states need " + gib(need);
-  } else if (need > free / 10 * 9) {
-    log::get("fsdp")->warn(
-        "FSDP: the model states take {} of GPU {}'s {} free: little is left for activations",
-        gib(need), device_index, gib(free));
-  }
-  check_every_rank_can(store, key, comm.rank(), comm.size(), problem,
-                       "FSDP: the model states do not fit",
-                       "shard more (ZeRO-3, or more ranks), compute in bfloat16, or update in "
-                       "backward; rtd-plan prints what each choice needs",
-                       ErrorCategory::kConfig);
+  check_plan_fits(store, key, comm.rank(), comm.size(), FSDP::plan(counts, comm.size(), planned),
+                  device_index);
 }
 
 void FSDP::Impl::gather(int u, StreamRef stream) {

@@ -1,13 +1,18 @@
 // FSDP::plan: the engine's allocations for the model states, item by item,
 // without building it (rt_dist/fsdp.h [Memory plan]). Mirrors
 // FSDP::Impl::setup's allocations; tests/multiproc/fsdp_test.cc holds every
-// strategy and option to state_bytes() == plan total + scratch.
+// strategy and option to state_bytes() == plan total + scratch. And the
+// plan's check against a GPU's free memory (fsdp_plan.h).
+#include "sharding/fsdp_plan.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
+#include "collectives/device_memory.h"
 #include "rt_dist/error.h"
-#include "rt_dist/fsdp.h"
+#include "runtime/core/log.h"
+#include "sharding/rank_agreement.h"
 #include "sharding/shard_layout.h"
 
 namespace rtd {
@@ -111,6 +116,24 @@ FSDPMemoryPlan FSDP::plan(const std::vector<std::vector<std::size_t>>& unit_coun
     add("gradients in full (" + std::to_string(two) + " of " + std::to_string(units) + " units)",
         two * largest * reduce);
   return plan;
+}
+
+void check_plan_fits(Store& store, const std::string& key, int rank, int size,
+                     const FSDPMemoryPlan& plan, int device_index) {
+  const std::size_t need = plan.total(), free = gpu::free_bytes(device_index);
+  std::string problem;
+  if (need > free) {
+    problem = "GPU " + std::to_string(device_index) + " has " + size_text(free) +
+              " free, the model states need " + size_text(need);
+  } else if (need > free / 10 * 9) {
+    log::get("fsdp")->warn(
+        "FSDP: the model states take {} of GPU {}'s {} free: little is left for activations",
+        size_text(need), device_index, size_text(free));
+  }
+  check_every_rank_can(store, key, rank, size, problem, "FSDP: the model states do not fit",
+                       "shard more (ZeRO-3, or more ranks), compute in bfloat16, or update in "
+                       "backward; rtd-plan prints what each choice needs",
+                       ErrorCategory::kConfig);
 }
 
 }  // namespace rtd
