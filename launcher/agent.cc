@@ -120,8 +120,9 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
   // rendezvous host (killed, or partitioned away) notices within it, as the
   // host notices a silent node.
   const auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(o.heartbeat_timeout);
-  std::shared_ptr<Store> store = make_grpc_store(p.store_addr, o.token)->bounded(limit);
-  Peers peers(store, std::make_unique<HeartbeatClient>(p.store_addr, o.token, limit));
+  const std::string& secret = p.layout.agent_secret();
+  std::shared_ptr<Store> store = make_grpc_store(p.store_addr, o.token, secret)->bounded(limit);
+  Peers peers(store, std::make_unique<HeartbeatClient>(p.store_addr, o.token, secret, limit));
   const bool many = o.nnodes > 1;
 
   for (;;) {

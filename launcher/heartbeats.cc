@@ -37,7 +37,7 @@ struct HeartbeatClient::Impl {
 };
 
 HeartbeatClient::HeartbeatClient(const std::string& address, const std::string& token,
-                                 std::chrono::milliseconds timeout)
+                                 const std::string& secret, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<Impl>()) {
   impl_->address = address;
   impl_->token = token;
@@ -45,6 +45,7 @@ HeartbeatClient::HeartbeatClient(const std::string& address, const std::string& 
   impl_->stub =
       proto::Rendezvous::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   impl_->request.set_round(-1);
+  impl_->request.set_agent_secret(secret);
   impl_->request.set_hold_ms(heartbeat_hold(timeout).count());
   thread_ = std::thread([this] { loop(); });
 }
@@ -88,6 +89,7 @@ HeartbeatReply HeartbeatClient::beat_now(int round, int node_rank, NodeState sta
   req.set_round(round);
   req.set_node_rank(node_rank);
   req.set_state(to_proto(state));
+  req.set_agent_secret(impl_->request.agent_secret());
   grpc::ClientContext ctx;
   ctx.AddMetadata(kTokenMetadataKey, impl_->token);
   ctx.set_deadline(std::chrono::system_clock::now() + impl_->timeout);

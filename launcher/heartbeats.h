@@ -37,7 +37,8 @@ struct HeartbeatReply {
 class HeartbeatClient {
  public:
   // Every call gives up after its hold plus half the timeout.
-  HeartbeatClient(const std::string& address, const std::string& token,
+  // secret: the agent's (JoinResponse.agent_secret), carried by every call.
+  HeartbeatClient(const std::string& address, const std::string& token, const std::string& secret,
                   std::chrono::milliseconds timeout);
   ~HeartbeatClient();
   // Beat for this round, as this node, in this state, watching these keys.

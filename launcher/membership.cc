@@ -1,7 +1,9 @@
 // Rounds chained into a job, and the members' heartbeats (docs/rendezvous.md).
 #include "launcher/membership.h"
 
+#include "launcher/net.h"
 #include "runtime/core/log.h"
+#include "runtime/core/store/store_service.h"
 
 namespace rtd::launcher {
 namespace {
@@ -39,7 +41,10 @@ void Membership::open_locked(SystemTime now) {
 void Membership::promote_locked(SystemTime now) {
   if (!forming_ || !forming_->closed()) return;
   members_.clear();
-  for (const Round::Member& who : forming_->members()) members_.push_back(Member{who, now});
+  for (const Round::Member& who : forming_->members()) {
+    members_.push_back(Member{who, now});
+    secrets_[who.node_id] = who.secret;
+  }
   ++running_;
   forming_.reset();
   ++generation_;
@@ -70,12 +75,25 @@ std::string Membership::refusal_locked(const proto::JoinRequest& r) const {
   return "";
 }
 
-void Membership::join_async(const proto::JoinRequest& request, SystemTime deadline,
+void Membership::join_async(const proto::JoinRequest& given, SystemTime deadline,
                             Round::Done done) {
   std::string refusal;
+  proto::JoinRequest request = given;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.empty()) {
+    // The node_id is the agent's only while it proves to be: a join naming a
+    // member's id must carry that member's secret.
+    auto known = secrets_.find(request.node_id());
+    if (known != secrets_.end() ? !secrets_equal(request.agent_secret(), known->second)
+                                : !request.agent_secret().empty()) {
+      refusal = "rendezvous refused this node: node at " + request.host() +
+                " names an agent id it was not issued (or carries a secret of another job); "
+                "restart its dtrun";
+    } else {
+      request.set_agent_secret(known != secrets_.end() ? known->second : random_token());
+    }
+    if (!refusal.empty()) {
+    } else if (!failure_.empty()) {
       refusal = failure_;
     } else if (!forming_) {
       refusal = refusal_locked(request);
@@ -98,15 +116,21 @@ void Membership::join_async(const proto::JoinRequest& request, SystemTime deadli
   }
 }
 
-Beat Membership::heartbeat(int round, int node_rank, NodeState state, SystemTime now) {
+Beat Membership::heartbeat(int round, int node_rank, const std::string& secret, NodeState state,
+                           SystemTime now) {
   std::lock_guard<std::mutex> lock(mu_);
-  Beat beat{failure_, forming_ != nullptr};
+  Beat beat{failure_, forming_ != nullptr, ""};
   if (round != running_ || node_rank < 0 || node_rank >= static_cast<int>(members_.size()) ||
       members_[node_rank].lost) {
     beat.rejoin = true;  // left behind (counted as lost): it may come back as a newcomer
     return beat;
   }
   Member& m = members_[node_rank];
+  if (!secrets_equal(secret, m.who.secret)) {
+    return Beat{"", false,
+                "this heartbeat does not carry node " + std::to_string(node_rank) +
+                    "'s agent secret: only that node's dtrun speaks for it"};
+  }
   m.last_seen = now;
   m.state = state;
   return beat;
@@ -177,6 +201,14 @@ void Membership::cancel(const std::string& why) {
   if (failure_.empty()) failure_ = "rendezvous cancelled: " + why;
   ++generation_;
   if (forming_) forming_->cancel(why);
+}
+
+bool Membership::is_member_secret(const std::string& secret) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool found = false;
+  for (const Member& m : members_)
+    found = found || (!m.lost && secrets_equal(secret, m.who.secret));
+  return found;
 }
 
 long long Membership::generation() {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +23,7 @@ enum class NodeState { kRunning, kDone, kLeaving };
 struct Beat {
   std::string failure;  // the job failed: why
   bool rejoin = false;  // a new round forms: stop the workers and join it
+  std::string refused;  // non-empty: the call does not speak for that node (nothing changed)
 };
 
 class Membership {
@@ -32,10 +34,17 @@ class Membership {
              SystemTime now = std::chrono::system_clock::now());
 
   // Joins the forming round, opening one for a running job (see the header
-  // comment); refuses a newcomer when the job is full or finishing.
+  // comment); refuses a newcomer when the job is full or finishing. An
+  // agent's first join is issued a secret (in its layout, the same in every
+  // round); a later join naming that node_id must carry it.
   void join_async(const proto::JoinRequest& request, SystemTime deadline, Round::Done done);
-  // A member's call arrived: it is alive (now), in this state.
-  Beat heartbeat(int round, int node_rank, NodeState state, SystemTime now);
+  // A member's call arrived: it is alive (now), in this state. A call for a
+  // member of the running round whose secret is not that member's changes
+  // nothing and is refused (Beat::refused).
+  Beat heartbeat(int round, int node_rank, const std::string& secret, NodeState state,
+                 SystemTime now);
+  // Whether `secret` is a member's of the running round (the agents' store keys).
+  bool is_member_secret(const std::string& secret);
   // The answer for a call held since it arrived (no sign of life in itself).
   Beat peek(int round, int node_rank);
   // Expires joins, closes rounds on their last call, finds silent members.
@@ -66,6 +75,8 @@ class Membership {
   std::unique_ptr<Round> forming_;  // the next round, while it forms
   std::string failure_;
   long long generation_ = 0;
+  std::map<std::string, std::string>
+      secrets_;  // node_id -> secret, of every agent that was a member
 };
 
 }  // namespace rtd::launcher

@@ -13,9 +13,11 @@
 
 #include "launcher/membership.h"
 #include "launcher/net.h"
+#include "launcher/request_checks.h"
 #include "rendezvous.grpc.pb.h"
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
+#include "runtime/core/store/grpc_status.h"
 #include "runtime/core/store/store_service.h"
 
 namespace rtd::launcher {
@@ -27,31 +29,79 @@ namespace {
 // its hold_ms) and answered when something happens. A thread of our own
 // ticks every 100 ms: the membership (expired joins, last calls, silent
 // members), then the held heartbeats that are due or have news.
+// The host's log of refused calls (wrong token, malformed, a join turned
+// away, a call that speaks for another node): each names the peer's address,
+// at most kPerMinute a minute, then how many more were refused.
+class RefusalLog {
+ public:
+  void note(grpc::ServerContextBase* ctx, const std::string& what, const std::string& why) {
+    constexpr int kPerMinute = 20;
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (now - window_ > std::chrono::minutes(1)) {
+      if (dropped_ > 0)
+        log::get("rendezvous")->warn("{} more call(s) refused in the last minute", dropped_);
+      window_ = now;
+      logged_ = dropped_ = 0;
+    }
+    if (logged_++ >= kPerMinute) {
+      ++dropped_;
+      return;
+    }
+    log::get("rendezvous")->warn("refused {} from {}: {}", what, ctx->peer(), why);
+  }
+
+ private:
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point window_{};
+  int logged_ = 0;
+  long long dropped_ = 0;
+};
+
 class RendezvousService final : public proto::Rendezvous::CallbackService {
  public:
   // A held heartbeat is woken when one of its keys changes only for keys
   // under this prefix (the agents' own); others are answered when present.
+  // Writes under it need an agent's secret (x-dtrun-agent).
   static constexpr const char* kWatchable = "dtrun/";
 
-  RendezvousService(const ServerOptions& o, MemoryStore* store)
+  RendezvousService(const ServerOptions& o, StoreService* service)
       : token_(o.token),
-        store_(store),
+        store_(&service->memory()),
         membership_(RoundConfig{.min_nodes = o.min_nodes,
                                 .max_nodes = o.max_nodes,
                                 .nproc_per_node = o.nproc_per_node,
                                 .fingerprint = o.fingerprint,
                                 .master_port = o.master_port,
                                 .run_id = random_token().substr(0, 12),
-                                .last_call = o.last_call},
+                                .last_call = o.last_call,
+                                .host_node_id = o.host_node_id},
                     o.heartbeat_timeout),
         hold_limit_(o.heartbeat_timeout / 2) {
     // Every store write passes here, the workers' included: only the agents'
     // keys (kWatchable) take the lock.
-    store_->set_observer([this](const std::string& key) {
+    service->set_observer([this](const std::string& key) {
       if (key.rfind(kWatchable, 0) != 0) return;
       std::lock_guard<std::mutex> lock(held_mu_);
       if (watched_.count(key)) keys_changed_ = true;
     });
+    // Nobody but a member's dtrun writes the agents' keys: a stranger with
+    // the token (or without one, in an unauthenticated job) cannot mark a
+    // round done or failed.
+    service->set_write_guard([this](grpc::ServerContextBase* ctx, const std::string& key) {
+      if (key.rfind(kWatchable, 0) != 0) return grpc::Status::OK;
+      const auto& md = ctx->client_metadata();
+      auto it = md.find(kAgentMetadataKey);
+      const std::string secret =
+          it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+      if (!secret.empty() && membership_.is_member_secret(secret)) return grpc::Status::OK;
+      refusals_.note(ctx, "a write of '" + key.substr(0, 64) + "'",
+                     "only the job's agents write under dtrun/");
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "store keys under dtrun/ are the agents' own; a worker or another "
+                          "program may not write them");
+    });
+    service_ = service;
     ticker_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mu_);
       while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) {
@@ -69,25 +119,34 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     }
     cv_.notify_all();
     ticker_.join();
-    store_->set_observer(nullptr);
+    service_->set_observer(nullptr);
+    service_->set_write_guard(nullptr);
   }
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const proto::JoinRequest* req,
                                  proto::JoinResponse* resp) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    grpc::Status auth = check_token(ctx, token_);
-    if (!auth.ok()) {
-      reactor->Finish(auth);
+    grpc::Status status = check_token(ctx, token_);
+    if (status.ok()) {
+      if (std::string why = malformed_join(*req); !why.empty())
+        status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed join: " + why);
+    }
+    if (!status.ok()) {
+      refusals_.note(ctx, "a join", status.error_message());
+      reactor->Finish(status);
       return reactor;
     }
     // Answer half a second before the caller's deadline, so that it reads our
     // explanation (who joined) rather than a bare DEADLINE_EXCEEDED.
     auto deadline = ctx->deadline() - std::chrono::milliseconds(500);
-    membership_.join_async(*req, deadline,
-                           [reactor, resp](const proto::JoinResponse* layout, const Error* error) {
-                             if (layout) *resp = *layout;
-                             reactor->Finish(layout ? grpc::Status::OK : to_status(*error));
-                           });
+    membership_.join_async(
+        *req, deadline,
+        [this, ctx, reactor, resp](const proto::JoinResponse* layout, const Error* error) {
+          if (layout) *resp = *layout;
+          if (error && error->category() == ErrorCategory::kConfig)
+            refusals_.note(ctx, "a join", error->what());
+          reactor->Finish(layout ? grpc::Status::OK : to_status(*error));
+        });
     return reactor;
   }
 
@@ -96,7 +155,12 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
                                       proto::HeartbeatResponse* resp) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     grpc::Status status = check_token(ctx, token_);
+    if (status.ok()) {
+      if (std::string why = malformed_heartbeat(*req); !why.empty())
+        status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed heartbeat: " + why);
+    }
     if (!status.ok()) {
+      refusals_.note(ctx, "a heartbeat", status.error_message());
       reactor->Finish(status);
       return reactor;
     }
@@ -104,8 +168,11 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     std::lock_guard<std::mutex> lock(held_mu_);
     // Under held_mu_: a change between this answer and holding the call is
     // seen by the next tick (keys_changed_, the generation).
-    if (answer(*req, resp, true) || req->hold_ms() <= 0 || stopping_) {
-      reactor->Finish(grpc::Status::OK);
+    std::string refused;
+    if (answer(*req, resp, true, &refused) || req->hold_ms() <= 0 || stopping_) {
+      if (!refused.empty()) refusals_.note(ctx, "a heartbeat", refused);
+      reactor->Finish(refused.empty() ? grpc::Status::OK
+                                      : grpc::Status(grpc::StatusCode::PERMISSION_DENIED, refused));
       return reactor;
     }
     const auto hold = std::min<std::chrono::milliseconds>(
@@ -143,12 +210,18 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
                                                              : NodeState::kRunning;
   }
 
-  // Fills the answer; true when it has news (a failure, rejoin, a watched key).
+  // Fills the answer; true when it has news (a failure, rejoin, a watched key,
+  // or a refusal: *refused says why).
   // `arrived`: the call just came (a sign of life), else it was held.
-  bool answer(const proto::HeartbeatRequest& req, proto::HeartbeatResponse* resp, bool arrived) {
-    Beat beat = arrived ? membership_.heartbeat(req.round(), req.node_rank(), state_of(req),
-                                                std::chrono::system_clock::now())
+  bool answer(const proto::HeartbeatRequest& req, proto::HeartbeatResponse* resp, bool arrived,
+              std::string* refused = nullptr) {
+    Beat beat = arrived ? membership_.heartbeat(req.round(), req.node_rank(), req.agent_secret(),
+                                                state_of(req), std::chrono::system_clock::now())
                         : membership_.peek(req.round(), req.node_rank());
+    if (!beat.refused.empty()) {
+      if (refused) *refused = beat.refused;
+      return true;
+    }
     resp->set_failure(beat.failure);
     resp->set_rejoin(beat.rejoin);
     resp->mutable_values()->clear();
@@ -178,6 +251,8 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
 
   std::string token_;
   MemoryStore* store_;
+  StoreService* service_ = nullptr;
+  RefusalLog refusals_;
   Membership membership_;
   const std::chrono::milliseconds hold_limit_;
   std::mutex held_mu_;
@@ -203,13 +278,11 @@ struct RendezvousServer::Impl {
 
 RendezvousServer::RendezvousServer(const ServerOptions& o) : impl_(std::make_unique<Impl>()) {
   if (o.port != 0) check_bindable(o.bind_ip, o.port);
-  impl_->store = std::make_unique<StoreService>(o.token);
-  impl_->rendezvous = std::make_unique<RendezvousService>(o, &impl_->store->memory());
+  impl_->store = std::make_unique<StoreService>(o.token, o.store_limits);
+  impl_->rendezvous = std::make_unique<RendezvousService>(o, impl_->store.get());
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 1);
+  builder.SetMaxReceiveMessageSize(kMaxControlMessageBytes);
   builder.AddListeningPort(join_host_port(o.bind_ip, o.port), grpc::InsecureServerCredentials(),
                            &impl_->port);
   builder.RegisterService(impl_->store.get());
@@ -233,6 +306,7 @@ int RendezvousServer::port() const { return impl_->port; }
 void RendezvousServer::shutdown() {
   if (!impl_->server) return;
   impl_->rendezvous->cancel();
+  impl_->store->cancel_waits();
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   impl_->server->Wait();
   impl_->server.reset();

@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "runtime/core/store/store_service.h"
+
 namespace rtd::launcher {
 
 struct ServerOptions {
@@ -21,6 +23,8 @@ struct ServerOptions {
   int master_port = 0;      // the free port on node 0 handed to workers as MASTER_PORT
   std::chrono::milliseconds last_call{0};  // with a range: wait this long for more after MIN
   std::chrono::milliseconds heartbeat_timeout{30000};  // a member silent this long is lost
+  std::string host_node_id;  // the hosting agent's node_id: node rank 0 is its alone
+  StoreServiceLimits store_limits;
 };
 
 class RendezvousServer {

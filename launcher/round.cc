@@ -36,11 +36,17 @@ std::string Round::mismatch(const proto::JoinRequest& r) const {
     return who + " asked for --node-rank=" + std::to_string(r.node_rank()) + " but " +
            nnodes_flag(config_.min_nodes, config_.max_nodes);
   }
+  // Rank 0 is the hosting agent's: nobody else takes it, whoever comes first.
+  if (r.node_rank() == 0 && !config_.host_node_id.empty() && r.node_id() != config_.host_node_id) {
+    return who + " asked for --node-rank=0, which is the rendezvous host's";
+  }
   for (const Joined& j : joined_) {
     const proto::JoinRequest& other = j.request;
+    if (other.node_id() == r.node_id()) return who + " has already joined this round";
     if (r.node_rank() >= 0 && other.node_rank() == r.node_rank()) {
       return "nodes at " + other.host() + " and " + r.host() +
-             " both asked for --node-rank=" + std::to_string(r.node_rank());
+             " both asked for --node-rank=" + std::to_string(r.node_rank()) +
+             "; the first keeps it";
     }
   }
   return "";
@@ -53,6 +59,54 @@ bool Round::complete_locked() const {
   if (n >= config_.max_nodes) return true;
   return !config_.previous.empty() && n >= config_.min_nodes &&
          previous_back_ == config_.previous.size();
+}
+
+// A node that asked for a rank the closing count cannot hold (--node-rank=3
+// in a round that closes with 2) is turned away alone, highest ranks first,
+// until the rest fit; false when fewer than the minimum would remain (the
+// round then stays open).
+bool Round::try_close_locked(std::vector<Answer>* answers) {
+  std::vector<Joined> fit(std::make_move_iterator(joined_.begin()),
+                          std::make_move_iterator(joined_.end()));
+  std::vector<Joined> unfit;
+  for (bool moved = true; moved;) {
+    moved = false;
+    const int n = static_cast<int>(fit.size());
+    for (auto it = fit.begin(); it != fit.end();) {
+      if (it->request.node_rank() >= n) {
+        unfit.push_back(std::move(*it));
+        it = fit.erase(it);
+        moved = true;
+      } else {
+        ++it;
+      }
+    }
+  }
+  const int n = static_cast<int>(fit.size());
+  if (n < config_.min_nodes || n == 0) {
+    joined_ = std::move(fit);
+    for (Joined& j : unfit) joined_.push_back(std::move(j));
+    return false;
+  }
+  for (Joined& j : unfit) {
+    const std::string why = "rendezvous: node at " + j.request.host() +
+                            " asked for --node-rank=" + std::to_string(j.request.node_rank()) +
+                            " but the round closed with " + std::to_string(n) + " node(s) (" +
+                            nnodes_flag(config_.min_nodes, config_.max_nodes) +
+                            "); leave --node-rank out in an elastic job";
+    note_refusal_locked(why);
+    joined_ids_.erase(j.request.node_id());
+    answers->push_back(Answer{std::move(j.done), std::nullopt, Error(ErrorCategory::kConfig, why)});
+  }
+  joined_ = std::move(fit);
+  close_locked(answers);
+  return true;
+}
+
+void Round::note_refusal_locked(const std::string& why) {
+  constexpr std::size_t kKept = 4;
+  if (refused_.size() == kKept) refused_.erase(refused_.begin());
+  refused_.push_back(why);
 }
 
 void Round::close_locked(std::vector<Answer>* answers) {
@@ -97,9 +151,10 @@ void Round::close_locked(std::vector<Answer>* answers) {
   members_.assign(nnodes, Member{});
   for (Joined& j : joined_) {
     const int n = j.request.node_rank();
-    members_[n] = Member{j.request.node_id(), j.request.host(), n};
+    members_[n] = Member{j.request.node_id(), j.request.host(), n, j.request.agent_secret()};
     proto::JoinResponse response = layout;
     response.set_node_rank(n);
+    response.set_agent_secret(j.request.agent_secret());
     proto::NodeInfo* node = response.mutable_node();
     node->set_host(j.request.host());
     node->set_node_rank(n);
@@ -152,15 +207,16 @@ void Round::join_async(const proto::JoinRequest& request, SystemTime deadline, D
     } else if (!failure_.empty()) {
       refuse(ErrorCategory::kConfig, failure_);
     } else if (std::string why = mismatch(request); !why.empty()) {
-      refuse(ErrorCategory::kConfig, "rendezvous failed: " + why);
-      // Disagreement at the start fails every node; a newcomer to a running
-      // job that disagrees is turned away alone.
-      if (config_.previous.empty() || !newcomer) fail_locked("rendezvous failed: " + why, &answers);
+      // Turned away alone: whoever sent it, a join never fails, stalls or
+      // reshapes the round of those that agree. Those waiting read it in
+      // their timeout's message, and the host's log has it at once.
+      refuse(ErrorCategory::kConfig, "rendezvous refused this node: " + why);
+      note_refusal_locked(why);
     } else {
       joined_.push_back(Joined{request, deadline, std::move(done)});
       if (joined_ids_.insert(request.node_id()).second && !newcomer) ++previous_back_;
       last_join_ = std::chrono::system_clock::now();
-      if (complete_locked()) close_locked(&answers);
+      if (complete_locked()) try_close_locked(&answers);
     }
   }
   deliver(answers);
@@ -177,13 +233,11 @@ void Round::tick(SystemTime now) {
       // The first round: with a range, the last call after the minimum.
       if (config_.min_nodes < config_.max_nodes && n >= config_.min_nodes &&
           now >= last_join_ + config_.last_call) {
-        close_locked(&answers);
+        try_close_locked(&answers);
       }
     } else if (now >= opened_ + config_.rejoin_wait) {
       // A re-formed round: those back go on without the missing, if enough.
-      if (n >= config_.min_nodes) {
-        close_locked(&answers);
-      } else {
+      if (n < config_.min_nodes || !try_close_locked(&answers)) {
         fail_locked("only " + std::to_string(n) + " node(s) came back for round " +
                         std::to_string(config_.round) + " within " +
                         std::to_string(config_.rejoin_wait.count() / 1000) + " s (" +
@@ -193,7 +247,8 @@ void Round::tick(SystemTime now) {
       }
     }
     if (!closed_ && failure_.empty()) {
-      const std::string summary = joined_summary_locked();
+      std::string summary = joined_summary_locked();
+      for (const std::string& why : refused_) summary += "; refused: " + why;
       for (auto it = joined_.begin(); it != joined_.end();) {
         if (it->deadline > now) {
           ++it;
@@ -244,7 +299,7 @@ void Round::forget(const std::string& node_id) {
     std::lock_guard<std::mutex> lock(mu_);
     if (config_.previous.erase(node_id)) {
       if (joined_ids_.count(node_id)) --previous_back_;
-      if (!closed_ && failure_.empty() && complete_locked()) close_locked(&answers);
+      if (!closed_ && failure_.empty() && complete_locked()) try_close_locked(&answers);
     }
   }
   deliver(answers);

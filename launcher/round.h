@@ -37,6 +37,7 @@ struct RoundConfig {
   std::map<std::string, int> previous;  // node_id -> node rank in the round before
   std::chrono::milliseconds last_call{0};
   std::chrono::milliseconds rejoin_wait{30000};
+  std::string host_node_id;  // the hosting agent's: node rank 0 is its alone (empty: anyone's)
 };
 
 // "--nnodes=N" or "--nnodes=MIN:MAX", as the user typed it.
@@ -50,16 +51,20 @@ class Round {
     std::string node_id;
     std::string host;
     int node_rank = 0;
+    std::string secret;  // the request's agent_secret (Membership puts the issued one there)
   };
 
   explicit Round(RoundConfig config, SystemTime opened = std::chrono::system_clock::now());
 
   // Returns at once; done runs exactly once, on some thread, when the round
-  // closes (with this agent's layout), fails (kConfig: this or another agent
-  // disagrees; every waiting agent gets the same error, except in a re-formed
-  // round, where only a disagreeing newcomer is turned away), or when tick()
-  // finds its deadline passed (kTimeout naming who joined). Thread-safe. No
-  // thread waits for an agent: a server holds thousands of joins this way.
+  // closes (with this agent's layout), is refused (kConfig: this agent
+  // disagrees with the host's configuration, asks for a rank that is taken
+  // or that the closing round cannot hold: it alone is turned away), the
+  // round fails (cancelled, or too few came back to a re-formed round), or
+  // when tick() finds its deadline passed (kTimeout naming who joined and
+  // who was refused). The request is well formed (request_checks.h).
+  // Thread-safe. No thread waits for an agent: a server holds thousands of
+  // joins this way.
   void join_async(const proto::JoinRequest& request, SystemTime deadline, Done done);
   // Fails the joins whose deadline passed and closes the round when its last
   // call or its rejoin wait is over (the server calls it periodically).
@@ -89,6 +94,8 @@ class Round {
   };
   std::string mismatch(const proto::JoinRequest& request) const;
   bool complete_locked() const;
+  bool try_close_locked(std::vector<Answer>* answers);
+  void note_refusal_locked(const std::string& why);
   void close_locked(std::vector<Answer>* answers);
   void fail_locked(const std::string& why, std::vector<Answer>* answers);
   std::string joined_summary_locked() const;
@@ -104,6 +111,7 @@ class Round {
   bool closed_ = false;
   std::string failure_;
   std::vector<Member> members_;
+  std::vector<std::string> refused_;  // the last few joins turned away, for the timeout's message
 };
 
 }  // namespace rtd::launcher

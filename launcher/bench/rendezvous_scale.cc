@@ -96,7 +96,8 @@ struct Pending {
 
 // Every agent joins at once; returns seconds until the last layout arrived,
 // or a negative value (with the reason printed) when the round failed.
-double join_all(const Channels& channels, int n) {
+// secrets: each agent's, by the node rank it was given (its heartbeats carry it).
+double join_all(const Channels& channels, int n, std::vector<std::string>* secrets) {
   grpc::CompletionQueue cq;
   std::vector<std::unique_ptr<rtd::proto::Rendezvous::Stub>> stubs;
   for (const auto& ch : channels.channels) stubs.push_back(rtd::proto::Rendezvous::NewStub(ch));
@@ -131,6 +132,8 @@ double join_all(const Channels& channels, int n) {
       return -1;
     }
     ranks.insert(p->response.node_rank());
+    if (p->response.node_rank() >= 0 && p->response.node_rank() < n)
+      (*secrets)[p->response.node_rank()] = p->response.agent_secret();
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (static_cast<int>(ranks.size()) != n) {
@@ -151,7 +154,8 @@ struct Steady {
   double cpu_s = 0;
   double window_s = 0;
 };
-Steady heartbeats(const Channels& channels, int n, double seconds, pid_t server) {
+Steady heartbeats(const Channels& channels, int n, double seconds, pid_t server,
+                  const std::vector<std::string>& secrets) {
   grpc::CompletionQueue cq;
   std::vector<std::unique_ptr<rtd::proto::Rendezvous::Stub>> stubs;
   for (const auto& ch : channels.channels) stubs.push_back(rtd::proto::Rendezvous::NewStub(ch));
@@ -172,6 +176,7 @@ Steady heartbeats(const Channels& channels, int n, double seconds, pid_t server)
     rtd::proto::HeartbeatRequest req;
     req.set_round(0);
     req.set_node_rank(a);
+    req.set_agent_secret(secrets[a]);
     req.add_keys("dtrun/failed");
     req.add_keys("dtrun/round0/failed");
     req.set_hold_ms(hold.count());
@@ -255,8 +260,10 @@ int main(int argc, char** argv) {
     }
     close(fds[0]);
     Channels channels("127.0.0.1:" + std::to_string(port), connections);
-    const double join_s = join_all(channels, n);
-    const Steady beats = join_s < 0 ? Steady{} : heartbeats(channels, n, heartbeat_s, child);
+    std::vector<std::string> secrets(n);
+    const double join_s = join_all(channels, n, &secrets);
+    const Steady beats =
+        join_s < 0 ? Steady{} : heartbeats(channels, n, heartbeat_s, child, secrets);
     const double window = beats.window_s, cpu = beats.cpu_s;
     const double calls = static_cast<double>(beats.calls);
     kill(child, SIGKILL);

@@ -179,7 +179,8 @@ int run_across(const LaunchOptions& o, const EnvMap& env, Facts& facts,
       {"rendezvous", Status::kOk,
        "node " + std::to_string(node) + " of " + std::to_string(nnodes) + " at " + p.store_addr,
        ""});
-  auto store = make_grpc_store(p.store_addr, o.token)->bounded(std::chrono::seconds(60));
+  auto store = make_grpc_store(p.store_addr, o.token, p.layout.agent_secret())
+                   ->bounded(std::chrono::seconds(60));
   const SettingsVerdict verdict =
       check_settings_across_nodes(*store, p.layout.round(), node, nnodes,
                                   effective_settings(env, overrides, facts.nccl_version), p.host);

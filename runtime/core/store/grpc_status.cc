@@ -10,6 +10,8 @@ Error error_from_grpc(const grpc::Status& status, const std::string& what,
   switch (status.error_code()) {
     case grpc::StatusCode::UNAUTHENTICATED:
     case grpc::StatusCode::PERMISSION_DENIED:
+      if (detail.find("token") == std::string::npos)
+        return Error(ErrorCategory::kConfig, prefix + detail, status.error_code());
       return Error(
           ErrorCategory::kConfig,
           prefix + detail + " (every node and worker must use the same --token/DTRUN_TOKEN)",
@@ -24,6 +26,8 @@ Error error_from_grpc(const grpc::Status& status, const std::string& what,
                    status.error_code());
     case grpc::StatusCode::INVALID_ARGUMENT:
     case grpc::StatusCode::FAILED_PRECONDITION:
+      return Error(ErrorCategory::kConfig, prefix + detail, status.error_code());
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
       return Error(ErrorCategory::kConfig, prefix + detail, status.error_code());
     case grpc::StatusCode::UNIMPLEMENTED:
       return Error(ErrorCategory::kConfig,

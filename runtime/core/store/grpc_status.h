@@ -11,6 +11,8 @@
 namespace rtd {
 
 inline constexpr const char* kTokenMetadataKey = "x-dtrun-token";
+// An agent's secret (JoinResponse.agent_secret), on its writes of "dtrun/" keys.
+inline constexpr const char* kAgentMetadataKey = "x-dtrun-agent";
 
 // what: what was being done ("store get 'k'"); target: the server's address.
 Error error_from_grpc(const grpc::Status& status, const std::string& what,

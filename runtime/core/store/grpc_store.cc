@@ -15,15 +15,17 @@ constexpr std::chrono::seconds kWaitSlack{10};
 
 class GrpcStore : public Store {
  public:
-  GrpcStore(const std::string& address, const std::string& token)
+  GrpcStore(const std::string& address, const std::string& token, const std::string& agent_secret)
       : address_(address),
         token_(token),
+        agent_secret_(agent_secret),
         stub_(proto::Store::NewStub(
             grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
   // A view sharing `other`'s channel whose calls give up after `limit`.
   GrpcStore(const GrpcStore& other, std::chrono::milliseconds limit)
       : address_(other.address_),
         token_(other.token_),
+        agent_secret_(other.agent_secret_),
         stub_(other.stub_),
         call_timeout_(limit),
         wait_slack_(limit) {}
@@ -101,6 +103,7 @@ class GrpcStore : public Store {
   void call(const std::string& what, std::chrono::milliseconds deadline, Fn&& fn) {
     grpc::ClientContext ctx;
     ctx.AddMetadata(kTokenMetadataKey, token_);
+    if (!agent_secret_.empty()) ctx.AddMetadata(kAgentMetadataKey, agent_secret_);
     ctx.set_deadline(std::chrono::system_clock::now() + deadline);
     grpc::Status status = fn(&ctx);
     if (!status.ok()) throw error_from_grpc(status, what, address_);
@@ -108,6 +111,7 @@ class GrpcStore : public Store {
 
   std::string address_;
   std::string token_;
+  std::string agent_secret_;
   std::shared_ptr<proto::Store::Stub> stub_;
   std::chrono::milliseconds call_timeout_ = kCallTimeout;
   std::chrono::milliseconds wait_slack_ = kWaitSlack;
@@ -115,8 +119,9 @@ class GrpcStore : public Store {
 
 }  // namespace
 
-std::shared_ptr<Store> make_grpc_store(const std::string& address, const std::string& token) {
-  return std::make_shared<GrpcStore>(address, token);
+std::shared_ptr<Store> make_grpc_store(const std::string& address, const std::string& token,
+                                       const std::string& agent_secret) {
+  return std::make_shared<GrpcStore>(address, token, agent_secret);
 }
 
 }  // namespace rtd

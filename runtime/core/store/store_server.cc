@@ -22,6 +22,7 @@ StoreServer::StoreServer(const std::string& bind_ip, int port, const std::string
   impl_->service = std::make_unique<StoreService>(token);
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(kMaxControlMessageBytes);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
   builder.RegisterService(impl_->service.get());
   impl_->server = builder.BuildAndStart();
@@ -33,6 +34,7 @@ StoreServer::StoreServer(const std::string& bind_ip, int port, const std::string
 
 StoreServer::~StoreServer() {
   if (!impl_->server) return;
+  impl_->service->cancel_waits();
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   impl_->server->Wait();
 }

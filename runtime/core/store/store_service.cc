@@ -1,12 +1,54 @@
-// StoreService: the token check and the Store calls over a MemoryStore.
+// StoreService: the token check and the Store calls over a MemoryStore, with
+// waiting Gets held as entries, not threads (store_service.h).
 #include "runtime/core/store/store_service.h"
+
+#include <vector>
 
 #include "runtime/core/store/grpc_status.h"
 
 namespace rtd {
 namespace {
-constexpr std::chrono::milliseconds kWaitSlice{200};
+
+constexpr std::chrono::milliseconds kTick{50};
+
+long long ms_since(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               since)
+      .count();
+}
+
+grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+// Runs body, converting rtd::Error (and anything else) to a status.
+template <typename Fn>
+grpc::Status run(Fn&& body) {
+  try {
+    body();
+    return grpc::Status::OK;
+  } catch (const Error& e) {
+    return to_status(e);
+  } catch (const std::exception& e) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+  }
+}
+
+std::string shown(const std::string& key) {
+  return "'" + key.substr(0, 64) + (key.size() > 64 ? "...'" : "'");
+}
+
 }  // namespace
+
+bool secrets_equal(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
+  return diff == 0;
+}
 
 grpc::Status check_token(grpc::ServerContextBase* ctx, const std::string& token) {
   if (token.empty()) return grpc::Status::OK;  // an unauthenticated job (dtrun warned)
@@ -15,7 +57,7 @@ grpc::Status check_token(grpc::ServerContextBase* ctx, const std::string& token)
   if (it == md.end()) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the call carries no job token");
   }
-  if (std::string(it->second.data(), it->second.size()) != token) {
+  if (!secrets_equal(std::string(it->second.data(), it->second.size()), token)) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         "the job token does not match node rank 0's");
   }
@@ -35,54 +77,186 @@ grpc::Status to_status(const Error& e) {
   }
 }
 
-grpc::Status StoreService::Set(grpc::ServerContext* ctx, const proto::SetRequest* req,
-                               proto::SetResponse*) {
-  return guarded(ctx, token_, [&] { store_.set(req->key(), req->value()); });
-}
-grpc::Status StoreService::Get(grpc::ServerContext* ctx, const proto::GetRequest* req,
-                               proto::GetResponse* resp) {
-  // Waits in slices so that a cancelled call or a shutdown never leaves a handler blocked.
-  return guarded(ctx, token_, [&] {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(req->timeout_ms());
-    for (;;) {
-      if (auto value = store_.try_get(req->key())) {
-        resp->set_value(*value);
-        return;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || ctx->IsCancelled()) {
-        store_.get(req->key(), std::chrono::milliseconds(0));  // throws the timeout error
-      }
-      try {
-        resp->set_value(store_.get(req->key(), std::min(left, kWaitSlice)));
-        return;
-      } catch (const Error& e) {
-        if (e.category() != ErrorCategory::kTimeout) throw;
-      }
+StoreService::StoreService(std::string token, StoreServiceLimits limits)
+    : token_(std::move(token)), limits_(limits), store_(limits.store) {
+  store_.set_observer([this](const std::string& key) {
+    wake(key);
+    if (observer_) observer_(key);
+  });
+  ticker_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, kTick, [this] { return stopping_; })) {
+      lock.unlock();
+      expire();
+      lock.lock();
     }
   });
 }
-grpc::Status StoreService::Add(grpc::ServerContext* ctx, const proto::AddRequest* req,
-                               proto::AddResponse* resp) {
-  return guarded(ctx, token_, [&] { resp->set_value(store_.add(req->key(), req->delta())); });
+
+StoreService::~StoreService() {
+  cancel_waits();
+  cv_.notify_all();
+  ticker_.join();
 }
-grpc::Status StoreService::CompareSet(grpc::ServerContext* ctx, const proto::CompareSetRequest* req,
-                                      proto::CompareSetResponse* resp) {
-  return guarded(ctx, token_, [&] {
+
+grpc::Status StoreService::admit_write(grpc::CallbackServerContext* ctx, const std::string& key) {
+  grpc::Status status = check_token(ctx, token_);
+  if (status.ok() && guard_) status = guard_(ctx, key);
+  return status;
+}
+
+template <typename Fn>
+grpc::ServerUnaryReactor* StoreService::write(grpc::CallbackServerContext* ctx,
+                                              const std::string& key, Fn&& body) {
+  grpc::Status status = admit_write(ctx, key);
+  if (status.ok()) status = run(body);
+  return finish(ctx, status);
+}
+
+grpc::ServerUnaryReactor* StoreService::Set(grpc::CallbackServerContext* ctx,
+                                            const proto::SetRequest* req, proto::SetResponse*) {
+  return write(ctx, req->key(), [&] { store_.set(req->key(), req->value()); });
+}
+
+grpc::ServerUnaryReactor* StoreService::Add(grpc::CallbackServerContext* ctx,
+                                            const proto::AddRequest* req,
+                                            proto::AddResponse* resp) {
+  return write(ctx, req->key(), [&] { resp->set_value(store_.add(req->key(), req->delta())); });
+}
+
+grpc::ServerUnaryReactor* StoreService::CompareSet(grpc::CallbackServerContext* ctx,
+                                                   const proto::CompareSetRequest* req,
+                                                   proto::CompareSetResponse* resp) {
+  return write(ctx, req->key(), [&] {
     resp->set_value(store_.compare_set(req->key(), req->expected(), req->desired()));
   });
 }
-grpc::Status StoreService::Delete(grpc::ServerContext* ctx, const proto::DeleteRequest* req,
-                                  proto::DeleteResponse* resp) {
-  return guarded(ctx, token_, [&] { resp->set_deleted(store_.remove(req->key())); });
+
+grpc::ServerUnaryReactor* StoreService::Delete(grpc::CallbackServerContext* ctx,
+                                               const proto::DeleteRequest* req,
+                                               proto::DeleteResponse* resp) {
+  return write(ctx, req->key(), [&] { resp->set_deleted(store_.remove(req->key())); });
 }
-grpc::Status StoreService::Check(grpc::ServerContext* ctx, const proto::CheckRequest* req,
-                                 proto::CheckResponse* resp) {
-  return guarded(ctx, token_, [&] {
-    std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-    resp->set_all_present(store_.check(keys));
-  });
+
+grpc::ServerUnaryReactor* StoreService::Check(grpc::CallbackServerContext* ctx,
+                                              const proto::CheckRequest* req,
+                                              proto::CheckResponse* resp) {
+  grpc::Status status = check_token(ctx, token_);
+  if (status.ok() && static_cast<std::size_t>(req->keys_size()) > limits_.max_check_keys) {
+    status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "store check of " + std::to_string(req->keys_size()) +
+                              " keys, more than the " + std::to_string(limits_.max_check_keys) +
+                              " one call may name");
+  }
+  if (status.ok()) {
+    status = run([&] {
+      std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+      resp->set_all_present(store_.check(keys));
+    });
+  }
+  return finish(ctx, status);
+}
+
+grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* ctx,
+                                            const proto::GetRequest* req,
+                                            proto::GetResponse* resp) {
+  grpc::Status status = check_token(ctx, token_);
+  if (!status.ok()) return finish(ctx, status);
+  if (auto value = store_.try_get(req->key())) {
+    resp->set_value(*value);
+    return finish(ctx, grpc::Status::OK);
+  }
+  // Negative waits are none; huge ones (that would overflow a time point)
+  // are clamped.
+  const long long asked = req->timeout_ms();
+  const auto wait = std::chrono::milliseconds(
+      std::clamp<long long>(asked, 0, static_cast<long long>(limits_.max_wait.count())));
+  const auto now = std::chrono::steady_clock::now();
+  if (wait.count() == 0)
+    return finish(ctx, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                    "store: key " + shown(req->key()) + " is not set"));
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the store is shutting down");
+    } else if (waiters_.size() >= limits_.max_waiters) {
+      status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            "store: " + std::to_string(waiters_.size()) +
+                                " calls already wait for keys, the most the store holds; "
+                                "retry, or wait for fewer keys at once");
+    } else {
+      waiters_.emplace(req->key(), Waiter{ctx, reactor, resp, req->key(), now, now + wait});
+    }
+  }
+  if (!status.ok()) {
+    reactor->Finish(status);
+    return reactor;
+  }
+  // A write between try_get and the entry found no waiter: look again.
+  if (store_.try_get(req->key())) wake(req->key());
+  return reactor;
+}
+
+void StoreService::wake(const std::string& key) {
+  std::vector<Waiter> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto [first, last] = waiters_.equal_range(key);
+    for (auto it = first; it != last; ++it) ready.push_back(it->second);
+    waiters_.erase(first, last);
+  }
+  if (ready.empty()) return;
+  auto value = store_.try_get(key);
+  for (Waiter& w : ready) {
+    if (value) {
+      w.response->set_value(*value);
+      w.reactor->Finish(grpc::Status::OK);
+    } else {
+      // Deleted again at once: the wait is over all the same, said as it is.
+      w.reactor->Finish(grpc::Status(grpc::StatusCode::ABORTED,
+                                     "store: key " + shown(key) + " was deleted while waited for"));
+    }
+  }
+}
+
+void StoreService::expire() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Waiter> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->second.until <= now || it->second.ctx->IsCancelled()) {
+        due.push_back(it->second);
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Waiter& w : due) {
+    w.reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                   "store: key " + shown(w.key) + " did not appear within " +
+                                       std::to_string(ms_since(w.since)) + " ms"));
+  }
+}
+
+void StoreService::cancel_waits() {
+  std::multimap<std::string, Waiter> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    all.swap(waiters_);
+  }
+  cv_.notify_all();
+  for (auto& [key, w] : all)
+    w.reactor->Finish(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, "the store is shutting down (the job ended)"));
+}
+
+std::size_t StoreService::waiting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_.size();
 }
 
 }  // namespace rtd

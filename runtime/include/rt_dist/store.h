@@ -43,6 +43,8 @@ class Store {
 std::shared_ptr<Store> make_memory_store();
 std::shared_ptr<Store> make_prefix_store(std::string prefix, std::shared_ptr<Store> inner);
 // Connects to dtrun's store at "host:port"; every call carries token.
-std::shared_ptr<Store> make_grpc_store(const std::string& address, const std::string& token);
+// agent_secret: dtrun's agents only (their keys under "dtrun/" need it).
+std::shared_ptr<Store> make_grpc_store(const std::string& address, const std::string& token,
+                                       const std::string& agent_secret = "");
 
 }  // namespace rtd

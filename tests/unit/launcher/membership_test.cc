@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 
 namespace rtd::launcher {
@@ -42,17 +43,21 @@ class MembershipTest : public ::testing::Test {
     r.set_fingerprint("f");
     r.set_node_rank(rank);
     r.set_last_round(last_round);
+    r.set_agent_secret(secrets_[host]);  // as an agent does: the one it was issued, if any
     auto answer = std::make_shared<Answer>();
-    membership_->join_async(r, Clock::now() + seconds(60),
-                            [answer](const proto::JoinResponse* layout, const Error* error) {
-                              answer->done = true;
-                              if (layout) answer->layout = *layout;
-                              if (error) answer->error = error->what();
-                            });
+    membership_->join_async(
+        r, Clock::now() + seconds(60),
+        [this, host, answer](const proto::JoinResponse* layout, const Error* error) {
+          answer->done = true;
+          if (layout) answer->layout = *layout;
+          if (layout) secrets_[host] = layout->agent_secret();
+          if (error) answer->error = error->what();
+        });
     return answer;
   }
   Beat beat(const Answer& a, SystemTime now, NodeState state = NodeState::kRunning) {
-    return membership_->heartbeat(a.layout.round(), a.layout.node_rank(), state, now);
+    return membership_->heartbeat(a.layout.round(), a.layout.node_rank(), a.layout.agent_secret(),
+                                  state, now);
   }
   // The first round of n nodes ("a" hosts), closed by the last call.
   std::vector<std::shared_ptr<Answer>> start(int n) {
@@ -64,6 +69,7 @@ class MembershipTest : public ::testing::Test {
   }
 
   std::unique_ptr<Membership> membership_;
+  std::map<std::string, std::string> secrets_;  // by host, as each agent keeps its own
   int min_ = 1, max_ = 1;
 };
 

@@ -71,42 +71,101 @@ TEST(Round, NodesWithoutARankAreNumberedByAddress) {
   EXPECT_EQ(joins[0].get().node_rank(), 3);  // 10.0.0.9, first to arrive
 }
 
-void expect_round_fails(proto::JoinRequest bad, const std::string& needle) {
+RoundConfig elastic_config();
+
+// A join that disagrees with the host is turned away alone, at once: the
+// host goes on waiting, and a node that agrees still completes the round.
+void expect_turned_away_alone(proto::JoinRequest bad, const std::string& needle) {
   Round round(config());
   auto deadline = Clock::now() + std::chrono::seconds(10);
   auto host = std::async(std::launch::async, [&] { return round.join(request("a", 0), deadline); });
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   try {
     round.join(bad, deadline);
-    ADD_FAILURE() << "expected the joiner to fail";
+    ADD_FAILURE() << "expected the joiner to be refused";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kConfig);
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
-  // The waiting host fails with the same explanation, at once, not at its deadline.
+  EXPECT_EQ(host.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
+      << "the host must not fail because of another's join";
+  EXPECT_EQ(round.join(request("c", 1), deadline).nnodes(), 2);
+  EXPECT_EQ(host.get().nnodes(), 2);
+}
+
+TEST(Round, DisagreementOnNprocTurnsTheJoinerAwayAlone) {
+  expect_turned_away_alone(request("b", 1, 2, 8), "--nproc-per-node=8");
+}
+
+TEST(Round, DisagreementOnNnodesTurnsTheJoinerAwayAlone) {
+  expect_turned_away_alone(request("b", 1, 3, 4), "--nnodes=3");
+}
+
+TEST(Round, ADuplicateNodeRankIsRefusedToTheSecond) {
+  expect_turned_away_alone(request("b", 0), "both asked for --node-rank=0");
+}
+
+TEST(Round, DifferentConfigurationTurnsTheJoinerAwayAlone) {
+  expect_turned_away_alone(request("b", 1, 2, 4, "other"), "different configuration");
+}
+
+TEST(Round, ASecondJoinOfTheSameAgentIsRefused) {
+  proto::JoinRequest again = request("a", 1);
+  expect_turned_away_alone(again, "has already joined");
+}
+
+// Rank 0 is the host's: a stranger that asks for it first does not take it.
+TEST(Round, RankZeroIsTheHostsEvenWhenAnotherAsksFirst) {
+  RoundConfig c = config();
+  c.host_node_id = "id-a";
+  Round round(c);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  EXPECT_THROW(round.join(request("stranger", 0), deadline), Error);
+  auto b = std::async(std::launch::async, [&] { return round.join(request("b", -1), deadline); });
+  EXPECT_EQ(round.join(request("a", 0), deadline).node_rank(), 0);
+  EXPECT_EQ(b.get().node_rank(), 1);
+}
+
+// The timeout of those that wait says who was turned away, and why.
+TEST(Round, TheTimeoutNamesTheRefusedJoins) {
+  Round round(config());
+  EXPECT_THROW(round.join(request("10.0.0.7", 1, 2, 8), Clock::now() + std::chrono::seconds(1)),
+               Error);
   try {
-    host.get();
-    ADD_FAILURE() << "expected the host to fail too";
+    round.join(request("10.0.0.1", 0), Clock::now() + std::chrono::milliseconds(100));
+    FAIL() << "expected a timeout";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("refused: node at 10.0.0.7"), std::string::npos)
+        << e.what();
   }
-  EXPECT_LT(Clock::now(), deadline);
 }
 
-TEST(Round, DisagreementOnNprocFailsEveryNode) {
-  expect_round_fails(request("b", 1, 2, 8), "--nproc-per-node=8");
-}
-
-TEST(Round, DisagreementOnNnodesFailsEveryNode) {
-  expect_round_fails(request("b", 1, 3, 4), "--nnodes=3");
-}
-
-TEST(Round, DuplicateNodeRankFailsEveryNode) {
-  expect_round_fails(request("b", 0), "both asked for --node-rank=0");
-}
-
-TEST(Round, DifferentConfigurationFailsEveryNode) {
-  expect_round_fails(request("b", 1, 2, 4, "other"), "different configuration");
+// --nnodes=1:4 closing with 2 nodes: a node that asked for --node-rank=3
+// is turned away, the others start (it crashed the host before).
+TEST(Round, ARankTheClosingRoundCannotHoldIsTurnedAwayAlone) {
+  RoundConfig c = elastic_config();
+  c.min_nodes = 1;
+  Round round(c);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  auto ask = [](const std::string& host, int rank) {
+    proto::JoinRequest r = request(host, rank, 4);
+    r.set_min_nodes(1);
+    return r;
+  };
+  auto high = std::async(std::launch::async, [&] { return round.join(ask("x", 3), deadline); });
+  auto b = std::async(std::launch::async, [&] { return round.join(ask("b", -1), deadline); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  proto::JoinResponse a = round.join(ask("a", 0), deadline);
+  EXPECT_EQ(a.nnodes(), 2);
+  EXPECT_EQ(b.get().node_rank(), 1);
+  try {
+    high.get();
+    FAIL() << "expected node x to be turned away";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--node-rank=3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("closed with 2 node(s)"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Round, MissingNodeTimesOutNamingWhoJoined) {
@@ -168,7 +227,7 @@ TEST(Round, ElasticRoundClosesAtOnceWithTheMaximum) {
   for (auto& j : joins) EXPECT_EQ(j.get().nnodes(), 4);
 }
 
-TEST(Round, DisagreementOnTheRangeFailsEveryNode) {
+TEST(Round, DisagreementOnTheRangeTurnsTheJoinerAwayAlone) {
   Round round(elastic_config());
   auto deadline = Clock::now() + std::chrono::seconds(10);
   auto host = std::async(std::launch::async, [&] { return round.join(elastic("a", 0), deadline); });
@@ -182,7 +241,8 @@ TEST(Round, DisagreementOnTheRangeFailsEveryNode) {
     EXPECT_NE(std::string(e.what()).find("--nnodes=3:4"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--nnodes=2:4"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(host.get(), Error);
+  EXPECT_EQ(round.join(elastic("c"), deadline).nnodes(), 2);
+  EXPECT_EQ(host.get().node_rank(), 0);
 }
 
 // A re-formed round keeps the members' order, puts newcomers after them, and
