@@ -3,13 +3,18 @@
 // save, as the n-th save of this Checkpointer (every rank counts alike), under
 // "ckpt/<dir>/save<n>/" in the store (so one Checkpointer per directory in a
 // store: a restarted job's store is a fresh round):
-//   1. rank 0 makes step_<S>.tmp/ (stale leftovers removed) and says "dir";
+//   1. rank 0 takes the directory for this job at its first save (DirLock),
+//      makes step_<S>.tmp/ (stale leftovers removed) and says "dir";
 //   2. every rank writes rank_<r>.bin there (pieces of at most piece_bytes,
 //      each with its CRC-32C), fsyncs it and publishes what it wrote ("part/<r>");
-//   3. rank 0 merges the parts into manifest.json, fsyncs the directory,
-//      renames it to step_<S>/, points `latest` at it (write, fsync, rename),
-//      removes checkpoints beyond keep_last, and says "done".
-// A rank's error is published in its key ("!why"), so that every rank throws it.
+//   3. rank 0 merges the parts into manifest.json (with its own CRC-32C),
+//      fsyncs the directory, puts it in place as step_<S>/ (exchanged with
+//      an old step_<S>/ at once), points `latest` at it (write, fsync,
+//      rename), removes checkpoints beyond keep_last, removes the keys every
+//      rank has read (this save's dir and parts, the last save's done), and
+//      says "done".
+// A rank's error is published in its key ("!why"), so that every rank throws
+// it; a failed save's temporary directory is removed.
 //
 // load, as the n-th load, under "ckpt/<dir>/load<n>/": rank 0 lists the committed
 // checkpoints, newest first ("candidates"); for each, every rank fills its
@@ -92,6 +97,23 @@ struct Checkpointer::Impl {
   // The side streams save_async copies GPU ranges on, one per device.
   std::map<int, std::unique_ptr<gpu::CopyStream>> copies;
   std::exception_ptr error;
+  std::unique_ptr<DirLock> lock;  // rank 0's, from the first save on
+
+  std::string save_prefix(int n) const {
+    return "ckpt/" + options.dir + "/save" + std::to_string(n) + "/";
+  }
+  // A save's keys are read by then (see save_now): the store keeps O(world) keys, not
+  // O(saves x world).
+  void forget_keys(int n) {
+    try {
+      const std::string prefix = save_prefix(n);
+      store.remove(prefix + "dir");
+      for (int r = 0; r < world_size; ++r) store.remove(prefix + "part/" + std::to_string(r));
+      if (n > 0) store.remove(save_prefix(n - 1) + "done");
+    } catch (const std::exception& e) {
+      log::get("checkpoint")->warn("could not remove a save's keys from the store: {}", e.what());
+    }
+  }
 
   // Every rank's value of prefix + "<r>", in rank order.
   std::vector<std::string> gather(const std::string& prefix) {
@@ -101,8 +123,51 @@ struct Checkpointer::Impl {
     return out;
   }
 
-  void commit(std::int64_t step, const std::string& tmp, const State& state,
-              const std::vector<std::string>& parts) {
+  // Takes the directory for this job at its first save, and puts back a
+  // checkpoint that a crash left aside while the same step was saved again.
+  void prepare_dir() {
+    if (!lock) {
+      create_dirs_durably(options.dir);
+      lock = std::make_unique<DirLock>(options.dir);
+      if (!lock->taken_over().empty())
+        log::get("checkpoint")
+            ->info("took over {}: its lock was left by a job that ended ({})", options.dir,
+                   lock->taken_over());
+    }
+    for (const auto& entry : fs::directory_iterator(options.dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("step_", 0) != 0 || entry.path().extension() != ".old") continue;
+      const fs::path base = entry.path().parent_path() / entry.path().stem();
+      if (fs::exists(base))
+        fs::remove_all(entry.path());
+      else
+        fs::rename(entry.path(), base);
+    }
+  }
+
+  // Puts the new step_<S>/ in place; a step saved again replaces the old one
+  // at once (an atomic exchange, or where the filesystem has none, a rename
+  // aside that prepare_dir() undoes after a crash).
+  void put_in_place(const std::string& tmp, const fs::path& final_dir) {
+    if (!fs::exists(final_dir)) {
+      fs::rename(tmp, final_dir);
+    } else if (exchange_entries(tmp, final_dir.string())) {
+      fsync_dir(options.dir);
+      fs::remove_all(tmp);  // the old one, now under the temporary name
+    } else {
+      const fs::path aside = final_dir.string() + ".old";
+      fs::remove_all(aside);
+      fs::rename(final_dir, aside);
+      fs::rename(tmp, final_dir);
+      fsync_dir(options.dir);
+      fs::remove_all(aside);
+    }
+    fsync_dir(options.dir);
+  }
+
+  // Returns what went wrong after the commit (the checkpoint is saved all the same).
+  std::vector<std::string> commit(std::int64_t step, const std::string& tmp, const State& state,
+                                  const std::vector<std::string>& parts) {
     proto::CheckpointManifest manifest;
     manifest.set_format_version(kFormatVersion);
     manifest.set_step(step);
@@ -135,16 +200,23 @@ struct Checkpointer::Impl {
     }
     replace_file(tmp + "/" + kManifestName, manifest_to_json(manifest));
     fsync_dir(tmp);
-    const fs::path final_dir = fs::path(options.dir) / step_dir_name(step);
-    fs::remove_all(final_dir);  // the same step saved again
-    fs::rename(tmp, final_dir);
-    fsync_dir(options.dir);
-    replace_file(options.dir + "/latest", step_dir_name(step) + "\n");
-    if (options.keep_last > 0) {
-      const auto steps = list_checkpoints(options.dir);
-      for (std::size_t i = options.keep_last; i < steps.size(); ++i)
-        fs::remove_all(fs::path(options.dir) / step_dir_name(steps[i]));
+    put_in_place(tmp, fs::path(options.dir) / step_dir_name(step));
+    std::vector<std::string> warnings;
+    try {
+      replace_file(options.dir + "/latest", latest_text(step));
+    } catch (const std::exception& e) {
+      warnings.push_back(std::string("could not point `latest` at it: ") + e.what());
     }
+    try {
+      if (options.keep_last > 0) {
+        const auto steps = list_checkpoints(options.dir);
+        for (std::size_t i = options.keep_last; i < steps.size(); ++i)
+          fs::remove_all(fs::path(options.dir) / step_dir_name(steps[i]));
+      }
+    } catch (const std::exception& e) {
+      warnings.push_back(std::string("could not remove the older checkpoints: ") + e.what());
+    }
+    return warnings;
   }
 };
 
@@ -218,28 +290,36 @@ void Checkpointer::save(std::int64_t step, const State& state) {
 
 void Checkpointer::save_now(std::int64_t step, const State& state) {
   Impl& m = *impl_;
-  const std::string prefix = "ckpt/" + m.options.dir + "/save" + std::to_string(m.saves++) + "/";
+  const int n = m.saves++;
+  const std::string prefix = m.save_prefix(n);
   const std::string tmp = m.options.dir + "/" + step_dir_name(step) + ".tmp";
   if (m.rank == 0) {
     std::string said = "ok";
     try {
-      fs::create_directories(m.options.dir);
+      m.prepare_dir();
       fs::remove_all(tmp);
       fs::create_directory(tmp);
+      fsync_dir(m.options.dir);
     } catch (const std::exception& e) {
       said = std::string("!rank 0 cannot prepare ") + tmp + ": " + e.what();
     }
     m.store.set(prefix + "dir", said);
   }
   const std::string dir_said = m.store.get(prefix + "dir", kWait);
-  if (is_error(dir_said)) throw Error(ErrorCategory::kBackend, error_of(dir_said));
+  if (is_error(dir_said)) return failed(step, error_of(dir_said));
   std::string part;
+  const std::string file = tmp + "/" + rank_file_name(m.rank);
   try {
-    write_pieces(tmp + "/" + rank_file_name(m.rank), state, m.options.piece_bytes,
-                 m.options.io_threads)
-        .SerializeToString(&part);
+    write_pieces(file, state, m.options.piece_bytes, m.options.io_threads).SerializeToString(&part);
   } catch (const std::exception& e) {
-    part = "!rank " + std::to_string(m.rank) + ": " + e.what();
+    std::size_t bytes = 0;
+    for (const Tensor& t : state.tensors) {
+      for (const Range& r : t.ranges) bytes += r.count * dtype_size(t.dtype);
+    }
+    part = "!rank " + std::to_string(m.rank) + ": " + e.what() +
+           " (its part: " + std::to_string(bytes) + " bytes)";
+    std::error_code ignored;
+    fs::remove(file, ignored);  // what it wrote of it
   }
   m.store.set(prefix + "part/" + std::to_string(m.rank), part);
   if (m.rank == 0) {
@@ -249,17 +329,27 @@ void Checkpointer::save_now(std::int64_t step, const State& state) {
       for (const auto& p : parts) {
         if (is_error(p)) throw Error(ErrorCategory::kBackend, error_of(p));
       }
-      m.commit(step, tmp, state, parts);
+      for (const std::string& w : m.commit(step, tmp, state, parts))
+        log::get("checkpoint")->warn("saved step {} in {}, but {}", step, m.options.dir, w);
       log::get("checkpoint")->info("saved step {} in {}", step, m.options.dir);
     } catch (const std::exception& e) {
-      done = std::string("!") + e.what();
+      std::error_code ignored;
+      fs::remove_all(tmp, ignored);  // a failed save leaves nothing behind
+      done = std::string("!") + e.what() + "; " + std::to_string(free_bytes(m.options.dir)) +
+             " bytes are free in " + m.options.dir;
     }
+    m.forget_keys(n);
     m.store.set(prefix + "done", done);
   }
   const std::string done = m.store.get(prefix + "done", kWait);
-  if (is_error(done))
-    throw Error(ErrorCategory::kBackend,
-                "checkpoint of step " + std::to_string(step) + " not saved: " + error_of(done));
+  if (is_error(done)) failed(step, error_of(done));
+}
+
+void Checkpointer::failed(std::int64_t step, const std::string& why) {
+  const std::string what = "checkpoint of step " + std::to_string(step) + " not saved: " + why;
+  if (!impl_->options.continue_after_failed_save) throw Error(ErrorCategory::kBackend, what);
+  if (impl_->rank == 0)
+    log::get("checkpoint")->error("{}; training goes on (continue_after_failed_save)", what);
 }
 
 std::optional<std::int64_t> Checkpointer::load(State& state, bool fallback) {

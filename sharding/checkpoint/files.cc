@@ -2,13 +2,18 @@
 #include "sharding/checkpoint/files.h"
 
 #include <fcntl.h>
+#include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <vector>
 
 #include "rt_dist/error.h"
 
@@ -68,6 +73,78 @@ void fsync_dir(const std::string& dir) {
   const int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) fail("cannot fsync directory", dir);
+}
+
+void create_dirs_durably(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::absolute(dir).lexically_normal();
+  std::vector<fs::path> missing;
+  for (fs::path p = path; !p.empty() && !fs::exists(p); p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (::mkdir(it->c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create directory", *it);
+    fsync_dir(it->parent_path().string());
+  }
+}
+
+bool exchange_entries(const std::string& a, const std::string& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) return false;
+  fail("cannot exchange " + a + " and", b);
+}
+
+std::uint64_t free_bytes(const std::string& path) {
+  struct statvfs s {};
+  if (::statvfs(path.c_str(), &s) != 0) return 0;
+  return static_cast<std::uint64_t>(s.f_bavail) * s.f_frsize;
+}
+
+namespace {
+std::string holder_line() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::time_t now = std::time(nullptr);
+  char when[32] = {};
+  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return std::string("host ") + host + ", pid " + std::to_string(::getpid()) + ", since " + when;
+}
+}  // namespace
+
+DirLock::DirLock(const std::string& dir) {
+  const std::string path = dir + "/.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("cannot open the lock", path);
+  std::string before;
+  char text[512];
+  const ssize_t n = ::pread(fd_, text, sizeof(text) - 1, 0);
+  if (n > 0) before.assign(text, static_cast<std::size_t>(n));
+  while (!before.empty() && (before.back() == '\n' || before.back() == '\0')) before.pop_back();
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (err != EWOULDBLOCK) {
+      errno = err;
+      fail("cannot lock", path);
+    }
+    throw Error(ErrorCategory::kConfig,
+                "checkpoint directory " + dir + " is in use by another job (" +
+                    (before.empty() ? std::string("holder unknown") : before) +
+                    "); give each job its own checkpoint directory, or stop the other job");
+  }
+  taken_over_ = before;
+  const std::string mine = holder_line() + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, mine.data(), mine.size(), 0) < 0)
+    fail("cannot write the lock", path);
+}
+
+DirLock::~DirLock() {
+  if (fd_ < 0) return;
+  // Emptied on a clean end; the lock itself goes with the descriptor.
+  [[maybe_unused]] const int rc = ::ftruncate(fd_, 0);
+  ::close(fd_);
 }
 
 void replace_file(const std::string& path, const std::string& text) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace rtd::ckpt {
@@ -28,6 +29,32 @@ class FileWriter {
 };
 
 void fsync_dir(const std::string& dir);
+// Makes `dir` (and its parents) and fsyncs each parent that gained an entry.
+void create_dirs_durably(const std::string& dir);
+// Swaps two directory entries at once (renameat2's RENAME_EXCHANGE): false
+// where the filesystem cannot (then nothing moved).
+bool exchange_entries(const std::string& a, const std::string& b);
+// Bytes free for an unprivileged writer on the filesystem of `path`; 0 when unknown.
+std::uint64_t free_bytes(const std::string& path);
+
+// The lock that makes a checkpoint directory one job's: an flock on
+// <dir>/.lock, which names its holder (host, pid, when). The kernel drops
+// it when the holder dies, so a lock left by a dead job is taken over.
+class DirLock {
+ public:
+  // Throws rtd::Error(kConfig) naming the holder when another process (or
+  // another Checkpointer of this one) holds it.
+  explicit DirLock(const std::string& dir);
+  ~DirLock();
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  // Non-empty when a holder that is gone left its line: that line.
+  const std::string& taken_over() const { return taken_over_; }
+
+ private:
+  int fd_ = -1;
+  std::string taken_over_;
+};
 // Writes `text` to path.tmp, fsyncs it, renames it over path, fsyncs the directory.
 void replace_file(const std::string& path, const std::string& text);
 std::string read_file(const std::string& path);

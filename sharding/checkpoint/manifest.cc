@@ -1,6 +1,8 @@
 // The manifest's JSON form and the checked reads of pieces.
 #include "sharding/checkpoint/manifest.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <cstdio>
@@ -22,6 +24,62 @@ std::string hex(std::uint32_t v) {
   char text[16];
   std::snprintf(text, sizeof(text), "0x%08x", v);
   return text;
+}
+
+// The sum a manifest carries: over its deterministic binary form, the sum's field 0.
+std::uint32_t manifest_sum(proto::CheckpointManifest manifest) {
+  manifest.set_crc32c(0);
+  std::string bytes;
+  google::protobuf::io::StringOutputStream raw(&bytes);
+  {
+    google::protobuf::io::CodedOutputStream out(&raw);
+    out.SetSerializationDeterministic(true);
+    manifest.SerializeToCodedStream(&out);
+  }
+  return crc32c(bytes.data(), bytes.size());
+}
+
+// No checkpoint this library writes is larger; far below what overflows.
+constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 56;
+
+// Throws naming what no checkpoint holds, before anything is sized from it.
+void check_values(const proto::CheckpointManifest& m, const std::string& path) {
+  auto bad = [&](const std::string& what) {
+    throw Error(ErrorCategory::kConfig, "manifest " + path + " is invalid: " + what);
+  };
+  if (m.world_size() < 1 || m.world_size() > (1 << 24))
+    bad("world_size " + std::to_string(m.world_size()));
+  for (const auto& f : m.files()) {
+    const std::string& n = f.name();
+    if (n.empty() || n.size() > 255 || n == "." || n == ".." || n.find('/') != std::string::npos ||
+        n.find('\0') != std::string::npos)
+      bad("file name '" + n.substr(0, 64) + "' is not a plain file name");
+    if (f.bytes() > kMaxBytes) bad("file " + n + " claims " + std::to_string(f.bytes()) + " bytes");
+  }
+  for (const auto& t : m.tensors()) {
+    const std::string where = "tensor '" + t.name().substr(0, 64) + "'";
+    const std::uint64_t esize = dtype_size(dtype_from_name(t.dtype(), "manifest " + path));
+    std::uint64_t elements = 1;
+    for (std::int64_t d : t.shape()) {
+      if (d < 0) bad(where + " has a negative dimension " + std::to_string(d));
+      if (d != 0 && elements > kMaxBytes / esize / static_cast<std::uint64_t>(d))
+        bad(where + "'s shape holds more elements than any checkpoint");
+      elements *= static_cast<std::uint64_t>(d);
+    }
+    for (const auto& p : t.pieces()) {
+      if (p.file() < 0 || p.file() >= m.files_size())
+        bad(where + " has a piece in file " + std::to_string(p.file()) + ", which is not listed");
+      if (p.first() > elements || p.count() > elements - p.first())
+        bad(where + " has a piece [" + std::to_string(p.first()) + " + " +
+            std::to_string(p.count()) + ") outside its " + std::to_string(elements) + " elements");
+      const std::uint64_t bytes = p.count() * esize;
+      const std::uint64_t file_bytes = m.files(p.file()).bytes();
+      if (p.offset() > file_bytes || bytes > file_bytes - p.offset())
+        bad(where + " has a piece at byte " + std::to_string(p.offset()) + " (" +
+            std::to_string(bytes) + " bytes) past the end of its file (" +
+            std::to_string(file_bytes) + " bytes)");
+    }
+  }
 }
 
 }  // namespace
@@ -57,8 +115,10 @@ std::string manifest_to_json(const proto::CheckpointManifest& manifest) {
   options.add_whitespace = true;
   options.preserve_proto_field_names = true;
   options.always_print_primitive_fields = true;
+  proto::CheckpointManifest summed = manifest;
+  summed.set_crc32c(manifest_sum(manifest));
   std::string json;
-  auto status = google::protobuf::util::MessageToJsonString(manifest, &json, options);
+  auto status = google::protobuf::util::MessageToJsonString(summed, &json, options);
   if (!status.ok())
     throw Error(ErrorCategory::kInternal, "cannot write a manifest: " + status.ToString());
   return json;
@@ -89,7 +149,34 @@ proto::CheckpointManifest read_manifest(const std::string& dir) {
                                             std::to_string(kFormatVersion) +
                                             " (a newer rt_dist wrote it)");
   }
+  if (manifest.format_version() >= 2 && manifest.crc32c() != manifest_sum(manifest)) {
+    throw Error(ErrorCategory::kConfig, "manifest " + path + " has CRC-32C " +
+                                            hex(manifest_sum(manifest)) + ", it says " +
+                                            hex(manifest.crc32c()) + ": the file is corrupted");
+  }
+  check_values(manifest, path);
   return manifest;
+}
+
+std::string latest_text(std::int64_t step) {
+  const std::string name = step_dir_name(step);
+  return name + "\ncrc32c " + hex(crc32c(name.data(), name.size())) + "\n";
+}
+
+std::string read_latest(const std::string& dir) {
+  std::string text;
+  try {
+    text = read_file(dir + "/latest");
+  } catch (const std::exception&) {
+    return "";
+  }
+  const auto newline = text.find('\n');
+  const std::string name = text.substr(0, newline);
+  if (newline == std::string::npos) return "";
+  const std::string rest = text.substr(newline + 1);
+  if (rest.empty() && name.rfind("step_", 0) == 0) return name;  // format 1 wrote no sum
+  if (rest != "crc32c " + hex(crc32c(name.data(), name.size())) + "\n") return "";
+  return name;
 }
 
 PieceReader::PieceReader(std::string dir, const proto::CheckpointManifest& manifest)
@@ -114,11 +201,12 @@ const FileReader& PieceReader::file(int index) {
 }
 
 void PieceReader::read(const proto::CheckpointTensor& tensor, const proto::CheckpointPiece& piece,
-                       void* out) {
+                       void* out, bool check) {
   const std::size_t bytes =
       piece.count() * dtype_size(dtype_from_name(tensor.dtype(), "tensor '" + tensor.name() + "'"));
   const FileReader& f = file(piece.file());
   f.read(piece.offset(), out, bytes);
+  if (!check) return;
   const std::uint32_t sum = crc32c(out, bytes);
   if (sum != piece.crc32c()) {
     throw Error(ErrorCategory::kConfig,

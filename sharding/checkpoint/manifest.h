@@ -16,7 +16,7 @@
 
 namespace rtd::ckpt {
 
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 2;
 inline constexpr const char* kManifestName = "manifest.json";
 
 std::string step_dir_name(std::int64_t step);  // "step_00000100"
@@ -24,10 +24,19 @@ std::string dtype_name(DType dtype);
 DType dtype_from_name(const std::string& name, const std::string& where);
 std::size_t element_count(const proto::CheckpointTensor& tensor);
 
+// The JSON, with the manifest's CRC-32C in it.
 std::string manifest_to_json(const proto::CheckpointManifest& manifest);
-// Throws rtd::Error naming `dir` when the manifest is missing, malformed, or
-// from a newer format version.
+// Throws rtd::Error naming `dir` when the manifest is missing, malformed,
+// fails its CRC-32C, is from a newer format version, or holds values no
+// checkpoint has (negative or overflowing sizes, pieces outside their tensor
+// or file, file names that leave the directory): checked before anything is
+// allocated from it.
 proto::CheckpointManifest read_manifest(const std::string& dir);
+
+// The `latest` file: the step's directory name, then its CRC-32C.
+std::string latest_text(std::int64_t step);
+// The directory name `latest` in dir names; empty when it is missing or fails its CRC-32C.
+std::string read_latest(const std::string& dir);
 
 // Reads a checkpoint's pieces, each file opened once and checked against its
 // size in the manifest; read() may be called from several threads at once.
@@ -35,8 +44,10 @@ class PieceReader {
  public:
   PieceReader(std::string dir, const proto::CheckpointManifest& manifest);
   // The piece's bytes into out (count * dtype size of `tensor`), its CRC-32C
-  // checked: a mismatch names the file, the tensor, the elements and both sums.
-  void read(const proto::CheckpointTensor& tensor, const proto::CheckpointPiece& piece, void* out);
+  // checked (unless `check` is false: it was, a moment ago): a mismatch names
+  // the file, the tensor, the elements and both sums.
+  void read(const proto::CheckpointTensor& tensor, const proto::CheckpointPiece& piece, void* out,
+            bool check = true);
 
  private:
   const FileReader& file(int index);

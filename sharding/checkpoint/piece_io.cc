@@ -214,17 +214,25 @@ void read_pieces(const std::string& dir, const proto::CheckpointManifest& manife
   }
   PieceReader reader(dir, manifest);
   std::vector<HostBuffer> staging(static_cast<std::size_t>(std::max(threads, 1)));
+  // Every piece is checked before any range is written, so that a checkpoint
+  // that fails leaves the caller's state as it was (the second read comes
+  // from the page cache, and is not checked again).
+  run_parallel(jobs.size(), threads, [&](std::size_t i, int worker) {
+    HostBuffer& s = staging[worker];
+    s.reserve(largest, to_gpu);
+    reader.read(*jobs[i].tensor, *jobs[i].piece, s.data());
+  });
   run_parallel(jobs.size(), threads, [&](std::size_t i, int worker) {
     const Job& job = jobs[i];
     const Segment& first = job.segments.front();
     if (job.segments.size() == 1 && first.from == 0 && first.bytes == job.bytes &&
         first.range->device == DeviceType::kCpu) {
-      reader.read(*job.tensor, *job.piece, first.to);  // straight into place
+      reader.read(*job.tensor, *job.piece, first.to, false);  // straight into place
       return;
     }
     HostBuffer& s = staging[worker];
     s.reserve(largest, to_gpu);
-    reader.read(*job.tensor, *job.piece, s.data());
+    reader.read(*job.tensor, *job.piece, s.data(), false);
     for (const Segment& seg : job.segments) {
       if (seg.range->device == DeviceType::kCuda)
         gpu::copy_from_host(s.data() + seg.from, seg.to, seg.bytes, seg.range->device_index);

@@ -3,6 +3,7 @@
 #include "sharding/checkpoint/safetensors.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "rt_dist/error.h"
 #include "sharding/checkpoint/files.h"
@@ -77,21 +78,32 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   }
   header += "}";
   while (header.size() % 8 != 0) header += ' ';
-  FileWriter w(path);
-  unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-  w.write(length, 8);
-  w.write(header.data(), header.size());
-  std::vector<char> data;
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    data.assign(bytes[i], 0);
-    fill(i, data);
-    if (data.size() != bytes[i])
-      throw Error(ErrorCategory::kInternal,
-                  "safetensors: tensor '" + entries[i].name + "' came back with the wrong size");
-    w.write(data.data(), data.size());
+  // Written beside and renamed into place: `path` is the whole file or what was there before.
+  const std::string tmp = path + ".tmp";
+  try {
+    FileWriter w(tmp);
+    unsigned char length[8];
+    for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
+    w.write(length, 8);
+    w.write(header.data(), header.size());
+    std::vector<char> data;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      data.assign(bytes[i], 0);
+      fill(i, data);
+      if (data.size() != bytes[i])
+        throw Error(ErrorCategory::kInternal,
+                    "safetensors: tensor '" + entries[i].name + "' came back with the wrong size");
+      w.write(data.data(), data.size());
+    }
+    w.close();
+    std::filesystem::rename(tmp, path);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
   }
-  w.close();
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  fsync_dir(parent.empty() ? "." : parent);
 }
 
 }  // namespace rtd::ckpt

@@ -28,6 +28,16 @@ rc=$?
   || { echo "FAILED: verify of a corrupted file exited $rc"; cat "$out/bad"; fail=1; }
 "$tool" verify "$out/c/step_00000010" >/dev/null && echo "ok: the step before still verifies" \
   || { echo "FAILED: step 10"; fail=1; }
+# A consolidation that fails (the corrupted piece) leaves the earlier output
+# whole and no partial file beside it: it writes beside and renames.
+before=$(cksum <"$out/model.safetensors")
+if "$tool" consolidate "$out/c" "$out/model.safetensors" >"$out/cons2" 2>&1; then
+  echo "FAILED: consolidate of a corrupted checkpoint succeeded"; fail=1
+elif [ "$(cksum <"$out/model.safetensors")" = "$before" ] && [ ! -e "$out/model.safetensors.tmp" ]; then
+  echo "ok: a failed consolidate leaves the earlier output as it was"
+else
+  echo "FAILED: a failed consolidate changed or left files"; ls -l "$out"; fail=1
+fi
 # A manifest that does not parse: list shows it, says why in one line, and exits 1.
 echo garbage >"$out/c/step_00000010/manifest.json"
 "$tool" list "$out/c" >"$out/list2" 2>&1

@@ -54,6 +54,11 @@ struct Options {
   // checks its pieces' CRC-32C): a disk reads and writes faster with several
   // large requests in flight than with one.
   int io_threads = 4;
+  // A save that fails (a full disk, a rank that cannot write) throws from
+  // save() or the next call after save_async(); with this set it is logged
+  // instead and training goes on (its leftovers are removed either way, and
+  // the checkpoints before it stay loadable).
+  bool continue_after_failed_save = false;
 };
 
 // Thrown by load() and the tools when a checkpoint cannot be used: the message
@@ -70,7 +75,10 @@ class Checkpointer {
 
   // Collective. Writes this rank's ranges and, once every rank has, commits
   // step_<step>/ and points `latest` at it; returns when it is durable. A
-  // crash at any moment leaves the previous checkpoint loadable.
+  // crash at any moment leaves the previous checkpoint loadable; saving a
+  // step again replaces it in one step (there is no moment with neither).
+  // The first save takes the directory for this job (a lock in <dir>/.lock
+  // naming the job's rank 0): another job's save there fails, naming it.
   void save(std::int64_t step, const State& state);
 
   // Collective, asynchronous: copies this rank's ranges into host memory the
@@ -90,11 +98,14 @@ class Checkpointer {
   // Collective. Fills every range of `state` (and its meta) from the newest
   // checkpoint every rank can read and verify; with fallback, an unreadable
   // one is skipped for the one before (every rank agrees which). Returns its
-  // step, or nothing when the directory holds no checkpoint.
+  // step, or nothing when the directory holds no checkpoint. Every piece is
+  // checked before any range is written: a checkpoint that fails leaves the
+  // ranges as they were.
   std::optional<std::int64_t> load(State& state, bool fallback = true);
 
  private:
   void save_now(std::int64_t step, const State& state);
+  void failed(std::int64_t step, const std::string& why);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

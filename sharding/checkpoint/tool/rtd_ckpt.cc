@@ -55,13 +55,7 @@ void assemble(PieceReader& reader, const rtd::proto::CheckpointTensor& tensor,
 }
 
 int list(const std::string& dir) {
-  std::string latest;
-  if (FILE* f = std::fopen((dir + "/latest").c_str(), "r")) {
-    char text[64] = {};
-    if (std::fgets(text, sizeof(text), f)) latest = text;
-    std::fclose(f);
-    while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
-  }
+  const std::string latest = read_latest(dir);
   std::printf("%-16s %6s %8s %14s\n", "checkpoint", "ranks", "tensors", "bytes");
   int bad = 0;
   for (auto step : list_checkpoints(dir)) {
