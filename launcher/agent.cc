@@ -14,6 +14,7 @@
 #include "launcher/heartbeats.h"
 #include "launcher/nccl_settings.h"
 #include "launcher/net.h"
+#include "launcher/orphan_guard.h"
 #include "launcher/peers.h"
 #include "launcher/placement.h"
 #include "launcher/rendezvous_client.h"
@@ -89,6 +90,7 @@ void merge_trace(const LaunchOptions& o, const EnvMap& parent_env,
 int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
               const EnvMap& parent_env) {
   auto logger = log::get("launcher");
+  OrphanGuard guard;  // what the workers start dies with dtrun, however dtrun ends
   LaunchOptions o = options;
   // The preset's NCCL_* values join the workers' environment (--env wins, and
   // so does dtrun's own environment); the nodes compare what results.
@@ -137,7 +139,7 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
       std::string error;
       try {
         error = check_settings_across_nodes(*store, round, node_rank, nnodes, settings,
-                                            p.server != nullptr)
+                                            p.server != nullptr, limit)
                     .error;
       } catch (const Error& e) {
         error = std::string("could not compare the nodes' settings: ") + e.what();
@@ -156,6 +158,7 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
         .console_local_ranks = o.local_ranks_filter,
         .attempt = round,
         .grace_period = o.grace_period,
+        .guard = &guard,
     });
     supervisor.start(worker_specs(o, p, parent_env));
     StopCheck stop_check;

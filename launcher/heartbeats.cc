@@ -32,6 +32,9 @@ struct HeartbeatClient::Impl {
   proto::HeartbeatRequest request;
   long long version = 0;
   std::optional<HeartbeatReply> news;
+  // When the host last answered (or the client started): the host is lost
+  // once it has not answered for `timeout`.
+  std::chrono::system_clock::time_point last_answer;
   grpc::ClientContext* in_flight = nullptr;
   bool stop = false;
 };
@@ -47,6 +50,7 @@ HeartbeatClient::HeartbeatClient(const std::string& address, const std::string& 
   impl_->request.set_round(-1);
   impl_->request.set_agent_secret(secret);
   impl_->request.set_hold_ms(heartbeat_hold(timeout).count());
+  impl_->last_answer = std::chrono::system_clock::now();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -68,6 +72,8 @@ void HeartbeatClient::watch(int round, int node_rank, NodeState state,
                     r.state() == to_proto(state) &&
                     std::equal(keys.begin(), keys.end(), r.keys().begin(), r.keys().end());
   if (same) return;
+  // Beating starts now: the host's silence is counted from here.
+  if (r.round() < 0) impl_->last_answer = std::chrono::system_clock::now();
   r.set_round(round);
   r.set_node_rank(node_rank);
   r.set_state(to_proto(state));
@@ -117,8 +123,9 @@ void HeartbeatClient::loop() {
     if (had_news) req.set_hold_ms(0);  // a sign of life only
     grpc::ClientContext ctx;
     ctx.AddMetadata(kTokenMetadataKey, impl_->token);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(req.hold_ms()) +
-                     impl_->timeout / 2);
+    // A held call is answered within its hold: the deadline is the moment the
+    // host will have been silent for the whole timeout.
+    ctx.set_deadline(impl_->last_answer + impl_->timeout);
     impl_->in_flight = &ctx;
     lock.unlock();
     proto::HeartbeatResponse resp;
@@ -126,10 +133,16 @@ void HeartbeatClient::loop() {
     lock.lock();
     impl_->in_flight = nullptr;
     if (impl_->stop) return;
+    if (status.ok()) impl_->last_answer = std::chrono::system_clock::now();
     if (impl_->version != version || had_news) continue;  // watch() changed, or a sign of life
     if (!status.ok()) {
-      impl_->news = HeartbeatReply{
-          "", false, {}, error_from_grpc(status, "heartbeat", impl_->address).what()};
+      const std::string why = status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                                  ? "the rendezvous host at " + impl_->address +
+                                        " has not answered for " +
+                                        std::to_string(impl_->timeout.count() / 1000) +
+                                        " s (--heartbeat-timeout): it was killed, or is unreachable"
+                                  : error_from_grpc(status, "heartbeat", impl_->address).what();
+      impl_->news = HeartbeatReply{"", false, {}, why};
       continue;
     }
     if (!resp.failure().empty() || resp.rejoin() || !resp.values().empty()) {

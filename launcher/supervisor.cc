@@ -119,6 +119,7 @@ void Supervisor::spawn(const WorkerSpec& spec) {
     _exit(127);
   }
   setpgid(pid, pid);  // also from the parent, so that the group exists before any kill
+  if (options_.guard) options_.guard->watch(pid);
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   close(out[1]);
   close(err[1]);
@@ -243,7 +244,11 @@ bool Supervisor::any_running() const {
 
 void Supervisor::stop_all(int sig) {
   for (const auto& c : children_) {
-    if (c.running) kill(-c.pid, sig);
+    if (!c.running) continue;
+    kill(-c.pid, sig);
+    // A stopped worker would sit out the grace period and get only SIGKILL:
+    // it is woken so that it can handle the signal.
+    kill(-c.pid, SIGCONT);
   }
   auto deadline = std::chrono::steady_clock::now() + options_.grace_period;
   int again = 0;  // a Ctrl-C or SIGTERM during the grace period ends it at once
@@ -267,7 +272,15 @@ void Supervisor::stop_all(int sig) {
     while (any_running()) reap(true);
   }
   // Whatever the workers left in their process groups goes too.
-  for (const auto& c : children_) kill(-c.pid, SIGKILL);
+  kill_groups();
+}
+
+void Supervisor::kill_groups() {
+  for (const auto& c : children_) {
+    kill(-c.pid, SIGKILL);
+    kill(-c.pid, SIGCONT);
+    if (options_.guard) options_.guard->forget(c.pid);
+  }
 }
 
 Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds poll_every) {
@@ -292,7 +305,7 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
     if (!any_running()) {
       // Whatever a worker left running in its process group would hold the
       // output pipes open; the job is over, so it goes too.
-      for (const auto& c : children_) kill(-c.pid, SIGKILL);
+      kill_groups();
       mux_.join();
       return Outcome{};
     }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "launcher/log_mux.h"
+#include "launcher/orphan_guard.h"
 
 namespace rtd::launcher {
 
@@ -32,6 +33,7 @@ struct SupervisorOptions {
   std::vector<int> console_local_ranks;
   int attempt = 0;
   std::chrono::seconds grace_period{5};
+  OrphanGuard* guard = nullptr;  // told each worker's process group (may be null)
 };
 
 enum class Ending { kSuccess, kWorkerFailed, kSignal, kStopRequested };
@@ -90,6 +92,8 @@ class Supervisor {
   Outcome failure_outcome(const Child& first, std::chrono::steady_clock::time_point stop) const;
   void stop_all(int sig);
   bool any_running() const;
+  // SIGKILL to every worker's process group (a stopped member is woken to die).
+  void kill_groups();
 
   SupervisorOptions options_;
   std::vector<Child> children_;

@@ -181,9 +181,9 @@ int run_across(const LaunchOptions& o, const EnvMap& env, Facts& facts,
        ""});
   auto store = make_grpc_store(p.store_addr, o.token, p.layout.agent_secret())
                    ->bounded(std::chrono::seconds(60));
-  const SettingsVerdict verdict =
-      check_settings_across_nodes(*store, p.layout.round(), node, nnodes,
-                                  effective_settings(env, overrides, facts.nccl_version), p.host);
+  const SettingsVerdict verdict = check_settings_across_nodes(
+      *store, p.layout.round(), node, nnodes,
+      effective_settings(env, overrides, facts.nccl_version), p.host, std::chrono::seconds(60));
   if (!verdict.error.empty()) {
     findings.push_back({"settings across nodes", Status::kError, verdict.error,
                         "set the NCCL values alike on every node"});

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 
 #include "tests/testing/run_command.h"
 
@@ -309,22 +310,27 @@ std::string two_nodes(const std::string& node0, const std::string& node1, int po
          "; echo node1_rc=$?; wait $p0; echo node0_rc=$?; cat /tmp/n0.$$; rm -f /tmp/n0.$$";
 }
 
-TEST(Dtrun, NodesThatDisagreeOnNprocPerNodeBothFail) {
+// A node that disagrees is turned away at once, naming the difference; the
+// host is not failed by another's join (it might be a stranger's): it waits,
+// logs the refusal at once, and names it when its own wait ends.
+TEST(Dtrun, ANodeThatDisagreesOnNprocPerNodeIsRefusedAndTheHostSaysWhy) {
   auto r =
-      run_command(two_nodes("--nproc-per-node=2 --rdzv-timeout=20 --token=t true",
-                            "--nproc-per-node=3 --rdzv-timeout=20 --token=t true", unused_port()),
+      run_command(two_nodes("--nproc-per-node=2 --rdzv-timeout=3 --token=t true",
+                            "--nproc-per-node=3 --rdzv-timeout=3 --token=t true", unused_port()),
                   40);
   EXPECT_TRUE(contains(r.output, "node1_rc=1")) << r.output;
   EXPECT_TRUE(contains(r.output, "node0_rc=1")) << r.output;
   EXPECT_TRUE(contains(r.output, "--nproc-per-node=3 but node rank 0 with --nproc-per-node=2"))
       << r.output;
+  EXPECT_TRUE(contains(r.output, "refused a join from")) << r.output;
+  EXPECT_TRUE(contains(r.output, "refused: node at 127.0.0.1 was started with")) << r.output;
 }
 
-TEST(Dtrun, NodesThatDisagreeOnNnodesBothFail) {
+TEST(Dtrun, ANodeThatDisagreesOnNnodesIsRefusedAndTheHostSaysWhy) {
   int port = unused_port();
-  std::string rdzv = " --rdzv=127.0.0.1:" + std::to_string(port) + " --token=t --rdzv-timeout=20 ";
+  std::string rdzv = " --rdzv=127.0.0.1:" + std::to_string(port) + " --token=t --rdzv-timeout=3 ";
   auto r = run_command(dtrun("--nnodes=2 --node-rank=0" + rdzv + "true") +
-                           " > /tmp/m0.$$ 2>&1 & p0=$!; " +
+                           " > /tmp/m0.$$ 2>&1 & p0=$!; sleep 0.5; " +
                            dtrun("--nnodes=3 --node-rank=1" + rdzv + "true") +
                            "; echo node1_rc=$?; wait $p0; echo node0_rc=$?; cat /tmp/m0.$$",
                        40);
@@ -459,6 +465,42 @@ TEST(Dtrun, NodeWhoseDtrunIsKilledIsNoticedAndItsWorkersDie) {
   EXPECT_TRUE(contains(r.output, "node 1 (127.0.0.1) has not been heard from")) << r.output;
   EXPECT_TRUE(contains(r.output, "worker1_started")) << r.output;
   EXPECT_TRUE(contains(r.output, "worker1_gone")) << r.output;
+}
+
+// What a worker started (a wrapper's child, in the worker's process group)
+// dies with a dtrun killed by SIGKILL: the parent-death signal reaches only
+// the wrapper; the guard takes the rest.
+TEST(Dtrun, NothingAWorkerStartedOutlivesAKilledDtrun) {
+  const std::string pidfile = ::testing::TempDir() + "sleeper_" + std::to_string(getpid());
+  auto r = run_command(
+      "rm -f " + pidfile + "; " +
+          dtrun("--nproc-per-node=1 sh -c \"sleep 300 & echo \\$! > " + pidfile + "; wait\"") +
+          " > /dev/null 2>&1 & p=$!; "
+          "for i in $(seq 100); do [ -s " +
+          pidfile + " ] && break; sleep 0.1; done; s=$(cat " + pidfile +
+          "); kill -0 $s && echo sleeper_started; kill -9 $p; "
+          "for i in $(seq 30); do kill -0 $s 2>/dev/null || break; sleep 0.1; done; "
+          "if kill -0 $s 2>/dev/null; then echo sleeper_alive; kill -9 $s; else echo sleeper_gone; "
+          "fi; rm -f " +
+          pidfile,
+      60);
+  EXPECT_TRUE(contains(r.output, "sleeper_started")) << r.output;
+  EXPECT_TRUE(contains(r.output, "sleeper_gone")) << r.output;
+}
+
+// A stopped worker is woken with the SIGTERM, so that the grace period is
+// its to use (it handles the signal and exits 0, not SIGKILL after 5 s).
+TEST(Dtrun, AStoppedWorkerGetsSigcontWithSigterm) {
+  const std::string script = ::testing::TempDir() + "stopped_" + std::to_string(getpid()) + ".sh";
+  std::ofstream(script) << "trap 'echo got_term; exit 0' TERM\n"
+                           "kill -STOP $$\n"
+                           "while true; do sleep 0.1; done\n";
+  auto r =
+      run_command(dtrun("--nproc-per-node=1 --grace-period=20 sh " + script) +
+                      " 2>&1 & p=$!; sleep 1; kill -TERM $p; wait $p; echo rc=$?; rm -f " + script,
+                  30);
+  EXPECT_TRUE(contains(r.output, "got_term")) << r.output;
+  EXPECT_FALSE(contains(r.output, "sending SIGKILL")) << r.output;
 }
 
 // dtrun doctor: the table of checks, an exit code of 1 exactly when one is an
