@@ -6,7 +6,9 @@
 // every member of the last one is back, so no node's new workers meet an old one.
 #include "launcher/agent.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "launcher/doctor/facts.h"
@@ -19,6 +21,7 @@
 #include "launcher/placement.h"
 #include "launcher/rendezvous_client.h"
 #include "launcher/rendezvous_server.h"
+#include "launcher/restart_policy.h"
 #include "launcher/settings_exchange.h"
 #include "launcher/signals.h"
 #include "launcher/supervisor.h"
@@ -32,6 +35,18 @@ namespace rtd::launcher {
 namespace {
 
 constexpr std::chrono::milliseconds kPeerPoll{500};
+
+// Sleeps `wait`, or less when a signal comes: returns it (0: none).
+int sleep_unless_signalled(std::chrono::milliseconds wait) {
+  const auto until = std::chrono::steady_clock::now() + wait;
+  while (std::chrono::steady_clock::now() < until) {
+    if (int sig = take_pending_signal()) return sig;
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
+        std::chrono::milliseconds(50), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           until - std::chrono::steady_clock::now())));
+  }
+  return take_pending_signal();
+}
 
 std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
                                      const EnvMap& parent_env) {
@@ -126,6 +141,8 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
   std::shared_ptr<Store> store = make_grpc_store(p.store_addr, o.token, secret)->bounded(limit);
   Peers peers(store, std::make_unique<HeartbeatClient>(p.store_addr, o.token, secret, limit));
   const bool many = o.nnodes > 1;
+  std::vector<std::string> failures;  // what failed before each restart, in order
+  const double jitter = draw_jitter();
 
   for (;;) {
     const int round = p.layout.round(), node_rank = p.layout.node_rank();
@@ -190,10 +207,17 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
       }
     }
     int next_restarts = -1;  // -1: the job ends
+    if (failed_here || out.restart) failures.push_back(out.reason);
     if ((failed_here || out.restart) && restarts < o.max_restarts) {
-      logger->warn("{}; restarting all workers ({} of {} restarts)", out.reason, restarts + 1,
-                   o.max_restarts);
+      const auto wait =
+          restart_backoff(restarts + 1, o.restart_backoff, o.restart_backoff_max, jitter);
+      logger->warn("{}; restarting all workers in {:.1f} s ({} of {} restarts)", out.reason,
+                   wait.count() / 1000.0, restarts + 1, o.max_restarts);
       if (failed_here && many) peers.record_failure(round, node_rank, out, false);
+      if (int sig = sleep_unless_signalled(wait)) {
+        logger->error("job failed: dtrun received {} while waiting to restart", strsignal(sig));
+        return 128 + sig;
+      }
       next_restarts = restarts + 1;
     } else if (out.rejoin) {
       logger->info("{}: the workers stopped; rejoining", out.reason);
@@ -218,6 +242,8 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
       // The host keeps the store up a moment so that the others read why.
       if (p.server) std::this_thread::sleep_for(2 * kPeerPoll);
     }
+    if ((failed_here || out.restart) && o.max_restarts > 0 && restarts >= o.max_restarts)
+      logger->error("job failed: {}", budget_spent(failures, o.max_restarts));
     logger->error("job failed: {} (exit code {})", out.reason, out.exit_code);
     merge_trace(o, parent_env, p.layout);
     return out.exit_code;

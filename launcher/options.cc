@@ -181,7 +181,8 @@ std::string parse_endpoint(const std::string& text, LaunchOptions& o) {
 // The flags CLI11 reads as text, checked and converted with messages that name them.
 struct RawFlags {
   std::string nproc = "1", nnodes, node_rank, rdzv_timeout = "600", max_restarts = "0", grace = "5",
-              heartbeat = "30", rdzv, token_file, last_call = "5", nccl_preset;
+              heartbeat = "30", rdzv, token_file, last_call = "5", nccl_preset,
+              restart_backoff = "1:30";
   std::vector<std::string> env;
   // torchrun's names for what dtrun does its own way.
   std::string rdzv_backend, master_addr, master_port, redirects, tee, local_ranks;
@@ -239,6 +240,27 @@ std::string torchrun_compat(const RawFlags& f, LaunchOptions& o, std::string* rd
     if (f.module) o.args.insert(o.args.begin(), "-m");
     o.program = "python3";
   }
+  return "";
+}
+
+// --restart-backoff=FIRST[:MOST] seconds (0 turns it off).
+std::string to_backoff(const std::string& text, LaunchOptions* o) {
+  const auto colon = text.find(':');
+  int first = 0, most = 0;
+  const std::string hint = " (--restart-backoff=FIRST[:MOST] seconds, e.g. 1:30)";
+  if (std::string err = to_count("--restart-backoff", text.substr(0, colon), 0, 3600, &first);
+      !err.empty())
+    return err + hint;
+  most = std::max(first, 30);
+  if (colon != std::string::npos) {
+    if (std::string err =
+            to_count("--restart-backoff (MOST)", text.substr(colon + 1), 0, 86400, &most);
+        !err.empty())
+      return err + hint;
+    if (most < first) return "--restart-backoff=" + text + ": MOST must not be below FIRST" + hint;
+  }
+  o->restart_backoff = std::chrono::seconds(first);
+  o->restart_backoff_max = std::chrono::seconds(most);
   return "";
 }
 
@@ -302,7 +324,8 @@ std::string convert(const RawFlags& f, const ParseContext& c, LaunchOptions& o) 
         to_count("--max-restarts", f.max_restarts, 0, 1000, &o.max_restarts),
         to_count("--grace-period", f.grace, 0, 3600, &grace),
         to_count("--heartbeat-timeout", f.heartbeat, 1, 86400, &heartbeat),
-        to_count("--rdzv-last-call", f.last_call, 0, 3600, &last_call)}) {
+        to_count("--rdzv-last-call", f.last_call, 0, 3600, &last_call),
+        to_backoff(f.restart_backoff, &o)}) {
     if (!err.empty()) return err;
   }
   o.rdzv_timeout = std::chrono::seconds(rdzv_timeout);
@@ -389,6 +412,9 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
                  "seconds to wait for every node to join");
   app.add_option("--max-restarts,--max_restarts", f.max_restarts,
                  "restarts of all local workers after a failure");
+  app.add_option("--restart-backoff", f.restart_backoff,
+                 "FIRST[:MOST]: seconds to wait before the first restart, doubling (with "
+                 "jitter) up to MOST (default 1:30; 0 restarts at once)");
   app.add_option("--grace-period", f.grace,
                  "seconds between SIGTERM and SIGKILL when stopping workers (a second Ctrl-C "
                  "skips it)");

@@ -26,6 +26,10 @@ struct LaunchOptions {
   std::chrono::seconds grace_period{5};
   std::chrono::seconds heartbeat_timeout{30};  // node 0 gives up on a silent node
   int max_restarts = 0;
+  // Before restart K (1-based): FIRST * 2^(K-1), at most MOST, each node
+  // drawing ±25% so that the nodes do not all come back at once.
+  std::chrono::seconds restart_backoff{1};
+  std::chrono::seconds restart_backoff_max{30};
   std::string log_dir;
   // torchrun's --redirects: 1 stdout, 2 stderr, 3 both go to the --log-dir
   // files only, not to dtrun's console (--tee: both, as --log-dir does anyway).

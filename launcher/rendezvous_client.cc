@@ -4,23 +4,51 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+
 #include "launcher/net.h"
 #include "rendezvous.grpc.pb.h"
 #include "rt_dist/error.h"
+#include "runtime/core/log.h"
 #include "runtime/core/store/grpc_status.h"
 
 namespace rtd::launcher {
+namespace {
+constexpr std::chrono::seconds kProbeEvery{2};
+}  // namespace
 
 proto::JoinResponse join_rendezvous(const std::string& address, const std::string& token,
                                     const proto::JoinRequest& request,
                                     std::chrono::seconds timeout) {
   auto deadline = std::chrono::system_clock::now() + timeout;
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  if (!channel->WaitForConnected(deadline)) {
-    const auto colon = address.rfind(':');
-    std::string ip = address.substr(0, colon);
-    if (ip.size() > 2 && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
-    if (accepts_tcp(ip, std::stoi(address.substr(colon + 1)), 2000)) {
+  // Reconnect within seconds once the host comes up (gRPC's own backoff
+  // grows to two minutes).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  const auto colon = address.rfind(':');
+  std::string ip = address.substr(0, colon);
+  if (ip.size() > 2 && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
+  const int port = std::stoi(address.substr(colon + 1));
+  bool connected = false, warned = false;
+  while (!(connected = channel->WaitForConnected(
+               std::min(deadline, std::chrono::system_clock::now() + kProbeEvery)))) {
+    if (std::chrono::system_clock::now() >= deadline) break;
+    // Something that takes the connection but does not speak gRPC (an HTTP
+    // server on the port): said at once; the real host may still come.
+    if (!warned && accepts_tcp(ip, port, 1000)) {
+      warned = true;
+      log::get("launcher")
+          ->warn(
+              "something at {} accepts connections but does not answer as a dtrun "
+              "rendezvous (gRPC): another program may hold that port; retrying until "
+              "--rdzv-timeout ({} s)",
+              address, timeout.count());
+    }
+  }
+  if (!connected) {
+    if (accepts_tcp(ip, port, 2000)) {
       throw Error(ErrorCategory::kConfig,
                   "something at " + address +
                       " accepts connections but does not answer as a dtrun rendezvous (gRPC); "

@@ -179,14 +179,36 @@ TEST(Dtrun, MaxRestartsRestartsTheWorkersAfterAFailure) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "[rank 0]: attempt 0 round 0")) << r.output;
   EXPECT_TRUE(contains(r.output, "[rank 0]: attempt 1 round 1")) << r.output;
-  EXPECT_TRUE(contains(r.output, "restarting all workers (1 of 2 restarts)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "(1 of 2 restarts)")) << r.output;
   EXPECT_FALSE(contains(r.output, "attempt 2")) << r.output;
 }
 
 TEST(Dtrun, RestartsAreBoundedByMaxRestarts) {
   auto r = run_command(dtrun("--nproc-per-node=1 --max-restarts=1 sh -c \"exit 4\""));
   EXPECT_EQ(r.exit_code, 4) << r.output;
-  EXPECT_TRUE(contains(r.output, "restarting all workers (1 of 1 restarts)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "(1 of 1 restarts)")) << r.output;
+}
+
+// Restarts back off (doubling from --restart-backoff's FIRST), and a spent
+// budget lists every failure in order.
+TEST(Dtrun, RestartsBackOffAndASpentBudgetListsEveryFailure) {
+  auto r = run_command(dtrun("--nproc-per-node=1 --max-restarts=2 --restart-backoff=1:8 sh -c "
+                             "\"exit \\$((5 + TORCHELASTIC_RESTART_COUNT))\"") +
+                           " 2>&1; echo rc=$?",
+                       60);
+  EXPECT_TRUE(contains(r.output, "rc=7")) << r.output;
+  // The first waits 1 s and the second 2 s, each within the ±25% jitter.
+  EXPECT_TRUE(contains(r.output, "restarting all workers in 0.") ||
+              contains(r.output, "restarting all workers in 1."))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "restarting all workers in 1.") ||
+              contains(r.output, "restarting all workers in 2."))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "the restart budget is spent (2 of 2 restarts)")) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "1) worker rank 0 exited with code 5; 2) worker rank 0 exited "
+                       "with code 6; 3) worker rank 0 exited with code 7"))
+      << r.output;
 }
 
 TEST(Dtrun, LogDirHoldsEachRanksOutput) {
@@ -273,6 +295,17 @@ TEST(Dtrun, RendezvousPortHeldByAnotherProgramIsNamed) {
       30);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "does not answer as a dtrun rendezvous")) << r.output;
+}
+
+// ... and it is said at once, not when --rdzv-timeout (here 60 s) runs out.
+TEST(Dtrun, APortHeldByAnotherProgramIsSaidAtOnce) {
+  HeldPort held;
+  auto r = run_command(dtrun("--nnodes=2 --rdzv=127.0.0.1:" + std::to_string(held.port) +
+                             " --rdzv-timeout=60 true") +
+                           " 2>&1 & p=$!; sleep 5; kill $p; wait $p",
+                       30);
+  EXPECT_TRUE(contains(r.output, "does not answer as a dtrun rendezvous")) << r.output;
+  EXPECT_TRUE(contains(r.output, "retrying until --rdzv-timeout")) << r.output;
 }
 
 // The usage line as typed on each node: no --node-rank, no token. Two agents
@@ -410,13 +443,13 @@ TEST(Dtrun, TwoNodesRestartTheWholeJobTogether) {
   EXPECT_TRUE(contains(ok.output, "node0_rc=0")) << ok.output;
   EXPECT_TRUE(contains(ok.output, "[rank 0]: rank 0 attempt 1")) << ok.output;
   EXPECT_TRUE(contains(ok.output, "[rank 3]: rank 3 attempt 1")) << ok.output;
-  EXPECT_TRUE(contains(ok.output, "restarting all workers (1 of 1 restarts)")) << ok.output;
+  EXPECT_TRUE(contains(ok.output, "(1 of 1 restarts)")) << ok.output;
 
   std::string always = "sh -c \"if [ \\$RANK = 3 ]; then exit 5; fi; sleep 60\"";
   auto bad = run_command(two_nodes(common + always, common + always, unused_port()), 60);
   EXPECT_TRUE(contains(bad.output, "node1_rc=5")) << bad.output;
   EXPECT_TRUE(contains(bad.output, "node0_rc=5")) << bad.output;
-  EXPECT_TRUE(contains(bad.output, "restarting all workers (1 of 1 restarts)")) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "(1 of 1 restarts)")) << bad.output;
   EXPECT_TRUE(contains(bad.output, "another node failed")) << bad.output;
 }
 

@@ -108,6 +108,12 @@ TEST(Options, NumbersAreCheckedWithMessagesThatSayWhatIsWrong) {
   expect_error({"--nnodes=two", "prog"}, "--nnodes=two: not a number");
   expect_error({"--max-restarts=-1", "prog"}, "--max-restarts=-1: must be in 0..1000");
   expect_error({"--heartbeat-timeout=5s", "prog"}, "--heartbeat-timeout=5s: not a number");
+  expect_error({"--restart-backoff=abc", "prog"}, "--restart-backoff=abc: not a number");
+  expect_error({"--restart-backoff=5:2", "prog"}, "MOST must not be below FIRST");
+  expect_error({"--restart-backoff=1:x", "prog"}, "not a number");
+  const LaunchOptions o = *parse({"--restart-backoff=2:9", "prog"}).options;
+  EXPECT_EQ(o.restart_backoff, std::chrono::seconds(2));
+  EXPECT_EQ(o.restart_backoff_max, std::chrono::seconds(9));
 }
 
 TEST(Options, NprocPerNodeGpuCpuAuto) {
