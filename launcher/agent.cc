@@ -35,6 +35,9 @@ namespace rtd::launcher {
 namespace {
 
 constexpr std::chrono::milliseconds kPeerPoll{500};
+// How long a node whose worker failed first waits for the host to say whether
+// a node was lost (Membership::kReconnectGrace, plus ticks and the answer).
+constexpr std::chrono::milliseconds kLossWait{2000};
 
 // Sleeps `wait`, or less when a signal comes: returns it (0: none).
 int sleep_unless_signalled(std::chrono::milliseconds wait) {
@@ -153,6 +156,9 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
                    p.layout.world_size());
     }
     if (many) {
+      // Beating from the round's start: the host finds this node gone at
+      // once if its dtrun dies (its held call closes), whatever it does then.
+      peers.check(round, node_rank, NodeState::kRunning);
       std::string error;
       try {
         error = check_settings_across_nodes(*store, round, node_rank, nnodes, settings,
@@ -176,6 +182,15 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
         .attempt = round,
         .grace_period = o.grace_period,
         .guard = &guard,
+        // The other nodes learn why this one stops before its workers do.
+        .on_signal =
+            [&, round, node_rank](int sig) {
+              if (many)
+                peers.record_failure(round, node_rank,
+                                     Outcome{Ending::kSignal, 128 + sig, -1,
+                                             std::string("its dtrun received ") + strsignal(sig)},
+                                     true);
+            },
     });
     supervisor.start(worker_specs(o, p, parent_env));
     StopCheck stop_check;
@@ -198,11 +213,22 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
       }
       // A membership change stops every node's workers; a worker whose peer
       // went first may fail before its own node stops it. That is the
-      // change's doing, not a failure to spend a restart on.
-      if (auto news = peers.check(round, node_rank, NodeState::kRunning); news && news->rejoin) {
+      // change's doing, not a failure to spend a restart on. A lost node is
+      // named by the host a moment after its workers' peers fail: the wait.
+      // A killed node records nothing: the first failure the others recorded
+      // may be one of its consequences, so the wait holds whoever failed first.
+      std::optional<Outcome> news = peers.wait_for_news(round, node_rank, kLossWait);
+      if (news && news->rejoin) {
         logger->info("{}, while the job's membership changes: not counted as a failure",
                      out.reason);
         out = *news;
+        failed_here = false;
+      } else if (news && !news->restart) {
+        // The job ends for a reason found elsewhere (the host's word that a
+        // node was lost, or a node stopped by a signal): this node's failure
+        // is its consequence, and this node exits as that one does.
+        out.reason = news->reason + "; on this node, " + out.reason;
+        out.exit_code = news->exit_code;
         failed_here = false;
       }
     }

@@ -30,6 +30,7 @@ std::chrono::milliseconds heartbeat_hold(std::chrono::milliseconds timeout);
 struct HeartbeatReply {
   std::string failure;
   bool rejoin = false;
+  std::string change;  // with rejoin: why a new round forms
   std::map<std::string, std::string> values;
   std::string lost;  // non-empty: the host did not answer (why)
 };

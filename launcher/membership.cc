@@ -29,7 +29,8 @@ RoundConfig Membership::round_config(int round) const {
 }
 
 // A new round for a running job: it waits for every member not lost.
-void Membership::open_locked(SystemTime now) {
+void Membership::open_locked(SystemTime now, const std::string& why) {
+  change_ = why;
   RoundConfig c = round_config(running_ + 1);
   for (const Member& m : members_) {
     if (!m.lost) c.previous[m.who.node_id] = m.who.node_rank;
@@ -98,11 +99,11 @@ void Membership::join_async(const proto::JoinRequest& given, SystemTime deadline
     } else if (!forming_) {
       refusal = refusal_locked(request);
       if (refusal.empty()) {
-        log::get("rendezvous")
-            ->info("node at {} {}: round {} forms", request.host(),
-                   request.last_round() == running_ ? "rejoins" : "joins the running job",
-                   running_ + 1);
-        open_locked(std::chrono::system_clock::now());
+        const std::string why =
+            "node at " + request.host() +
+            (request.last_round() == running_ ? " rejoins" : " joins the running job");
+        log::get("rendezvous")->info("{}: round {} forms", why, running_ + 1);
+        open_locked(std::chrono::system_clock::now(), why);
       }
     }
     if (refusal.empty()) {
@@ -119,7 +120,7 @@ void Membership::join_async(const proto::JoinRequest& given, SystemTime deadline
 Beat Membership::heartbeat(int round, int node_rank, const std::string& secret, NodeState state,
                            SystemTime now) {
   std::lock_guard<std::mutex> lock(mu_);
-  Beat beat{failure_, forming_ != nullptr, ""};
+  Beat beat{failure_, forming_ != nullptr, forming_ ? change_ : "", ""};
   if (round != running_ || node_rank < 0 || node_rank >= static_cast<int>(members_.size()) ||
       members_[node_rank].lost) {
     beat.rejoin = true;  // left behind (counted as lost): it may come back as a newcomer
@@ -127,10 +128,11 @@ Beat Membership::heartbeat(int round, int node_rank, const std::string& secret, 
   }
   Member& m = members_[node_rank];
   if (!secrets_equal(secret, m.who.secret)) {
-    return Beat{"", false,
+    return Beat{"", false, "",
                 "this heartbeat does not carry node " + std::to_string(node_rank) +
                     "'s agent secret: only that node's dtrun speaks for it"};
   }
+  m.closed_since.reset();
   m.last_seen = now;
   m.state = state;
   return beat;
@@ -140,10 +142,19 @@ Beat Membership::peek(int round, int node_rank) {
   std::lock_guard<std::mutex> lock(mu_);
   const bool member = round == running_ && node_rank >= 0 &&
                       node_rank < static_cast<int>(members_.size()) && !members_[node_rank].lost;
-  return Beat{failure_, forming_ != nullptr || !member};
+  return Beat{failure_, forming_ != nullptr || !member, forming_ ? change_ : "", ""};
 }
 
-void Membership::lose_locked(Member& m, SystemTime now) {
+void Membership::call_closed(int round, int node_rank, SystemTime arrived, SystemTime now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (round != running_ || node_rank < 0 || node_rank >= static_cast<int>(members_.size())) return;
+  Member& m = members_[node_rank];
+  // A newer call already came (the agent changed what it beats for).
+  if (m.lost || m.last_seen > arrived || m.closed_since) return;
+  m.closed_since = now;
+}
+
+void Membership::lose_locked(Member& m, SystemTime now, const std::string& why) {
   m.lost = true;
   int alive = 0;
   bool finishing = false;
@@ -151,16 +162,14 @@ void Membership::lose_locked(Member& m, SystemTime now) {
     alive += other.lost ? 0 : 1;
     finishing = finishing || (!other.lost && other.state != NodeState::kRunning);
   }
-  std::string what = "node " + std::to_string(m.who.node_rank) + " (" + m.who.host +
-                     ") has not been heard from for " + std::to_string(seconds(now - m.last_seen)) +
-                     " s (its dtrun was killed, or its host is unreachable)";
+  std::string what = "node " + std::to_string(m.who.node_rank) + " (" + m.who.host + ") " + why;
   const bool elastic = job_.min_nodes < job_.max_nodes;
   if (elastic && !finishing && alive >= job_.min_nodes) {
     log::get("rendezvous")->warn("{}; going on with the {} other node(s)", what, alive);
     if (forming_)
       forming_->forget(m.who.node_id);
     else
-      open_locked(now);
+      open_locked(now, what);
     return;
   }
   if (elastic && !finishing) {
@@ -190,9 +199,17 @@ void Membership::tick(SystemTime now) {
     if (m.lost || m.state == NodeState::kLeaving) continue;
     if (forming_ && forming_->has_joined(m.who.node_id)) continue;
     if (now - m.last_seen > heartbeat_timeout_) {
-      lose_locked(m, now);
-      if (!failure_.empty()) return;
+      lose_locked(m, now,
+                  "has not been heard from for " + std::to_string(seconds(now - m.last_seen)) +
+                      " s (--heartbeat-timeout; its dtrun was stopped, or its host is "
+                      "unreachable)");
+    } else if (m.state == NodeState::kRunning && m.closed_since &&
+               now - *m.closed_since >= kReconnectGrace) {
+      lose_locked(m, now,
+                  "was lost: its dtrun's connection to the rendezvous host closed (it exited or "
+                  "was killed)");
     }
+    if (!failure_.empty()) return;
   }
 }
 

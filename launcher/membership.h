@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ enum class NodeState { kRunning, kDone, kLeaving };
 struct Beat {
   std::string failure;  // the job failed: why
   bool rejoin = false;  // a new round forms: stop the workers and join it
+  std::string change;   // with rejoin: why
   std::string refused;  // non-empty: the call does not speak for that node (nothing changed)
 };
 
@@ -45,6 +47,12 @@ class Membership {
                  SystemTime now);
   // Whether `secret` is a member's of the running round (the agents' store keys).
   bool is_member_secret(const std::string& secret);
+  // A member's held heartbeat (arrived at `arrived`) was cancelled: its dtrun
+  // exited, was killed, or just changed what it beats for. Unless a newer
+  // call comes within kReconnectGrace, the member is lost (tick()) at once,
+  // not after the heartbeat timeout.
+  void call_closed(int round, int node_rank, SystemTime arrived, SystemTime now);
+  static constexpr std::chrono::milliseconds kReconnectGrace{1000};
   // The answer for a call held since it arrived (no sign of life in itself).
   Beat peek(int round, int node_rank);
   // Expires joins, closes rounds on their last call, finds silent members.
@@ -60,12 +68,15 @@ class Membership {
     SystemTime last_seen;
     NodeState state = NodeState::kRunning;
     bool lost = false;
+    std::optional<SystemTime> closed_since;  // its held call was cancelled, no call since
   };
   RoundConfig round_config(int round) const;
-  void open_locked(SystemTime now);
+  // why: what changes the membership, as the members are told.
+  void open_locked(SystemTime now, const std::string& why);
   void promote_locked(SystemTime now);
   std::string refusal_locked(const proto::JoinRequest& request) const;
-  void lose_locked(Member& m, SystemTime now);
+  // why: how it was found ("has not been heard from for 31 s (...)").
+  void lose_locked(Member& m, SystemTime now, const std::string& why);
 
   const RoundConfig job_;
   const std::chrono::milliseconds heartbeat_timeout_;
@@ -74,6 +85,7 @@ class Membership {
   std::vector<Member> members_;     // of round running_, by node rank
   std::unique_ptr<Round> forming_;  // the next round, while it forms
   std::string failure_;
+  std::string change_;  // why the forming round forms
   long long generation_ = 0;
   std::map<std::string, std::string>
       secrets_;  // node_id -> secret, of every agent that was a member

@@ -55,12 +55,19 @@ std::optional<Outcome> Peers::check(int round, int node_rank, NodeState state) {
   }
   if (auto it = reply->values.find(kJobFailedKey); it != reply->values.end())
     return parse_failure(it->second, false);
-  if (!reply->failure.empty()) return Outcome{Ending::kStopRequested, 1, -1, reply->failure};
+  if (!reply->failure.empty()) {
+    Outcome out{Ending::kStopRequested, 1, -1, reply->failure};
+    out.from_host = true;
+    return out;
+  }
   if (auto it = reply->values.find(round_failed); it != reply->values.end())
     return parse_failure(it->second, true);
   if (reply->rejoin) {
     Outcome out{Ending::kStopRequested, 0, -1,
-                "the job's membership changes (a node joined, or one was lost)"};
+                "the job's membership changes (" +
+                    (reply->change.empty() ? std::string("a node joined, or one was lost")
+                                           : reply->change) +
+                    ")"};
     out.rejoin = true;
     return out;
   }
@@ -105,6 +112,16 @@ Outcome Peers::first_cause(int round, int node_rank, int nnodes, Outcome mine) {
                "; on this node, " + mine.reason + " " + std::to_string(my_ms - best_ms) +
                " ms later";
   return out;
+}
+
+std::optional<Outcome> Peers::wait_for_news(int round, int node_rank,
+                                            std::chrono::milliseconds wait) {
+  const auto give_up = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    if (auto news = check(round, node_rank, NodeState::kRunning)) return news;
+    if (std::chrono::steady_clock::now() >= give_up) return std::nullopt;
+    std::this_thread::sleep_for(kCauseWait / 10);
+  }
 }
 
 void Peers::record_failure(int round, int node_rank, const Outcome& out, bool job) {

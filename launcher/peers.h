@@ -31,6 +31,10 @@ class Peers {
   // A worker failed on this node: records when, waits a moment for the other
   // nodes' records, and names the earliest failure as the cause.
   Outcome first_cause(int round, int node_rank, int nnodes, Outcome mine);
+  // What ends the round within `wait` (check(), polled): a worker of this node
+  // failed, perhaps because a node was lost, which the host says within a
+  // second or two of its dtrun's end.
+  std::optional<Outcome> wait_for_news(int round, int node_rank, std::chrono::milliseconds wait);
   // Records this round's failure (restarts left: every node rejoins) or the job's.
   void record_failure(int round, int node_rank, const Outcome& out, bool job);
   // This node's workers all succeeded: waits until every node's did, or

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -169,7 +170,7 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     // Under held_mu_: a change between this answer and holding the call is
     // seen by the next tick (keys_changed_, the generation).
     std::string refused;
-    if (answer(*req, resp, true, &refused) || req->hold_ms() <= 0 || stopping_) {
+    if (answer(*req, resp, now, &refused) || req->hold_ms() <= 0 || stopping_) {
       if (!refused.empty()) refusals_.note(ctx, "a heartbeat", refused);
       reactor->Finish(refused.empty() ? grpc::Status::OK
                                       : grpc::Status(grpc::StatusCode::PERMISSION_DENIED, refused));
@@ -181,7 +182,7 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     for (const std::string& key : req->keys()) {
       if (key.rfind(kWatchable, 0) == 0) watched_.insert(key);
     }
-    held_.push_back(Held{reactor, req, resp, now + hold});
+    held_.push_back(Held{ctx, reactor, req, resp, now, now + hold});
     return reactor;
   }
 
@@ -198,9 +199,11 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
 
  private:
   struct Held {
+    grpc::CallbackServerContext* ctx;
     grpc::ServerUnaryReactor* reactor;
     const proto::HeartbeatRequest* request;
     proto::HeartbeatResponse* response;
+    SystemTime arrived;
     SystemTime until;
   };
 
@@ -212,11 +215,11 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
 
   // Fills the answer; true when it has news (a failure, rejoin, a watched key,
   // or a refusal: *refused says why).
-  // `arrived`: the call just came (a sign of life), else it was held.
-  bool answer(const proto::HeartbeatRequest& req, proto::HeartbeatResponse* resp, bool arrived,
-              std::string* refused = nullptr) {
+  // `arrived`: when the call came (a sign of life); none: it was held.
+  bool answer(const proto::HeartbeatRequest& req, proto::HeartbeatResponse* resp,
+              std::optional<SystemTime> arrived, std::string* refused = nullptr) {
     Beat beat = arrived ? membership_.heartbeat(req.round(), req.node_rank(), req.agent_secret(),
-                                                state_of(req), std::chrono::system_clock::now())
+                                                state_of(req), *arrived)
                         : membership_.peek(req.round(), req.node_rank());
     if (!beat.refused.empty()) {
       if (refused) *refused = beat.refused;
@@ -224,6 +227,7 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     }
     resp->set_failure(beat.failure);
     resp->set_rejoin(beat.rejoin);
+    resp->set_change(beat.change);
     resp->mutable_values()->clear();
     for (const std::string& key : req.keys()) {
       if (auto value = store_->try_get(key)) (*resp->mutable_values())[key] = *value;
@@ -240,11 +244,21 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     const bool news = all || keys_changed_ || generation != generation_;
     keys_changed_ = false;
     generation_ = generation;
+    // A call its agent cancelled: its dtrun may be gone (Membership::call_closed).
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (!it->ctx->IsCancelled()) {
+        ++it;
+        continue;
+      }
+      membership_.call_closed(it->request->round(), it->request->node_rank(), it->arrived, now);
+      it->reactor->Finish(grpc::Status::CANCELLED);
+      it = held_.erase(it);
+    }
     // Every call holds for about the same time: the due ones are in front.
     while (!held_.empty() && (news || held_.front().until <= now)) {
       Held h = held_.front();
       held_.pop_front();
-      answer(*h.request, h.response, false);
+      answer(*h.request, h.response, std::nullopt);
       h.reactor->Finish(grpc::Status::OK);
     }
   }

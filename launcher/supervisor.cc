@@ -311,6 +311,7 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
     }
     if (int sig = take_pending_signal()) {
       logger->warn("received signal {} ({}); forwarding it to the workers", sig, strsignal(sig));
+      if (options_.on_signal) options_.on_signal(sig);
       stop_all(sig);
       mux_.join();
       return Outcome{Ending::kSignal, 128 + sig, -1,
@@ -319,7 +320,10 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
     if (stop_check && std::chrono::steady_clock::now() >= next_check) {
       next_check = std::chrono::steady_clock::now() + poll_every;
       if (std::optional<Outcome> stop = stop_check()) {
-        logger->error("{}; stopping this node's workers", stop->reason);
+        if (stop->rejoin)
+          logger->info("{}; stopping this node's workers", stop->reason);
+        else
+          logger->error("{}; stopping this node's workers", stop->reason);
         stop_all(SIGTERM);
         mux_.join();
         stop->ending = Ending::kStopRequested;

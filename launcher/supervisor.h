@@ -34,6 +34,8 @@ struct SupervisorOptions {
   int attempt = 0;
   std::chrono::seconds grace_period{5};
   OrphanGuard* guard = nullptr;  // told each worker's process group (may be null)
+  // Called with a signal dtrun received, before it is forwarded to the workers.
+  std::function<void(int)> on_signal;
 };
 
 enum class Ending { kSuccess, kWorkerFailed, kSignal, kStopRequested };
@@ -52,6 +54,9 @@ struct Outcome {
   // was lost with enough left): the workers restart in the new round without
   // spending a restart.
   bool rejoin = false;
+  // kStopRequested by the rendezvous host's verdict: a node was lost, or too
+  // few remain (the job ends; nothing is recorded by a node).
+  bool from_host = false;
 };
 
 // Returns nothing while the workers should go on, else the outcome to end with

@@ -495,9 +495,32 @@ TEST(Dtrun, NodeWhoseDtrunIsKilledIsNoticedAndItsWorkersDie) {
           ticks + "*",
       60);
   EXPECT_TRUE(contains(r.output, "node0_rc=1")) << r.output;
-  EXPECT_TRUE(contains(r.output, "node 1 (127.0.0.1) has not been heard from")) << r.output;
+  // Its held heartbeat closes with it (then at once), or it falls silent.
+  EXPECT_TRUE(contains(r.output, "node 1 (127.0.0.1) was lost") ||
+              contains(r.output, "node 1 (127.0.0.1) has not been heard from"))
+      << r.output;
   EXPECT_TRUE(contains(r.output, "worker1_started")) << r.output;
   EXPECT_TRUE(contains(r.output, "worker1_gone")) << r.output;
+}
+
+// A fixed-size job whose node 1 is stopped by SIGTERM: node 0 says so (not
+// its own workers' failures), and both nodes exit with the same code.
+TEST(Dtrun, ATerminatedNodeIsNamedAndBothNodesExitAlike) {
+  int port = unused_port();
+  std::string rdzv = " --rdzv=127.0.0.1:" + std::to_string(port) + " --token=t ";
+  const std::string worker = " sh -c \"echo up; while true; do sleep 0.1; done\"";
+  auto r =
+      run_command(dtrun("--nnodes=2 --node-rank=0 --nproc-per-node=1" + rdzv + worker) +
+                      " > /tmp/t0.$$ 2>&1 & p0=$!; " +
+                      dtrun("--nnodes=2 --node-rank=1 --nproc-per-node=1" + rdzv + worker) +
+                      " > /tmp/t1.$$ 2>&1 & p1=$!; "
+                      "for i in $(seq 100); do grep -q up /tmp/t1.$$ && break; sleep 0.1; "
+                      "done; sleep 0.5; kill -TERM $p1; wait $p1; echo node1_rc=$?; "
+                      "wait $p0; echo node0_rc=$?; cat /tmp/t0.$$; rm -f /tmp/t0.$$ /tmp/t1.$$",
+                  60);
+  EXPECT_TRUE(contains(r.output, "node1_rc=143")) << r.output;
+  EXPECT_TRUE(contains(r.output, "node0_rc=143")) << r.output;
+  EXPECT_TRUE(contains(r.output, "node 1: its dtrun received Terminated")) << r.output;
 }
 
 // What a worker started (a wrapper's child, in the worker's process group)

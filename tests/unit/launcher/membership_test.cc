@@ -83,8 +83,54 @@ TEST_F(MembershipTest, AFixedJobFailsWhenANodeFallsSilent) {
   membership_->tick(t0 + seconds(4));
   membership_->tick(t0 + seconds(6));
   Beat b = beat(*nodes[0], t0 + seconds(6));
-  EXPECT_NE(b.failure.find("node 1 (b) has not been heard from for 6 s"), std::string::npos)
+  EXPECT_NE(b.failure.find("node 1 (b) has not been heard from for 6 s (--heartbeat-timeout"),
+            std::string::npos)
       << b.failure;
+}
+
+// A member whose held call closed (its dtrun killed) is lost a second later,
+// not after the heartbeat timeout, and the members are told which.
+TEST_F(MembershipTest, AClosedCallLosesTheMemberWithinASecond) {
+  make(2, 3);
+  auto nodes = start(3);
+  const auto t0 = Clock::now();
+  for (auto& n : nodes) beat(*n, t0);
+  membership_->call_closed(0, 2, t0, t0 + milliseconds(50));
+  membership_->tick(t0 + milliseconds(500));
+  EXPECT_FALSE(beat(*nodes[0], t0 + milliseconds(500)).rejoin) << "within the grace";
+  membership_->tick(t0 + milliseconds(1100));
+  Beat b = beat(*nodes[1], t0 + milliseconds(1100));
+  EXPECT_TRUE(b.failure.empty()) << b.failure;
+  EXPECT_TRUE(b.rejoin);
+  EXPECT_NE(b.change.find("node 2 (c) was lost"), std::string::npos) << b.change;
+}
+
+// A call closed because the agent changed what it beats for is followed by
+// a new one at once: nothing is lost, whichever the host sees first.
+TEST_F(MembershipTest, ANewerCallKeepsAMemberWhoseCallClosed) {
+  make(2, 2);
+  auto nodes = start(2);
+  const auto t0 = Clock::now();
+  beat(*nodes[1], t0);
+  beat(*nodes[1], t0 + milliseconds(10));  // the new call came first
+  membership_->call_closed(0, 1, t0, t0 + milliseconds(20));
+  beat(*nodes[1], t0 + milliseconds(30));
+  membership_->call_closed(0, 1, t0 + milliseconds(30), t0 + milliseconds(40));
+  beat(*nodes[1], t0 + milliseconds(50));  // ... or after
+  membership_->tick(t0 + seconds(2));
+  EXPECT_TRUE(beat(*nodes[0], t0 + seconds(2)).failure.empty());
+}
+
+// In a fixed-size job the loss ends the job, naming the node.
+TEST_F(MembershipTest, AClosedCallInAFixedJobFailsItNamingTheNode) {
+  make(2, 2);
+  auto nodes = start(2);
+  const auto t0 = Clock::now();
+  beat(*nodes[1], t0);
+  membership_->call_closed(0, 1, t0, t0);
+  membership_->tick(t0 + milliseconds(1200));
+  Beat b = beat(*nodes[0], t0 + milliseconds(1200));
+  EXPECT_NE(b.failure.find("node 1 (b) was lost"), std::string::npos) << b.failure;
 }
 
 TEST_F(MembershipTest, ANodeThatJoinsARunningElasticJobMakesEveryMemberRejoin) {
