@@ -10,6 +10,7 @@
 #include "collectives/nccl/driver_api.h"
 #include "collectives/nccl/nccl_check.h"
 #include "collectives/nccl/nccl_work.h"
+#include "runtime/core/log.h"
 
 namespace rtd::nccl {
 namespace {
@@ -29,13 +30,18 @@ std::string span_detail(const std::string& what, const char* step, std::size_t b
   return what + ": " + step + ", " + std::to_string(bytes) + " bytes";
 }
 
-// Waits for work queued on stream without cuda*Synchronize (polls an event).
-void drain(cudaStream_t stream) {
+// Waits for work queued on stream without cuda*Synchronize (polls an event);
+// what failed, if anything did (the work itself, or the event).
+cudaError_t drain(cudaStream_t stream) {
   cudaEvent_t e = nullptr;
-  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return;
-  cudaEventRecord(e, stream);
-  while (cudaEventQuery(e) == cudaErrorNotReady) std::this_thread::yield();
+  cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  if (rc != cudaSuccess) return rc;
+  rc = cudaEventRecord(e, stream);
+  if (rc == cudaSuccess) {
+    while ((rc = cudaEventQuery(e)) == cudaErrorNotReady) std::this_thread::yield();
+  }
   cudaEventDestroy(e);
+  return rc;
 }
 
 }  // namespace
@@ -66,7 +72,13 @@ void CePeers::release_waits() {
   cudaSetDevice(device_);
   // 0x7f7f7f7f: at or past any epoch in the waits' wrap-around order (a
   // signed difference), where 0xffffffff would read as behind.
-  cudaMemsetAsync(flags_, 0x7f, flag_count_ * sizeof(unsigned), release_stream_);
+  const cudaError_t rc =
+      cudaMemsetAsync(flags_, 0x7f, flag_count_ * sizeof(unsigned), release_stream_);
+  if (rc != cudaSuccess) {
+    // The waits then end only with the process; the abort that called this says why it came.
+    log::get("nccl")->error("copy engines: releasing the waits of an aborted call failed: {}",
+                            cudaGetErrorString(rc));
+  }
 }
 
 std::shared_ptr<CePeers> CePeers::create(const CeSetup& setup, const std::string& refusal,
@@ -143,9 +155,12 @@ std::shared_ptr<CePeers> CePeers::create(const CeSetup& setup, const std::string
         setup.state->cuda().event_create(&res->fork_) != cudaSuccess) {
       cudaGetLastError();
       refuse("allocating its flags, scratch or streams failed");
+    } else if (cudaError_t rc = cudaMemsetAsync(res->flags_, 0, res->flag_count_ * sizeof(unsigned),
+                                                res->stream_);
+               rc != cudaSuccess || (rc = drain(res->stream_)) != cudaSuccess) {
+      cudaGetLastError();  // zero before any peer can write them, or refuse
+      refuse(std::string("zeroing its flags failed: ") + cudaGetErrorString(rc));
     } else {
-      cudaMemsetAsync(res->flags_, 0, res->flag_count_ * sizeof(unsigned), res->stream_);
-      drain(res->stream_);  // zero before any peer can write them
       mine.flags_handle = hex(&flags_handle, sizeof(flags_handle));
       res->spans_ = DeviceSpans::create_if_tracing(setup.device);
     }

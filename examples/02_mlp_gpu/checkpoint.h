@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -66,7 +67,10 @@ inline std::uint64_t weights_checksum(rtd::Context& ctx, const rtd::ckpt::State&
     if (tensor.name.find(".weight") + 7 != tensor.name.size()) continue;
     for (const rtd::ckpt::Range& r : tensor.ranges) {
       host.resize(r.count);
-      cudaMemcpy(host.data(), r.data, r.count * 4, cudaMemcpyDeviceToHost);
+      if (cudaError_t rc = cudaMemcpy(host.data(), r.data, r.count * 4, cudaMemcpyDeviceToHost);
+          rc != cudaSuccess)
+        throw std::runtime_error(std::string("weights checksum: copying '") + tensor.name +
+                                 "' to the host failed: " + cudaGetErrorString(rc));
       for (std::size_t i = 0; i < r.count; ++i)
         sum += mix((std::uint64_t(t) << 40 | (r.first + i)) * 0x9E3779B97F4A7C15ull ^ host[i]);
     }

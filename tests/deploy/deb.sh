@@ -24,7 +24,8 @@ deb=$(ls "$work"/rt-dist_*.deb 2>/dev/null | head -1)
 [ -n "$deb" ] || { echo "FAILED: no package made"; cat "$work/cpack.log"; exit 1; }
 echo "made $(basename "$deb") ($(du -h "$deb" | cut -f1))"
 debootstrap --variant=minbase bookworm "$root" >"$work/debootstrap.log" 2>&1 ||
-  skip "debootstrap could not make a Debian 12 root (no mirror?): $(tail -1 "$work/debootstrap.log")"
+  { echo "FAILED: setup: debootstrap is installed but could not make a Debian 12 root" \
+      "(no mirror?): $(tail -1 "$work/debootstrap.log")"; exit 1; }
 for m in proc sys dev; do mount --bind "/$m" "$root/$m"; done
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null
 cp "$deb" "$root/tmp/"

@@ -20,6 +20,7 @@
 #include "collectives/nccl/ce_shard_collective.h"
 #include "rt_dist/rt_dist.h"
 #include "rt_dist/trace.h"
+#include "tests/testing/gpu_required.h"
 
 namespace rtd::nccl {
 namespace {
@@ -207,6 +208,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   std::string why;
   if (usable_gpu_count(&why) == 0) {
+    if (testing_util::gpu_required()) return testing_util::no_gpu_exit(why);
     nccl::g_skip = "GPU test skipped: " + why;
   } else {
     try {

@@ -9,7 +9,9 @@
 #   tests/gpu/checkpoint_resume.sh DTRUN MLP_GPU [NPROC=1]
 set -u
 dtrun=$1 mlp=$2 np=${3:-1}
-command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "skipped: no GPU"; exit 77; }
+. "$(dirname "$0")/lib.sh"
+command -v nvidia-smi >/dev/null || no_gpu "nvidia-smi is not installed (no GPU driver)"
+nvidia-smi -L >/dev/null 2>&1 || no_gpu "nvidia-smi -L finds no GPU: $(nvidia-smi -L 2>&1 | head -1)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0

@@ -9,7 +9,10 @@
 #   tests/gpu/trace_copies.sh DTRUN MLP_GPU
 set -u
 dtrun=$1 mlp=$2
+. "$(dirname "$0")/lib.sh"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+[ "${gpus:-0}" -ge 1 ] || no_gpu "nvidia-smi finds no GPU"
+# One GPU is not a broken GPU: the test needs two, and says so.
 [ "${gpus:-0}" -ge 2 ] || { echo "skipped: needs 2 GPUs (found ${gpus:-0})"; exit 77; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

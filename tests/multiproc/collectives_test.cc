@@ -214,8 +214,32 @@ TEST_F(PointToPoint, RingSendRecvDeliversEachNeighboursBuffer) {
 
 class Barrier : public WorldTest {};
 
-TEST_F(Barrier, EveryRankPassesIt) {
-  for (int i = 0; i < 5; ++i) comm().barrier()->wait();
+// No rank leaves before the last one arrived: each round one rank comes
+// 200 ms late, says when in the store, and every rank checks that it left
+// after that moment (the ranks share a host and its clock).
+TEST_F(Barrier, NoRankLeavesBeforeTheLastArrives) {
+  using std::chrono::duration_cast;
+  using std::chrono::microseconds;
+  auto now_us = [] {
+    return duration_cast<microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  Store& store = test_context()->store();
+  const int n = comm().size(), rank = comm().rank();
+  for (int i = 0; i < 3; ++i) {
+    const int late = i % n;
+    if (rank == late) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const std::string key = "barrier_test/" + std::to_string(i) + "/";
+    store.set(key + std::to_string(rank), std::to_string(now_us()));
+    comm().barrier()->wait();
+    const long long left = now_us();
+    for (int r = 0; r < n; ++r) {
+      const long long arrived =
+          std::stoll(store.get(key + std::to_string(r), std::chrono::seconds(30)));
+      EXPECT_GE(left, arrived) << "round " << i << ": rank " << rank << " left the barrier "
+                               << (arrived - left) / 1000 << " ms before rank " << r << " came";
+    }
+  }
+  comm().barrier()->wait();  // every rank read the keys before any round's can go
 }
 
 class AsyncWork : public WorldTest {};

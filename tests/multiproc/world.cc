@@ -3,6 +3,7 @@
 #include "tests/multiproc/world.h"
 
 #include "collectives/factory.h"
+#include "tests/testing/gpu_required.h"
 
 namespace rtd::testing_util {
 namespace {
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
 #ifdef RTD_TEST_CUDA
   std::string why;
   if (usable_gpu_count(&why) == 0) {
+    if (testing_util::gpu_required()) return testing_util::no_gpu_exit(why);
     testing_util::g_skip_reason = "GPU test skipped: " + why;
   } else {
     testing_util::g_memory = testing_util::cuda_memory();

@@ -6,7 +6,8 @@
 # workers print the round, the world size and the restart count (membership
 # changes spend no restart: --max-restarts=0). Last, the CPU trainer in an
 # elastic job resumes from its checkpoint in the larger world.
-# Exits 77 (skipped) where network namespaces cannot be made, saying why.
+# Exits 77 (skipped) without root or iproute2; a namespace that cannot be
+# made with them is a failure.
 set -u
 dtrun=$1 mlp=${2:-}
 . "$(dirname "$0")/lib.sh"

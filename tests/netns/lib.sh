@@ -1,6 +1,8 @@
 # Shared by the network-namespace tests: skipping with a reason (exit 77),
 # the preconditions, entering a namespace, and the check helper.
 skip() { echo "SKIPPED: $*"; exit 77; }
+# The tools are there, yet they failed: that is a broken machine or test, not a skip.
+setup_failed() { echo "FAILED: setup: $*"; exit 1; }
 
 require_netns() {
   [ "$(id -u)" -eq 0 ] || skip "needs root to create network namespaces (ip netns)"
@@ -18,20 +20,21 @@ check() {  # name, expected substring, file
 
 # Hosts on one bridge: bridge_hosts TAG SUBNET NAME:LAST... makes the
 # namespace TAGbr holding a bridge, and for each NAME the namespace TAGNAME
-# with address SUBNET.LAST/24 on a veth into the bridge. Skips (77) where
-# this machine cannot. The caller deletes TAGbr and TAGNAME... at the end.
+# with address SUBNET.LAST/24 on a veth into the bridge. Fails where this
+# machine cannot (require_netns skips where the tools or root are missing).
+# The caller deletes TAGbr and TAGNAME... at the end.
 bridge_hosts() {
   local tag=$1 subnet=$2; shift 2
-  ip netns add "${tag}br" 2>/dev/null || skip "this machine does not allow 'ip netns add'"
-  in_ns "${tag}br" true 2>/dev/null || skip "cannot enter a network namespace with nsenter here"
-  ip -n "${tag}br" link add br0 type bridge 2>/dev/null || skip "bridges are not available"
+  ip netns add "${tag}br" || setup_failed "'ip netns add' failed (as root, with iproute2 installed)"
+  in_ns "${tag}br" true || setup_failed "cannot enter a network namespace with nsenter"
+  ip -n "${tag}br" link add br0 type bridge || setup_failed "cannot make a bridge"
   ip -n "${tag}br" link set br0 up
   local i=0 pair name ns
   for pair in "$@"; do
     name=${pair%%:*}
     ns=$tag$name
-    ip netns add "$ns" || skip "this machine does not allow more namespaces"
-    ip link add "v$tag$i" type veth peer name "p$tag$i" || skip "veth pairs are not available"
+    ip netns add "$ns" || setup_failed "'ip netns add $ns' failed"
+    ip link add "v$tag$i" type veth peer name "p$tag$i" || setup_failed "cannot make a veth pair"
     ip link set "v$tag$i" netns "$ns"
     ip link set "p$tag$i" netns "${tag}br"
     ip -n "${tag}br" link set "p$tag$i" master br0 up

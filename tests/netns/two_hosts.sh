@@ -4,7 +4,8 @@
 # across hosts (2 nodes x 2 workers; FSDP's hybrid tests among them), the CPU
 # trainer (data parallel, and hybrid sharding 2 x 2), and checks that a
 # node started with a different --nproc-per-node fails on both sides.
-# Exits 77 (skipped) where network namespaces cannot be made, saying why.
+# Exits 77 (skipped) without root or iproute2; a namespace that cannot be
+# made with them is a failure.
 set -u
 dtrun=$1 collectives=$2 mlp=$3
 
@@ -19,8 +20,8 @@ cleanup() {
   ip netns del "$b" 2>/dev/null
 }
 trap cleanup EXIT
-ip netns add "$a" 2>/dev/null || skip "this machine does not allow 'ip netns add'"
-ip netns add "$b" || skip "this machine does not allow a second namespace"
+ip netns add "$a" || setup_failed "'ip netns add' failed (as root, with iproute2 installed)"
+ip netns add "$b" || setup_failed "a second 'ip netns add' failed"
 in_a() { in_ns "$a" "$@"; }
 in_b() { in_ns "$b" "$@"; }
 # NAME, then one command run on both hosts (host 1 with b_env's KEY=VALUE
@@ -35,7 +36,7 @@ on_both() {
   rc1=$?
   wait $p; rc0=$?
 }
-in_a true 2>/dev/null || skip "cannot enter a network namespace with nsenter here"
+in_a true || setup_failed "cannot enter a network namespace with nsenter"
 ip link add "v${tag}a" type veth peer name "v${tag}b" || skip "veth pairs are not available"
 ip link set "v${tag}a" netns "$a"
 ip link set "v${tag}b" netns "$b"

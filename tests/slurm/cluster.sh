@@ -57,7 +57,7 @@ dd if=/dev/urandom of="$dir/munge/key" bs=1024 count=1 2>/dev/null
 chmod 400 "$dir/munge/key"
 munged --force --socket="$dir/munge/socket" --key-file="$dir/munge/key" \
   --pid-file="$dir/munge/pid" --log-file="$dir/munge.log" --seed-file="$dir/munge/seed" \
-  || skip "munged does not start here (see above)"
+  || { echo "FAILED: setup: munged is installed but does not start (see above)"; exit 1; }
 pids="$(cat "$dir/munge/pid")"
 
 cat > "$dir/slurm.conf" <<CONF
