@@ -4,7 +4,7 @@
 // The state is the reference MLP's with AdamW: parameters, two moments, each
 // float32 (--params 537e6: about 6.4 GB). Prints a table line and JSON.
 //   ckpt_bench --dir /path --params 537e6 --ranks 2 [--rounds 2] [--device cuda]
-//              [--io-threads 4]
+//              [--io-threads 4] [--check-first 0|1]
 // With --device cuda the state lives on GPU 0 (every rank's slice), as a
 // GPU trainer's does: the save copies it through host memory (pinned for
 // save_async), and the load copies it back.
@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   int ranks = 2, rounds = 2;
   bool gpu = false;
   int io_threads = rtd::ckpt::Options{}.io_threads;
+  bool check_first = rtd::ckpt::Options{}.check_before_load;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
     if (f == "--dir")
@@ -64,10 +65,12 @@ int main(int argc, char** argv) {
       gpu = v == "cuda";
     else if (f == "--io-threads")
       io_threads = std::atoi(v.c_str());
+    else if (f == "--check-first")
+      check_first = v != "0";
     else {
       std::fprintf(stderr,
                    "usage: ckpt_bench --dir DIR [--params 537e6] [--ranks 2] [--rounds 2] "
-                   "[--device cuda] [--io-threads N]\n");
+                   "[--device cuda] [--io-threads N] [--check-first 0|1]\n");
       return 2;
     }
   }
@@ -135,7 +138,10 @@ int main(int argc, char** argv) {
       for (int r = 0; r < ranks; ++r) {
         threads.emplace_back([&, r] {
           rtd::ckpt::Checkpointer c(*store, r, ranks,
-                                    {.dir = dir, .keep_last = 1, .io_threads = io_threads});
+                                    {.dir = dir,
+                                     .keep_last = 1,
+                                     .io_threads = io_threads,
+                                     .check_before_load = check_first});
           rtd::ckpt::State s = state_of(r);
           if (mode == Mode::kSave) {
             c.save(1, s);
@@ -181,11 +187,12 @@ int main(int argc, char** argv) {
                 ranks, save_s, load_s, bytes / 1e9 / save_s, bytes / 1e9 / load_s, call_s, block_s,
                 async_s, from);
     std::printf(
-        "{\"bench\":\"ckpt\",\"bytes\":%.0f,\"ranks\":%d,\"io_threads\":%d,\"save_s\":%.4f,"
+        "{\"bench\":\"ckpt\",\"bytes\":%.0f,\"ranks\":%d,\"io_threads\":%d,\"check_first\":%d,"
+        "\"save_s\":%.4f,"
         "\"load_s\":%.4f,\"async_call_s\":%.5f,\"async_block_s\":%.4f,\"async_total_s\":%.4f,"
         "\"load_from\":\"%s\",\"device\":\"%s\"}\n",
-        bytes, ranks, io_threads, save_s, load_s, call_s, block_s, async_s, from,
-        gpu ? "cuda" : "cpu");
+        bytes, ranks, io_threads, check_first ? 1 : 0, save_s, load_s, call_s, block_s, async_s,
+        from, gpu ? "cuda" : "cpu");
     std::fflush(stdout);
   }
   std::filesystem::remove_all(dir);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collectives/device_memory.h"
+#include "launcher/doctor/checks.h"
 #include "launcher/doctor/facts.h"
 #include "launcher/doctor/gpu_probe.h"
 #include "rt_dist/rt_dist.h"
@@ -48,16 +49,14 @@ int run_bench_worker() {
     ctx->comm().barrier()->wait();
     return 0;
   }
-  // What the links should give (256 MiB): NVLink 100 GB/s, peer access over
-  // PCIe 10, through host memory 3; between nodes RDMA 10, sockets 1.
+  // What the links should give (256 MiB): within a node from the GPUs' links
+  // (expected_busbw_within); between nodes RDMA 10, sockets 1.
   Facts facts;
   double expect_within = 0, expect_across = 0;
   if (gpu) {
     probe_gpus(facts);
     read_sysfs_facts("", facts);
-    expect_within = 3;
-    for (const GpuLink& l : facts.links)
-      expect_within = std::max(expect_within, l.nvlinks > 0 ? 100.0 : l.peer_access ? 10.0 : 3.0);
+    expect_within = expected_busbw_within(facts.links, facts.gpus.size());
     bool rdma = false;
     for (const RdmaPort& p : facts.rdma) rdma = rdma || p.state == "ACTIVE";
     expect_across = rdma ? 10 : 1;

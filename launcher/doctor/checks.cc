@@ -45,6 +45,18 @@ int visible(const Facts& f) {
   return std::min(visible_gpus(it->second), static_cast<int>(f.gpus.size()));
 }
 
+}  // namespace
+
+double expected_busbw_within(const std::vector<GpuLink>& links, std::size_t gpus) {
+  if (gpus == 0) return 0;
+  double expect = 3;
+  for (const GpuLink& l : links)
+    expect = std::max(expect, l.nvlinks > 0 ? 10.0 * l.nvlinks : l.peer_access ? 10.0 : 3.0);
+  return expect;
+}
+
+namespace {
+
 void gpu_findings(const Facts& f, const JobShape& job, std::vector<Finding>& out) {
   const int n = visible(f);
   if (f.gpus.empty()) {
@@ -100,10 +112,11 @@ void gpu_findings(const Facts& f, const JobShape& job, std::vector<Finding>& out
     out.push_back({"NCCL", Status::kInfo, "not found (not needed without GPUs)", ""});
   }
   for (const GpuLink& l : f.links) {
-    std::string found =
-        "GPU" + std::to_string(l.a) + " - GPU" + std::to_string(l.b) + ": " +
-        (l.nvlinks > 0 ? std::to_string(l.nvlinks) + " NVLink links" : "PCIe " + l.path) +
-        (l.peer_access ? ", peer access" : ", no peer access");
+    std::string found = "GPU" + std::to_string(l.a) + " - GPU" + std::to_string(l.b) + ": " +
+                        (l.nvlinks > 0 ? std::to_string(l.nvlinks) + " NVLink links" +
+                                             (l.nvswitch ? " through NVSwitch" : "")
+                                       : "PCIe " + l.path) +
+                        (l.peer_access ? ", peer access" : ", no peer access");
     if (!l.peer_access) {
       out.push_back({"GPU link", Status::kWarn, found,
                      "without peer access NCCL copies between these GPUs through host memory "

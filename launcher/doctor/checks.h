@@ -35,4 +35,10 @@ std::vector<std::string> nccl_socket_interfaces(const Facts& facts, std::string*
 
 std::vector<Finding> evaluate(const Facts& facts, const JobShape& job);
 
+// The all-reduce bus bandwidth (GB/s, 256 MiB) the links between a node's
+// GPUs should give at least: 10 per NVLink link (NVLink 4 carries 25 each
+// way; through NVSwitch, the GPU's links), 10 with peer access over PCIe, 3
+// through host memory; 0 without GPUs.
+double expected_busbw_within(const std::vector<GpuLink>& links, std::size_t gpus);
+
 }  // namespace rtd::launcher::doctor

@@ -23,9 +23,10 @@ struct GpuFact {
 // How two GPUs reach each other.
 struct GpuLink {
   int a = 0, b = 0;
-  int nvlinks = 0;           // active NVLink links between them
+  int nvlinks = 0;           // active NVLink links between them (or, through NVSwitch, a's)
   std::string path;          // "same PCIe switch", "across CPU sockets", ...
   bool peer_access = false;  // CUDA peer-to-peer reads and writes
+  bool nvswitch = false;     // their NVLinks meet in NVSwitches (HGX, DGX), not each other
 };
 
 struct NetInterface {

@@ -63,6 +63,9 @@ Fn symbol(void* lib, const char* name) {
 
 }  // namespace
 
+// nvmlGpuP2PCapsIndex_t's NVML_P2P_CAPS_INDEX_NVLINK: "do they talk over NVLink".
+constexpr int kP2pCapsNvlink = 2;
+
 void probe_gpus(Facts& facts) {
   void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
@@ -122,13 +125,25 @@ void probe_gpus(Facts& facts) {
       if (p2p && p2p(devices[a], devices[b], 0, &read) == kNvmlSuccess &&
           p2p(devices[a], devices[b], 1, &write) == kNvmlSuccess)
         link.peer_access = read == 0 && write == 0;
+      int active_links = 0;
       for (unsigned l = 0; link_state && link_remote && l < 18; ++l) {
         int active = 0;
         NvmlPciInfo remote{};
         if (link_state(devices[a], l, &active) != kNvmlSuccess) break;
+        active_links += active ? 1 : 0;
         if (active && link_remote(devices[a], l, &remote) == kNvmlSuccess &&
             sysfs_pci(remote.bus_id) == facts.gpus[b].pci)
           ++link.nvlinks;
+      }
+      // No link ends at b, yet NVML says they talk over NVLink: the links
+      // meet in NVSwitches (a link's remote device is the switch), and all
+      // of a's active links carry the traffic.
+      int over_nvlink = 1;
+      if (link.nvlinks == 0 && p2p &&
+          p2p(devices[a], devices[b], kP2pCapsNvlink, &over_nvlink) == kNvmlSuccess &&
+          over_nvlink == 0 && active_links > 0) {
+        link.nvswitch = true;
+        link.nvlinks = active_links;
       }
       facts.links.push_back(link);
     }

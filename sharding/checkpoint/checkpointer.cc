@@ -51,9 +51,9 @@ std::string rank_file_name(int rank) {
 }
 
 // Fills every range of `state` from the checkpoint in `dir`; throws naming what failed.
-std::int64_t read_state(const std::string& dir, State& state, int threads) {
+std::int64_t read_state(const std::string& dir, State& state, const Options& o) {
   const proto::CheckpointManifest manifest = read_manifest(dir);
-  read_pieces(dir, manifest, state, threads);
+  read_pieces(dir, manifest, state, o.io_threads, o.check_before_load);
   state.meta.clear();
   for (const auto& [k, v] : manifest.meta()) state.meta[k] = v;
   return manifest.step();
@@ -374,7 +374,7 @@ std::optional<std::int64_t> Checkpointer::load(State& state, bool fallback) {
     const std::string dir = m.options.dir + "/" + step_dir_name(candidates[i]);
     std::string mine = "ok";
     try {
-      read_state(dir, state, m.options.io_threads);
+      read_state(dir, state, m.options);
     } catch (const std::exception& e) {
       mine = std::string("!rank ") + std::to_string(m.rank) + ": " + e.what();
     }

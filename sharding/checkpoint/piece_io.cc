@@ -146,7 +146,7 @@ proto::CheckpointRankPart write_pieces(const std::string& path, const State& sta
 }
 
 void read_pieces(const std::string& dir, const proto::CheckpointManifest& manifest, State& state,
-                 int threads) {
+                 int threads, bool check_first) {
   // Where each needed piece's bytes go: [from, from + bytes) of the piece to `to`.
   struct Segment {
     std::size_t from;
@@ -214,25 +214,28 @@ void read_pieces(const std::string& dir, const proto::CheckpointManifest& manife
   }
   PieceReader reader(dir, manifest);
   std::vector<HostBuffer> staging(static_cast<std::size_t>(std::max(threads, 1)));
-  // Every piece is checked before any range is written, so that a checkpoint
-  // that fails leaves the caller's state as it was (the second read comes
-  // from the page cache, and is not checked again).
-  run_parallel(jobs.size(), threads, [&](std::size_t i, int worker) {
-    HostBuffer& s = staging[worker];
-    s.reserve(largest, to_gpu);
-    reader.read(*jobs[i].tensor, *jobs[i].piece, s.data());
-  });
+  // With check_first every piece is checked before any range is written, so
+  // that a checkpoint that fails leaves the caller's state as it was (the
+  // second read comes from the page cache, and is not checked again).
+  if (check_first) {
+    run_parallel(jobs.size(), threads, [&](std::size_t i, int worker) {
+      HostBuffer& s = staging[worker];
+      s.reserve(largest, to_gpu);
+      reader.read(*jobs[i].tensor, *jobs[i].piece, s.data());
+    });
+  }
+  const bool check = !check_first;
   run_parallel(jobs.size(), threads, [&](std::size_t i, int worker) {
     const Job& job = jobs[i];
     const Segment& first = job.segments.front();
     if (job.segments.size() == 1 && first.from == 0 && first.bytes == job.bytes &&
         first.range->device == DeviceType::kCpu) {
-      reader.read(*job.tensor, *job.piece, first.to, false);  // straight into place
+      reader.read(*job.tensor, *job.piece, first.to, check);  // straight into place
       return;
     }
     HostBuffer& s = staging[worker];
     s.reserve(largest, to_gpu);
-    reader.read(*job.tensor, *job.piece, s.data(), false);
+    reader.read(*job.tensor, *job.piece, s.data(), check);
     for (const Segment& seg : job.segments) {
       if (seg.range->device == DeviceType::kCuda)
         gpu::copy_from_host(s.data() + seg.from, seg.to, seg.bytes, seg.range->device_index);

@@ -43,9 +43,10 @@ proto::CheckpointRankPart write_pieces(const std::string& path, const State& sta
 // Fills every range of `state` from the checkpoint in `dir`, described by
 // `manifest`: each element from one stored piece, each piece read and checked
 // once, at most `threads` pieces at once. Throws naming the tensor and the
-// elements that are not stored, or the file and piece that fail their check,
-// before (or instead of) filling the rest.
+// elements that are not stored, or the file and piece that fail their check.
+// check_first: every piece is checked before any range is written (a failure
+// writes nothing); else each is checked as it is written.
 void read_pieces(const std::string& dir, const proto::CheckpointManifest& manifest, State& state,
-                 int threads);
+                 int threads, bool check_first);
 
 }  // namespace rtd::ckpt

@@ -59,6 +59,11 @@ struct Options {
   // instead and training goes on (its leftovers are removed either way, and
   // the checkpoints before it stay loadable).
   bool continue_after_failed_save = false;
+  // load() checks every piece before it writes any range, so that a
+  // checkpoint that fails leaves the state as it was: each piece is read
+  // twice (the second time from the page cache). Off: one pass, and a
+  // failed load may leave some ranges written.
+  bool check_before_load = true;
 };
 
 // Thrown by load() and the tools when a checkpoint cannot be used: the message
@@ -99,8 +104,8 @@ class Checkpointer {
   // checkpoint every rank can read and verify; with fallback, an unreadable
   // one is skipped for the one before (every rank agrees which). Returns its
   // step, or nothing when the directory holds no checkpoint. Every piece is
-  // checked before any range is written: a checkpoint that fails leaves the
-  // ranges as they were.
+  // checked before any range is written (Options::check_before_load): a
+  // checkpoint that fails leaves the ranges as they were.
   std::optional<std::int64_t> load(State& state, bool fallback = true);
 
  private:

@@ -54,6 +54,24 @@ bool any_error(const std::vector<Finding>& all) {
   return false;
 }
 
+// An HGX/DGX node: every NVLink ends in an NVSwitch, none at the peer GPU.
+// It reads as NVLink (it read as "PCIe through the host bridge"), and the
+// bandwidth expected of it follows from its 18 links.
+TEST(Doctor, NVLinkThroughNVSwitchIsRecognized) {
+  Facts f = healthy();
+  f.links = {{0, 1, 18, "through the CPU's PCIe host bridge", true, true}};
+  const auto all = evaluate(f, {.nproc_per_node = 8, .nnodes = 1});
+  EXPECT_NE(find(all, "GPU link").found.find("18 NVLink links through NVSwitch, peer access"),
+            std::string::npos)
+      << find(all, "GPU link").found;
+  EXPECT_EQ(expected_busbw_within(f.links, f.gpus.size()), 180.0);
+  f.links = {{0, 1, 0, "through the CPU's PCIe host bridge", true, false}};
+  EXPECT_EQ(expected_busbw_within(f.links, f.gpus.size()), 10.0);
+  f.links[0].peer_access = false;
+  EXPECT_EQ(expected_busbw_within(f.links, f.gpus.size()), 3.0);
+  EXPECT_EQ(expected_busbw_within({}, 0), 0.0);
+}
+
 TEST(Doctor, AHealthyNodeHasNoErrorAndNamesWhatItFound) {
   const auto all = evaluate(healthy(), {.nproc_per_node = 8, .nnodes = 2});
   EXPECT_FALSE(any_error(all));
