@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU tests as the GPU machine runs them, from a bundle (deploy/bundle.sh
+# --with-tests), with RTD_REQUIRE_GPU=1 so that a missing or broken GPU fails
+# instead of skipping: gpu_collectives_test on 1 GPU and on all, the
+# copy-engine test on one GPU shared by 2 ranks, the resume and trace
+# scripts, and `dtrun doctor` (with --bench) on the node's GPUs.
+#   tests/gpu/run_all.sh BUNDLE_DIR [collectives] [ce_shared] [trace] [resume] [doctor]
+# (no step named: all). Prints one "== name: exit N" line a step; exits 1
+# when any step failed.
+set -u
+bin=$1/bin
+shift
+steps=" ${*:-collectives ce_shared trace resume doctor} "
+want() { [[ $steps == *" $1 "* ]]; }
+here=$(cd "$(dirname "$0")" && pwd)
+export RTD_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
+fail=0
+step() {  # name, limit, command...
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  timeout -k 10 "$limit" "$@" >"/tmp/run_all_$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc in $((SECONDS - start)) s"
+  [ $rc -eq 0 ] || { fail=1; tail -25 "/tmp/run_all_$name.log"; }
+  grep -E '\[  (PASSED|FAILED|SKIPPED) |ok:|FAIL|skipped' "/tmp/run_all_$name.log" | sort | uniq -c | head -8
+}
+nvidia-smi -L
+ngpu=$(nvidia-smi -L | wc -l)
+dt=("$bin/dtrun" --env NCCL_NVLS_ENABLE=0 --env RTD_LOG=warn --env RTD_REQUIRE_GPU=1)
+if want collectives; then
+  step collectives_np1 240 "${dt[@]}" --nproc-per-node=1 "$bin/gpu_collectives_test"
+  [ "$ngpu" -lt 2 ] ||
+    step collectives_np$ngpu 240 "${dt[@]}" --nproc-per-node="$ngpu" "$bin/gpu_collectives_test"
+fi
+want ce_shared && step ce_shared_np2 120 "${dt[@]}" --nproc-per-node=2 "$bin/gpu_ce_shared_test"
+want trace && step trace_copies 240 "$here/trace_copies.sh" "$bin/dtrun" "$bin/mlp_gpu"
+want resume && step checkpoint_resume 300 "$here/checkpoint_resume.sh" "$bin/dtrun" "$bin/mlp_gpu" "$ngpu"
+if want doctor; then
+  step doctor 60 "$bin/dtrun" doctor --nproc-per-node="$ngpu"
+  grep -E "GPU link|GPUs " /tmp/run_all_doctor.log
+  step doctor_bench 120 "$bin/dtrun" doctor --bench --nproc-per-node="$ngpu"
+  grep -E "GB/s|GPU link" /tmp/run_all_doctor_bench.log
+fi
+exit $fail
