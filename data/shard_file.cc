@@ -86,9 +86,15 @@ ShardFile::ShardFile(const std::string& path, std::size_t record_bytes)
   std::string why;
   if (version != 1) {
     why = "format version " + std::to_string(version) + "; this build reads version 1";
-  } else if (bytes != record_bytes) {
+  } else if (bytes != record_bytes || record_bytes == 0) {
     why = "records of " + std::to_string(bytes) + " bytes, the loader expects " +
           std::to_string(record_bytes);
+  } else if (records_ > (size - kHeaderBytes) / record_bytes) {
+    // Compared by division: a count whose product with the record size
+    // wraps around would otherwise pass for the file's size.
+    why = "holds " + std::to_string(size) + " bytes, but its header says " +
+          std::to_string(records_) + " records of " + std::to_string(bytes) +
+          " bytes: the file is short (truncated?)";
   } else if (size != kHeaderBytes + records_ * record_bytes) {
     why = "holds " + std::to_string(size) + " bytes, but its header says " +
           std::to_string(records_) + " records of " + std::to_string(bytes) + " bytes (" +

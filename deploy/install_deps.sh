@@ -18,6 +18,7 @@ test_packages=(
   slurmctld slurmd slurm-client munge  # the real-Slurm test (tests/slurm)
   debootstrap                          # the package test (tests/deploy): a fresh Debian 12 root
   python3                              # the safetensors reader of tests/checkpoint
+  clang                                # libFuzzer: the fuzz targets of tests/fuzz (fuzz.run)
   python3-matplotlib                   # bench/plots: the docs/ figures from the recorded JSON
 )
 

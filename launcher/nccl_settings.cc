@@ -95,7 +95,10 @@ std::vector<std::string> apply_preset(NcclPreset preset, const doctor::Facts& no
                                       std::vector<std::pair<std::string, std::string>>& overrides) {
   std::vector<std::string> lines;
   std::string set, kept;
-  for (const auto& [k, v] : preset_values(preset, node)) {
+  for (const auto& entry : preset_values(preset, node)) {
+    // Named, not bound: clang before 16 cannot capture a structured binding.
+    const std::string& k = entry.first;
+    const std::string& v = entry.second;
     auto given = std::find_if(overrides.begin(), overrides.end(),
                               [&](const auto& kv) { return kv.first == k; });
     const auto inherited = parent.find(k);

@@ -61,7 +61,7 @@ class MemoryStore : public Store {
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::string> data_;
-  const StoreLimits limits_;
+  const StoreLimits limits_{};
   std::size_t bytes_ = 0;
 };
 
