@@ -16,6 +16,7 @@ test_packages=(
   libopenmpi-dev openmpi-bin libucx-dev libgtest-dev libgmock-dev
   iproute2 procps patchelf clang-format
   slurmctld slurmd slurm-client munge  # the real-Slurm test (tests/slurm)
+  openssl                              # the TLS test (tests/netns/tls.sh): its certificates
   debootstrap                          # the package test (tests/deploy): a fresh Debian 12 root
   python3                              # the safetensors reader of tests/checkpoint
   clang                                # libFuzzer: the fuzz targets of tests/fuzz (fuzz.run)

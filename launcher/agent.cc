@@ -30,6 +30,7 @@
 #include "rt_dist/error.h"
 #include "rt_dist/store.h"
 #include "runtime/core/log.h"
+#include "runtime/core/store/grpc_store.h"
 
 namespace rtd::launcher {
 namespace {
@@ -65,6 +66,7 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
             .local_rank = local,
             .store_addr = p.store_addr,
             .token = o.token,
+            .tls = &o.tls,
             .node_addr = p.node_addr,
             .round = p.layout.round(),
             .restarts = p.layout.restarts(),
@@ -141,8 +143,10 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
   // host notices a silent node.
   const auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(o.heartbeat_timeout);
   const std::string& secret = p.layout.agent_secret();
-  std::shared_ptr<Store> store = make_grpc_store(p.store_addr, o.token, secret)->bounded(limit);
-  Peers peers(store, std::make_unique<HeartbeatClient>(p.store_addr, o.token, secret, limit));
+  std::shared_ptr<Store> store =
+      make_grpc_store(p.store_addr, o.token, secret, o.tls)->bounded(limit);
+  Peers peers(store,
+              std::make_unique<HeartbeatClient>(p.store_addr, o.token, secret, limit, o.tls));
   const bool many = o.nnodes > 1;
   std::vector<std::string> failures;  // what failed before each restart, in order
   const double jitter = draw_jitter();

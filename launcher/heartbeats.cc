@@ -7,6 +7,7 @@
 
 #include "rendezvous.grpc.pb.h"
 #include "runtime/core/store/grpc_status.h"
+#include "runtime/core/store/tls.h"
 
 namespace rtd::launcher {
 namespace {
@@ -40,13 +41,13 @@ struct HeartbeatClient::Impl {
 };
 
 HeartbeatClient::HeartbeatClient(const std::string& address, const std::string& token,
-                                 const std::string& secret, std::chrono::milliseconds timeout)
+                                 const std::string& secret, std::chrono::milliseconds timeout,
+                                 const TlsFiles& tls)
     : impl_(std::make_unique<Impl>()) {
   impl_->address = address;
   impl_->token = token;
   impl_->timeout = timeout;
-  impl_->stub =
-      proto::Rendezvous::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  impl_->stub = proto::Rendezvous::NewStub(grpc::CreateChannel(address, channel_credentials(tls)));
   impl_->request.set_round(-1);
   impl_->request.set_agent_secret(secret);
   impl_->request.set_hold_ms(heartbeat_hold(timeout).count());

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "launcher/membership.h"
+#include "runtime/core/tls_files.h"
 
 namespace rtd::launcher {
 
@@ -40,7 +41,7 @@ class HeartbeatClient {
   // Every call gives up after its hold plus half the timeout.
   // secret: the agent's (JoinResponse.agent_secret), carried by every call.
   HeartbeatClient(const std::string& address, const std::string& token, const std::string& secret,
-                  std::chrono::milliseconds timeout);
+                  std::chrono::milliseconds timeout, const TlsFiles& tls = {});
   ~HeartbeatClient();
   // Beat for this round, as this node, in this state, watching these keys.
   // A change cancels the call in flight and forgets the news of the last.

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   launcher::ParseResult parsed =
       launcher::parse_options(argc, argv,
                               {.env_token = env_config.token,
+                               .env_tls = env_config.tls,
                                .require_token = env_config.require_token,
                                .gpus = launcher::visible_gpus(env_config.cuda_visible_devices),
                                .cpus = launcher::usable_cpus(),

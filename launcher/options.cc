@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "launcher/nccl_settings.h"
 #include "launcher/net.h"
 #include "runtime/core/slurm.h"
+#include "runtime/core/store/tls.h"
 
 namespace rtd::launcher {
 namespace {
@@ -365,6 +367,12 @@ std::string check(LaunchOptions& o, const RawFlags& f, const ParseContext& c) {
     if (!err.empty()) return err;
   }
   if (o.token.empty()) o.token = c.env_token;
+  // TLS: the flags, else DTRUN_TLS_*; all three or none, readable PEM; made
+  // absolute, since the workers (another directory, perhaps) read them too.
+  if (!o.tls.enabled()) o.tls = c.env_tls;
+  if (std::string err = tls_problem(o.tls); !err.empty()) return err;
+  for (std::string* path : {&o.tls.cert, &o.tls.key, &o.tls.ca})
+    if (!path->empty()) *path = std::filesystem::absolute(*path).string();
   if (o.token.empty()) {
     if (o.nnodes == 1) {
       o.token = random_token();  // every caller is on this host: nothing to share
@@ -427,6 +435,12 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
   app.add_option("--env", f.env, "KEY=VALUE for every worker (repeatable)");
   app.add_option("--token", o.token, "job token every control-plane call carries (DTRUN_TOKEN)");
   app.add_option("--token-file", f.token_file, "read the job token from this file's first line");
+  app.add_option("--tls-cert", o.tls.cert,
+                 "this node's certificate (PEM, naming the --rdzv host): the control plane over "
+                 "mutual TLS, with --tls-key and --tls-ca (DTRUN_TLS_CERT)");
+  app.add_option("--tls-key", o.tls.key, "its private key (PEM) (DTRUN_TLS_KEY)");
+  app.add_option("--tls-ca", o.tls.ca,
+                 "the CA that signed every node's certificate (PEM) (DTRUN_TLS_CA)");
   app.add_flag("--require-token", require_token,
                "refuse to run several nodes without a token (DTRUN_REQUIRE_TOKEN=1)");
   const char* torchrun = "torchrun's flags";

@@ -42,6 +42,7 @@ struct LaunchOptions {
   // says so), unless --require-token / DTRUN_REQUIRE_TOKEN=1.
   std::string token;
   std::string token_warning;
+  TlsFiles tls;  // --tls-cert/--tls-key/--tls-ca or DTRUN_TLS_*: mutual TLS (absolute paths)
   std::string program;
   std::vector<std::string> args;
   bool from_slurm = false;           // the placement came from srun's variables
@@ -58,6 +59,7 @@ struct ParseResult {
 // configuration module and the caller, so that parsing stays pure).
 struct ParseContext {
   std::string env_token;       // DTRUN_TOKEN
+  TlsFiles env_tls;            // DTRUN_TLS_CERT, DTRUN_TLS_KEY, DTRUN_TLS_CA
   bool require_token = false;  // DTRUN_REQUIRE_TOKEN
   int gpus = 0;                // GPUs this node's workers may use (--nproc-per-node=gpu)
   int cpus = 1;                // CPUs (--nproc-per-node=cpu)

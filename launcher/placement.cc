@@ -30,7 +30,7 @@ proto::JoinResponse join(const LaunchOptions& o, const Placement& p, int last_ro
   req.set_last_round(last_round);
   req.set_restarts(restarts);
   req.set_agent_secret(p.layout.agent_secret());
-  return join_rendezvous(p.store_addr, o.token, req, o.rdzv_timeout);
+  return join_rendezvous(p.store_addr, o.token, req, o.rdzv_timeout, o.tls);
 }
 
 Placement rendezvous(const LaunchOptions& o) {
@@ -57,6 +57,7 @@ Placement rendezvous(const LaunchOptions& o) {
           .last_call = o.last_call,
           .heartbeat_timeout = o.heartbeat_timeout,
           .host_node_id = p.node_id,
+          .tls = o.tls,
       });
       port = p.server->port();
     } catch (const Error& e) {

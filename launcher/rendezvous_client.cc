@@ -11,22 +11,37 @@
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/store/grpc_status.h"
+#include "runtime/core/store/tls.h"
 
 namespace rtd::launcher {
 namespace {
 constexpr std::chrono::seconds kProbeEvery{2};
+
+// What a port that takes connections but never completes the call means.
+std::string no_answer(const std::string& address, const TlsFiles& tls) {
+  if (tls.enabled())
+    return "something at " + address +
+           " accepts connections, but the TLS handshake with it fails: check that --tls-ca "
+           "signed the host's certificate and this node's, that the host's certificate names "
+           "the --rdzv host, and that the host runs with --tls-* too; or another program "
+           "holds that port";
+  return "something at " + address +
+         " accepts connections but does not answer as a dtrun rendezvous (gRPC): another "
+         "program may hold that port, or the host requires TLS (give --tls-cert, --tls-key "
+         "and --tls-ca)";
+}
 }  // namespace
 
 proto::JoinResponse join_rendezvous(const std::string& address, const std::string& token,
-                                    const proto::JoinRequest& request,
-                                    std::chrono::seconds timeout) {
+                                    const proto::JoinRequest& request, std::chrono::seconds timeout,
+                                    const TlsFiles& tls) {
   auto deadline = std::chrono::system_clock::now() + timeout;
   // Reconnect within seconds once the host comes up (gRPC's own backoff
   // grows to two minutes).
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(address, channel_credentials(tls), args);
   const auto colon = address.rfind(':');
   std::string ip = address.substr(0, colon);
   if (ip.size() > 2 && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
@@ -48,12 +63,9 @@ proto::JoinResponse join_rendezvous(const std::string& address, const std::strin
     }
   }
   if (!connected) {
-    if (accepts_tcp(ip, port, 2000)) {
+    if (accepts_tcp(ip, port, 2000))
       throw Error(ErrorCategory::kConfig,
-                  "something at " + address +
-                      " accepts connections but does not answer as a dtrun rendezvous (gRPC); "
-                      "another program holds that port: pick another port in --rdzv");
-    }
+                  no_answer(address, tls) + ": pick another port in --rdzv");
     throw Error(ErrorCategory::kUnavailable,
                 "could not reach the rendezvous at " + address + " within " +
                     std::to_string(timeout.count()) +

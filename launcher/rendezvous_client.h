@@ -6,13 +6,14 @@
 #include <string>
 
 #include "rendezvous.pb.h"
+#include "runtime/core/tls_files.h"
 
 namespace rtd::launcher {
 
 // Throws rtd::Error: kUnavailable when the server never answered, kConfig when
 // the round failed (disagreeing nodes, wrong token), kTimeout when nodes were missing.
 proto::JoinResponse join_rendezvous(const std::string& address, const std::string& token,
-                                    const proto::JoinRequest& request,
-                                    std::chrono::seconds timeout);
+                                    const proto::JoinRequest& request, std::chrono::seconds timeout,
+                                    const TlsFiles& tls = {});
 
 }  // namespace rtd::launcher

@@ -20,6 +20,7 @@
 #include "runtime/core/log.h"
 #include "runtime/core/store/grpc_status.h"
 #include "runtime/core/store/store_service.h"
+#include "runtime/core/store/tls.h"
 
 namespace rtd::launcher {
 namespace {
@@ -297,7 +298,7 @@ RendezvousServer::RendezvousServer(const ServerOptions& o) : impl_(std::make_uni
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxControlMessageBytes);
-  builder.AddListeningPort(join_host_port(o.bind_ip, o.port), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(join_host_port(o.bind_ip, o.port), server_credentials(o.tls),
                            &impl_->port);
   builder.RegisterService(impl_->store.get());
   builder.RegisterService(impl_->rendezvous.get());

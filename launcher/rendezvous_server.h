@@ -9,6 +9,7 @@
 #include <string>
 
 #include "runtime/core/store/store_service.h"
+#include "runtime/core/tls_files.h"
 
 namespace rtd::launcher {
 
@@ -24,6 +25,7 @@ struct ServerOptions {
   std::chrono::milliseconds last_call{0};  // with a range: wait this long for more after MIN
   std::chrono::milliseconds heartbeat_timeout{30000};  // a member silent this long is lost
   std::string host_node_id;  // the hosting agent's node_id: node rank 0 is its alone
+  TlsFiles tls;              // mutual TLS (requires and verifies the callers' certificates)
   StoreServiceLimits store_limits;
 };
 

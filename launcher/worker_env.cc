@@ -25,6 +25,11 @@ std::vector<std::string> build_worker_env(const WorkerEnvInput& in) {
   put("TORCHELASTIC_RUN_ID", layout.run_id());
   put("DTRUN_STORE", in.store_addr);
   put("DTRUN_TOKEN", in.token);
+  if (in.tls && in.tls->enabled()) {
+    put("DTRUN_TLS_CERT", in.tls->cert);
+    put("DTRUN_TLS_KEY", in.tls->key);
+    put("DTRUN_TLS_CA", in.tls->ca);
+  }
   put("DTRUN_ROUND", std::to_string(in.round));
   put("DTRUN_ADDR", in.node_addr);
   if (env.find("OMP_NUM_THREADS") == env.end()) put("OMP_NUM_THREADS", "1");

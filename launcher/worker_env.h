@@ -16,9 +16,10 @@ struct WorkerEnvInput {
   int local_rank = 0;
   std::string store_addr;  // host:port of the gRPC store
   std::string token;
-  std::string node_addr;  // this node's address for CPU collectives
-  int round = 0;          // the rendezvous round: the workers' store prefix
-  int restarts = 0;       // failure restarts spent so far
+  const TlsFiles* tls = nullptr;  // the node's, passed on (its workers' store client speaks TLS)
+  std::string node_addr;          // this node's address for CPU collectives
+  int round = 0;                  // the rendezvous round: the workers' store prefix
+  int restarts = 0;               // failure restarts spent so far
   int max_restarts = 0;
   const std::vector<std::pair<std::string, std::string>>* overrides = nullptr;
 };

@@ -5,6 +5,7 @@
 #include "rt_dist/error.h"
 #include "runtime/core/config.h"
 #include "runtime/core/log.h"
+#include "runtime/core/store/grpc_store.h"
 #include "runtime/env.h"
 #include "runtime/mpi_store.h"
 #include "runtime/slurm_store.h"
@@ -47,7 +48,7 @@ std::shared_ptr<Store> connect_store(const Config& config, const WorldInfo& worl
                                      StoreHosts* hosts) {
   if (world.world_size == 1) return make_memory_store();
   if (world.launcher == "dtrun") {
-    auto root = make_grpc_store(config.store_addr, config.token);
+    auto root = make_grpc_store(config.store_addr, config.token, "", config.tls);
     return make_prefix_store("round" + std::to_string(config.round), root);
   }
   if (world.launcher == "mpirun") {

@@ -16,6 +16,7 @@
 #include "launcher/supervisor.h"
 #include "rt_dist/error.h"
 #include "rt_dist/store.h"
+#include "runtime/core/store/grpc_store.h"
 
 namespace rtd::launcher::doctor {
 namespace {
@@ -179,7 +180,7 @@ int run_across(const LaunchOptions& o, const EnvMap& env, Facts& facts,
       {"rendezvous", Status::kOk,
        "node " + std::to_string(node) + " of " + std::to_string(nnodes) + " at " + p.store_addr,
        ""});
-  auto store = make_grpc_store(p.store_addr, o.token, p.layout.agent_secret())
+  auto store = make_grpc_store(p.store_addr, o.token, p.layout.agent_secret(), o.tls)
                    ->bounded(std::chrono::seconds(60));
   const SettingsVerdict verdict = check_settings_across_nodes(
       *store, p.layout.round(), node, nnodes,

@@ -42,6 +42,10 @@ constexpr ConfigVar kVars[] = {
     {"DTRUN_TOKEN", "", "job token that every control-plane call carries"},
     {"DTRUN_REQUIRE_TOKEN", "0",
      "1: dtrun refuses a job of several nodes without a token (--require-token)"},
+    {"DTRUN_TLS_CERT", "",
+     "this node's certificate (PEM): the control plane over mutual TLS (--tls-cert)"},
+    {"DTRUN_TLS_KEY", "", "its private key (PEM) (--tls-key)"},
+    {"DTRUN_TLS_CA", "", "the CA that signed every node's certificate (PEM) (--tls-ca)"},
     {"CUDA_VISIBLE_DEVICES", "", "GPUs dtrun counts for --nproc-per-node=gpu|auto"},
     {"DTRUN_ROUND", "0", "rendezvous round; store keys of a round live under its prefix"},
     {"DTRUN_ADDR", "", "address this node's workers listen on for CPU collectives"},
@@ -169,6 +173,8 @@ Config Config::from_env(const EnvMap& env) {
     c.slurm_tasks_per_node = parse_string(env, "SLURM_TASKS_PER_NODE", "");
   c.store_addr = parse_string(env, "DTRUN_STORE", "");
   c.token = parse_string(env, "DTRUN_TOKEN", "");
+  c.tls = TlsFiles{parse_string(env, "DTRUN_TLS_CERT", ""), parse_string(env, "DTRUN_TLS_KEY", ""),
+                   parse_string(env, "DTRUN_TLS_CA", "")};
   c.round = parse_int(env, "DTRUN_ROUND", 0).value_or(0);
   c.node_addr = parse_string(env, "DTRUN_ADDR", "");
   c.log_spec = parse_string(env, "RTD_LOG", "info");
@@ -208,6 +214,8 @@ Config Config::from_env(const EnvMap& env) {
 LauncherConfig launcher_config_from_env(const EnvMap& env) {
   LauncherConfig c;
   c.token = parse_string(env, "DTRUN_TOKEN", "");
+  c.tls = TlsFiles{parse_string(env, "DTRUN_TLS_CERT", ""), parse_string(env, "DTRUN_TLS_KEY", ""),
+                   parse_string(env, "DTRUN_TLS_CA", "")};
   c.require_token = parse_int(env, "DTRUN_REQUIRE_TOKEN", 0).value_or(0) != 0;
   c.log_spec = parse_string(env, "RTD_LOG", "info");
   c.path = parse_string(env, "PATH", "/usr/local/bin:/usr/bin:/bin");

@@ -8,6 +8,8 @@
 #include <span>
 #include <string>
 
+#include "runtime/core/tls_files.h"
+
 namespace rtd {
 
 using EnvMap = std::map<std::string, std::string>;
@@ -46,6 +48,7 @@ struct Config {
   // dtrun's own.
   std::string store_addr;  // DTRUN_STORE host:port
   std::string token;       // DTRUN_TOKEN
+  TlsFiles tls;            // DTRUN_TLS_CERT, DTRUN_TLS_KEY, DTRUN_TLS_CA
   int round = 0;           // DTRUN_ROUND
   std::string node_addr;   // DTRUN_ADDR: where this node's workers listen
   // Library settings.
@@ -85,6 +88,7 @@ struct SlurmStep {
 
 struct LauncherConfig {
   std::string token;           // DTRUN_TOKEN
+  TlsFiles tls;                // DTRUN_TLS_CERT, DTRUN_TLS_KEY, DTRUN_TLS_CA
   bool require_token = false;  // DTRUN_REQUIRE_TOKEN=1
   // CUDA_VISIBLE_DEVICES as set (empty set: no GPU), or nullopt when unset.
   std::optional<std::string> cuda_visible_devices;

@@ -37,7 +37,7 @@ on_both() {
   wait $p; rc0=$?
 }
 in_a true || setup_failed "cannot enter a network namespace with nsenter"
-ip link add "v${tag}a" type veth peer name "v${tag}b" || skip "veth pairs are not available"
+ip link add "v${tag}a" type veth peer name "v${tag}b" || setup_failed "cannot make a veth pair"
 ip link set "v${tag}a" netns "$a"
 ip link set "v${tag}b" netns "$b"
 in_a ip addr add 10.213.7.1/24 dev "v${tag}a"

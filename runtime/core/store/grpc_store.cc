@@ -1,6 +1,8 @@
 // GrpcStore: the Store client of dtrun's gRPC store service. Every call carries
 // the job token and a deadline; waits that the server holds get a deadline that
 // covers them.
+#include "runtime/core/store/grpc_store.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include "rendezvous.grpc.pb.h"
@@ -15,12 +17,12 @@ constexpr std::chrono::seconds kWaitSlack{10};
 
 class GrpcStore : public Store {
  public:
-  GrpcStore(const std::string& address, const std::string& token, const std::string& agent_secret)
+  GrpcStore(const std::string& address, const std::string& token, const std::string& agent_secret,
+            const TlsFiles& tls)
       : address_(address),
         token_(token),
         agent_secret_(agent_secret),
-        stub_(proto::Store::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+        stub_(proto::Store::NewStub(grpc::CreateChannel(address, channel_credentials(tls)))) {}
   // A view sharing `other`'s channel whose calls give up after `limit`.
   GrpcStore(const GrpcStore& other, std::chrono::milliseconds limit)
       : address_(other.address_),
@@ -120,8 +122,13 @@ class GrpcStore : public Store {
 }  // namespace
 
 std::shared_ptr<Store> make_grpc_store(const std::string& address, const std::string& token,
+                                       const std::string& agent_secret, const TlsFiles& tls) {
+  return std::make_shared<GrpcStore>(address, token, agent_secret, tls);
+}
+
+std::shared_ptr<Store> make_grpc_store(const std::string& address, const std::string& token,
                                        const std::string& agent_secret) {
-  return std::make_shared<GrpcStore>(address, token, agent_secret);
+  return make_grpc_store(address, token, agent_secret, TlsFiles{});
 }
 
 }  // namespace rtd

@@ -116,6 +116,29 @@ TEST(Options, NumbersAreCheckedWithMessagesThatSayWhatIsWrong) {
   EXPECT_EQ(o.restart_backoff_max, std::chrono::seconds(9));
 }
 
+// TLS: all three files or none, each readable PEM; made absolute for the
+// workers; the environment's when no flag is given.
+TEST(Options, TlsFilesComeTogetherAndAreChecked) {
+  const std::string dir = ::testing::TempDir();
+  const std::string pem = dir + "tls_test.pem", junk = dir + "tls_test.txt";
+  std::ofstream(pem) << "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+  std::ofstream(junk) << "not a certificate\n";
+  const std::string cert = "--tls-cert=" + pem, key = "--tls-key=" + pem, ca = "--tls-ca=" + pem;
+  const std::string bad_cert = "--tls-cert=" + junk;
+  expect_error({cert.c_str(), "prog"}, "missing: --tls-key, --tls-ca");
+  expect_error({cert.c_str(), key.c_str(), "--tls-ca=/nonexistent/ca.pem", "prog"},
+               "--tls-ca=/nonexistent/ca.pem: cannot read it");
+  expect_error({bad_cert.c_str(), key.c_str(), ca.c_str(), "prog"}, "holds no PEM block");
+  ParseResult r = parse({cert.c_str(), key.c_str(), ca.c_str(), "prog"});
+  ASSERT_TRUE(r.options) << r.message;
+  EXPECT_EQ(r.options->tls.ca, pem);
+  ParseContext from_env;
+  from_env.env_tls = TlsFiles{pem, pem, pem};
+  r = parse({"prog"}, from_env);
+  ASSERT_TRUE(r.options) << r.message;
+  EXPECT_EQ(r.options->tls.cert, pem);
+}
+
 TEST(Options, NprocPerNodeGpuCpuAuto) {
   ParseContext machine{.gpus = 4, .cpus = 16};
   EXPECT_EQ(parse({"--nproc-per-node=gpu", "prog"}, machine).options->nproc_per_node, 4);

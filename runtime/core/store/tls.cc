@@ -1,0 +1,80 @@
+// The control plane's TLS credentials (tls.h).
+#include "runtime/core/store/tls.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "rt_dist/error.h"
+
+namespace rtd {
+namespace {
+
+// The file's text; "" with *why set when it cannot be read or is not PEM.
+std::string read_pem(const std::string& flag, const std::string& path, std::string* why) {
+  std::ifstream in(path);
+  if (!in) {
+    *why = flag + "=" + path + ": cannot read it";
+    return "";
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    *why = flag + "=" + path + ": holds no PEM block (-----BEGIN ...)";
+    return "";
+  }
+  return text.str();
+}
+
+struct Pems {
+  std::string cert, key, ca;
+};
+
+Pems read_all(const TlsFiles& tls) {
+  if (std::string why = tls_problem(tls); !why.empty()) throw Error(ErrorCategory::kConfig, why);
+  std::string why;
+  return Pems{read_pem("--tls-cert", tls.cert, &why), read_pem("--tls-key", tls.key, &why),
+              read_pem("--tls-ca", tls.ca, &why)};
+}
+
+}  // namespace
+
+std::string tls_problem(const TlsFiles& tls) {
+  if (!tls.enabled()) return "";
+  std::string missing;
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--tls-cert", tls.cert},
+        {"--tls-key", tls.key},
+        {"--tls-ca", tls.ca}}) {
+    if (path.empty()) missing += (missing.empty() ? "" : ", ") + std::string(flag);
+  }
+  if (!missing.empty())
+    return "TLS needs --tls-cert, --tls-key and --tls-ca together (or DTRUN_TLS_CERT, "
+           "DTRUN_TLS_KEY and DTRUN_TLS_CA); missing: " +
+           missing;
+  std::string why;
+  read_pem("--tls-cert", tls.cert, &why);
+  if (why.empty()) read_pem("--tls-key", tls.key, &why);
+  if (why.empty()) read_pem("--tls-ca", tls.ca, &why);
+  return why;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const TlsFiles& tls) {
+  if (!tls.enabled()) return grpc::InsecureChannelCredentials();
+  const Pems p = read_all(tls);
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = p.ca;
+  o.pem_private_key = p.key;
+  o.pem_cert_chain = p.cert;
+  return grpc::SslCredentials(o);
+}
+
+std::shared_ptr<grpc::ServerCredentials> server_credentials(const TlsFiles& tls) {
+  if (!tls.enabled()) return grpc::InsecureServerCredentials();
+  const Pems p = read_all(tls);
+  grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  o.pem_root_certs = p.ca;
+  o.pem_key_cert_pairs.push_back({p.key, p.cert});
+  return grpc::SslServerCredentials(o);
+}
+
+}  // namespace rtd
