@@ -128,13 +128,7 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const proto::JoinRequest* req,
                                  proto::JoinResponse* resp) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    grpc::Status status = check_token(ctx, token_);
-    if (status.ok()) {
-      if (std::string why = malformed_join(*req); !why.empty())
-        status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed join: " + why);
-    }
-    if (!status.ok()) {
-      refusals_.note(ctx, "a join", status.error_message());
+    if (grpc::Status status = admit(ctx, "join", malformed_join(*req)); !status.ok()) {
       reactor->Finish(status);
       return reactor;
     }
@@ -156,13 +150,7 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
                                       const proto::HeartbeatRequest* req,
                                       proto::HeartbeatResponse* resp) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    grpc::Status status = check_token(ctx, token_);
-    if (status.ok()) {
-      if (std::string why = malformed_heartbeat(*req); !why.empty())
-        status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed heartbeat: " + why);
-    }
-    if (!status.ok()) {
-      refusals_.note(ctx, "a heartbeat", status.error_message());
+    if (grpc::Status status = admit(ctx, "heartbeat", malformed_heartbeat(*req)); !status.ok()) {
       reactor->Finish(status);
       return reactor;
     }
@@ -199,6 +187,17 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
   }
 
  private:
+  // The door: the token, then the request's fields (`malformed`: what is
+  // wrong with them, or empty); a refusal is logged with the peer.
+  grpc::Status admit(grpc::ServerContextBase* ctx, const char* what, const std::string& malformed) {
+    grpc::Status status = check_token(ctx, token_);
+    if (status.ok() && !malformed.empty())
+      status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            std::string("malformed ") + what + ": " + malformed);
+    if (!status.ok()) refusals_.note(ctx, std::string("a ") + what, status.error_message());
+    return status;
+  }
+
   struct Held {
     grpc::CallbackServerContext* ctx;
     grpc::ServerUnaryReactor* reactor;
