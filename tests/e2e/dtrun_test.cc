@@ -381,6 +381,8 @@ TEST(Dtrun, NodeWithTheWrongTokenIsRejected) {
   EXPECT_TRUE(contains(r.output, "token does not match")) << r.output;
   EXPECT_TRUE(contains(r.output, "node0_rc=1")) << r.output;
   EXPECT_TRUE(contains(r.output, "only 1 of 2 nodes joined")) << r.output;
+  // The host logs the refusal with the caller's address.
+  EXPECT_TRUE(contains(r.output, "refused a join from ipv4:127.0.0.1:")) << r.output;
 }
 
 TEST(Dtrun, TwoNodesOnOneHostRunOneWorldAndAFailurePropagates) {
