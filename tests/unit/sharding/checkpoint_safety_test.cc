@@ -97,6 +97,17 @@ TEST_F(CheckpointTest, AFailedSaveCleansUpAndCanLetTheJobGoOn) {
   EXPECT_EQ(load_and_check(2, 1), 1);
 }
 
+// After the commit, a `latest` that cannot be replaced is a warning, not a
+// save that failed: the checkpoint is there and loads.
+TEST_F(CheckpointTest, ALatestThatCannotBeWrittenDoesNotUnsaveTheCheckpoint) {
+  save(1, 1, options());
+  fs::remove(dir_ / "latest");
+  fs::create_directories(dir_ / "latest" / "in_the_way");  // rename over it fails
+  EXPECT_NO_THROW(save(1, 2, options()));
+  EXPECT_EQ(list_checkpoints(dir_.string()), (std::vector<std::int64_t>{2, 1}));
+  EXPECT_EQ(load_and_check(1, 2), 2);
+}
+
 TEST_F(CheckpointTest, ADamagedManifestOrLatestIsRefused) {
   save(1, 1, options());
   const fs::path manifest = dir_ / "step_00000001" / "manifest.json";
