@@ -505,6 +505,35 @@ TEST(Dtrun, NodeWhoseDtrunIsKilledIsNoticedAndItsWorkersDie) {
   EXPECT_TRUE(contains(r.output, "worker1_gone")) << r.output;
 }
 
+// A host that stops answering (SIGSTOP: no connection closes, as in a
+// partition) is given up on once it has been silent for --heartbeat-timeout
+// (3 s here), not earlier and not much later, and the message says so.
+TEST(Dtrun, AHostThatStopsAnsweringIsGivenUpOnAtTheTimeout) {
+  int port = unused_port();
+  std::string rdzv =
+      " --rdzv=127.0.0.1:" + std::to_string(port) + " --token=t --heartbeat-timeout=3 ";
+  const std::string worker = " sh -c \"echo up; while true; do sleep 0.1; done\"";
+  auto r = run_command(
+      dtrun("--nnodes=2 --node-rank=0 --nproc-per-node=1" + rdzv + worker) +
+          " > /dev/null 2>&1 & p0=$!; " +
+          dtrun("--nnodes=2 --node-rank=1 --nproc-per-node=1" + rdzv + worker) +
+          " > /tmp/h1.$$ 2>&1 & p1=$!; "
+          "for i in $(seq 100); do grep -q up /tmp/h1.$$ && break; sleep 0.1; done; sleep 1; "
+          "kill -STOP $p0; t0=$(date +%s%N); wait $p1; echo node1_rc=$?; t1=$(date +%s%N); "
+          "echo waited_ms=$(( (t1 - t0) / 1000000 )); kill -9 $p0; kill -CONT $p0; "
+          "cat /tmp/h1.$$; rm -f /tmp/h1.$$",
+      60);
+  EXPECT_TRUE(contains(r.output, "node1_rc=1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "has not answered for 3 s (--heartbeat-timeout)")) << r.output;
+  const auto at = r.output.find("waited_ms=");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const long ms = std::stol(r.output.substr(at + 10));
+  // From the last answer (at most a hold, 1 s, before the stop) plus 3 s,
+  // and the workers' stop.
+  EXPECT_GE(ms, 1900) << r.output;
+  EXPECT_LE(ms, 5000) << r.output;
+}
+
 // A fixed-size job whose node 1 is stopped by SIGTERM: node 0 says so (not
 // its own workers' failures), and both nodes exit with the same code.
 TEST(Dtrun, ATerminatedNodeIsNamedAndBothNodesExitAlike) {
