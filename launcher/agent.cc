@@ -38,7 +38,7 @@ namespace {
 constexpr std::chrono::milliseconds kPeerPoll{500};
 // How long a node whose worker failed first waits for the host to say whether
 // a node was lost (Membership::kReconnectGrace, plus ticks and the answer).
-constexpr std::chrono::milliseconds kLossWait{2000};
+constexpr std::chrono::milliseconds kLossWait{3000};
 
 // Sleeps `wait`, or less when a signal comes: returns it (0: none).
 int sleep_unless_signalled(std::chrono::milliseconds wait) {
