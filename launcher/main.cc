@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
       launcher::parse_options(argc, argv,
                               {.env_token = env_config.token,
                                .env_tls = env_config.tls,
+                               .store_max_keys = env_config.store_max_keys,
+                               .store_max_mb = env_config.store_max_mb,
                                .require_token = env_config.require_token,
                                .gpus = launcher::visible_gpus(env_config.cuda_visible_devices),
                                .cpus = launcher::usable_cpus(),

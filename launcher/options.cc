@@ -370,6 +370,8 @@ std::string check(LaunchOptions& o, const RawFlags& f, const ParseContext& c) {
   // TLS: the flags, else DTRUN_TLS_*; all three or none, readable PEM; made
   // absolute, since the workers (another directory, perhaps) read them too.
   if (!o.tls.enabled()) o.tls = c.env_tls;
+  o.store_max_keys = c.store_max_keys;
+  o.store_max_mb = c.store_max_mb;
   if (std::string err = tls_problem(o.tls); !err.empty()) return err;
   for (std::string* path : {&o.tls.cert, &o.tls.key, &o.tls.ca})
     if (!path->empty()) *path = std::filesystem::absolute(*path).string();

@@ -43,6 +43,9 @@ struct LaunchOptions {
   std::string token;
   std::string token_warning;
   TlsFiles tls;  // --tls-cert/--tls-key/--tls-ca or DTRUN_TLS_*: mutual TLS (absolute paths)
+  // The job's store's quota where this node hosts it (DTRUN_STORE_MAX_KEYS, DTRUN_STORE_MAX_MB).
+  int store_max_keys = 262144;
+  int store_max_mb = 256;
   std::string program;
   std::vector<std::string> args;
   bool from_slurm = false;           // the placement came from srun's variables
@@ -58,11 +61,13 @@ struct ParseResult {
 // What the parser takes from the environment and the machine (read by the
 // configuration module and the caller, so that parsing stays pure).
 struct ParseContext {
-  std::string env_token;       // DTRUN_TOKEN
-  TlsFiles env_tls;            // DTRUN_TLS_CERT, DTRUN_TLS_KEY, DTRUN_TLS_CA
-  bool require_token = false;  // DTRUN_REQUIRE_TOKEN
-  int gpus = 0;                // GPUs this node's workers may use (--nproc-per-node=gpu)
-  int cpus = 1;                // CPUs (--nproc-per-node=cpu)
+  std::string env_token;        // DTRUN_TOKEN
+  TlsFiles env_tls;             // DTRUN_TLS_CERT, DTRUN_TLS_KEY, DTRUN_TLS_CA
+  int store_max_keys = 262144;  // DTRUN_STORE_MAX_KEYS
+  int store_max_mb = 256;       // DTRUN_STORE_MAX_MB
+  bool require_token = false;   // DTRUN_REQUIRE_TOKEN
+  int gpus = 0;                 // GPUs this node's workers may use (--nproc-per-node=gpu)
+  int cpus = 1;                 // CPUs (--nproc-per-node=cpu)
   // Under srun: the step's nodes, this node's rank and the rendezvous host
   // stand in for --nnodes, --node-rank and --rdzv when those are not given.
   std::optional<SlurmStep> slurm;

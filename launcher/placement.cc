@@ -42,6 +42,9 @@ Placement rendezvous(const LaunchOptions& o) {
   p.host = o.node_rank == 0 || (o.node_rank < 0 && (o.nnodes == 1 || is_local_address(rdzv_ip)));
   int port = o.rdzv_port;
   if (p.host) {
+    StoreServiceLimits limits;
+    limits.store.max_keys = static_cast<std::size_t>(o.store_max_keys);
+    limits.store.max_bytes = static_cast<std::size_t>(o.store_max_mb) << 20;
     std::string bind_ip = rdzv_ip;
     if (o.rdzv_bind_all) bind_ip = rdzv_ip.find(':') == std::string::npos ? "0.0.0.0" : "::";
     try {
@@ -58,6 +61,7 @@ Placement rendezvous(const LaunchOptions& o) {
           .heartbeat_timeout = o.heartbeat_timeout,
           .host_node_id = p.node_id,
           .tls = o.tls,
+          .store_limits = limits,
       });
       port = p.server->port();
     } catch (const Error& e) {

@@ -46,6 +46,9 @@ constexpr ConfigVar kVars[] = {
      "this node's certificate (PEM): the control plane over mutual TLS (--tls-cert)"},
     {"DTRUN_TLS_KEY", "", "its private key (PEM) (--tls-key)"},
     {"DTRUN_TLS_CA", "", "the CA that signed every node's certificate (PEM) (--tls-ca)"},
+    {"DTRUN_STORE_MAX_KEYS", "262144", "the most keys the job's store holds (at least 1024)"},
+    {"DTRUN_STORE_MAX_MB", "256",
+     "the most MiB the job's store holds: keys, values and 96 bytes a key (at least 16)"},
     {"CUDA_VISIBLE_DEVICES", "", "GPUs dtrun counts for --nproc-per-node=gpu|auto"},
     {"DTRUN_ROUND", "0", "rendezvous round; store keys of a round live under its prefix"},
     {"DTRUN_ADDR", "", "address this node's workers listen on for CPU collectives"},
@@ -217,6 +220,8 @@ LauncherConfig launcher_config_from_env(const EnvMap& env) {
   c.tls = TlsFiles{parse_string(env, "DTRUN_TLS_CERT", ""), parse_string(env, "DTRUN_TLS_KEY", ""),
                    parse_string(env, "DTRUN_TLS_CA", "")};
   c.require_token = parse_int(env, "DTRUN_REQUIRE_TOKEN", 0).value_or(0) != 0;
+  c.store_max_keys = parse_int(env, "DTRUN_STORE_MAX_KEYS", 1024).value_or(c.store_max_keys);
+  c.store_max_mb = parse_int(env, "DTRUN_STORE_MAX_MB", 16).value_or(c.store_max_mb);
   c.log_spec = parse_string(env, "RTD_LOG", "info");
   c.path = parse_string(env, "PATH", "/usr/local/bin:/usr/bin:/bin");
   c.nccl_preset = parse_string(env, "RTD_NCCL_PRESET", "");

@@ -87,9 +87,11 @@ struct SlurmStep {
 };
 
 struct LauncherConfig {
-  std::string token;           // DTRUN_TOKEN
-  TlsFiles tls;                // DTRUN_TLS_CERT, DTRUN_TLS_KEY, DTRUN_TLS_CA
-  bool require_token = false;  // DTRUN_REQUIRE_TOKEN=1
+  std::string token;            // DTRUN_TOKEN
+  TlsFiles tls;                 // DTRUN_TLS_CERT, DTRUN_TLS_KEY, DTRUN_TLS_CA
+  bool require_token = false;   // DTRUN_REQUIRE_TOKEN=1
+  int store_max_keys = 262144;  // DTRUN_STORE_MAX_KEYS: the job's store's quota (the host's)
+  int store_max_mb = 256;       // DTRUN_STORE_MAX_MB
   // CUDA_VISIBLE_DEVICES as set (empty set: no GPU), or nullopt when unset.
   std::optional<std::string> cuda_visible_devices;
   std::string log_spec = "info";   // RTD_LOG

@@ -94,5 +94,20 @@ TEST(LauncherConfig, ReadsOnlyTheLaunchersVariables) {
   EXPECT_EQ(c.log_spec, "info");
 }
 
+TEST(LauncherConfig, TheStoresQuotaAndTlsFiles) {
+  LauncherConfig c = launcher_config_from_env({});
+  EXPECT_EQ(c.store_max_keys, 262144);
+  EXPECT_EQ(c.store_max_mb, 256);
+  EXPECT_FALSE(c.tls.enabled());
+  c = launcher_config_from_env({{"DTRUN_STORE_MAX_KEYS", "5000"},
+                                {"DTRUN_STORE_MAX_MB", "64"},
+                                {"DTRUN_TLS_CERT", "c.pem"}});
+  EXPECT_EQ(c.store_max_keys, 5000);
+  EXPECT_EQ(c.store_max_mb, 64);
+  EXPECT_EQ(c.tls.cert, "c.pem");
+  EXPECT_THROW(launcher_config_from_env({{"DTRUN_STORE_MAX_KEYS", "10"}}), Error);
+  EXPECT_THROW(launcher_config_from_env({{"DTRUN_STORE_MAX_MB", "lots"}}), Error);
+}
+
 }  // namespace
 }  // namespace rtd
