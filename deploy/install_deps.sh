@@ -19,7 +19,7 @@ test_packages=(
   openssl                              # the TLS test (tests/netns/tls.sh): its certificates
   debootstrap                          # the package test (tests/deploy): a fresh Debian 12 root
   python3                              # the safetensors reader of tests/checkpoint
-  clang                                # libFuzzer: the fuzz targets of tests/fuzz (fuzz.run)
+  clang libclang-rt-14-dev             # libFuzzer (its runtime is only recommended): tests/fuzz
   python3-matplotlib                   # bench/plots: the docs/ figures from the recorded JSON
 )
 
