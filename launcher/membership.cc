@@ -3,7 +3,7 @@
 
 #include "launcher/net.h"
 #include "runtime/core/log.h"
-#include "runtime/core/store/store_service.h"
+#include "runtime/core/secrets_equal.h"
 
 namespace rtd::launcher {
 namespace {
@@ -85,15 +85,14 @@ void Membership::join_async(const proto::JoinRequest& given, SystemTime deadline
     // The node_id is the agent's only while it proves to be: a join naming a
     // member's id must carry that member's secret.
     auto known = secrets_.find(request.node_id());
-    if (known != secrets_.end() ? !secrets_equal(request.agent_secret(), known->second)
-                                : !request.agent_secret().empty()) {
+    const bool imposter = known != secrets_.end()
+                              ? !secrets_equal(request.agent_secret(), known->second)
+                              : !request.agent_secret().empty();
+    request.set_agent_secret(known != secrets_.end() ? known->second : random_token());
+    if (imposter) {
       refusal = "rendezvous refused this node: node at " + request.host() +
                 " names an agent id it was not issued (or carries a secret of another job); "
                 "restart its dtrun";
-    } else {
-      request.set_agent_secret(known != secrets_.end() ? known->second : random_token());
-    }
-    if (!refusal.empty()) {
     } else if (!failure_.empty()) {
       refusal = failure_;
     } else if (!forming_) {

@@ -55,11 +55,7 @@ std::optional<Outcome> Peers::check(int round, int node_rank, NodeState state) {
   }
   if (auto it = reply->values.find(kJobFailedKey); it != reply->values.end())
     return parse_failure(it->second, false);
-  if (!reply->failure.empty()) {
-    Outcome out{Ending::kStopRequested, 1, -1, reply->failure};
-    out.from_host = true;
-    return out;
-  }
+  if (!reply->failure.empty()) return Outcome{Ending::kStopRequested, 1, -1, reply->failure};
   if (auto it = reply->values.find(round_failed); it != reply->values.end())
     return parse_failure(it->second, true);
   if (reply->rejoin) {

@@ -55,11 +55,8 @@ proto::JoinResponse join_rendezvous(const std::string& address, const std::strin
     if (!warned && accepts_tcp(ip, port, 1000)) {
       warned = true;
       log::get("launcher")
-          ->warn(
-              "something at {} accepts connections but does not answer as a dtrun "
-              "rendezvous (gRPC): another program may hold that port; retrying until "
-              "--rdzv-timeout ({} s)",
-              address, timeout.count());
+          ->warn("{}; retrying until --rdzv-timeout ({} s)", no_answer(address, tls),
+                 timeout.count());
     }
   }
   if (!connected) {

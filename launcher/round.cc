@@ -61,44 +61,34 @@ bool Round::complete_locked() const {
          previous_back_ == config_.previous.size();
 }
 
-// A node that asked for a rank the closing count cannot hold (--node-rank=3
-// in a round that closes with 2) is turned away alone, highest ranks first,
-// until the rest fit; false when fewer than the minimum would remain (the
-// round then stays open).
+// Nodes that asked for a rank the closing count cannot hold (--node-rank=3
+// in a round that closes with 2) are turned away alone, until the rest fit
+// (each turned away shrinks the count); false, and nobody turned away, when
+// fewer than the minimum would remain (the round then stays open).
 bool Round::try_close_locked(std::vector<Answer>* answers) {
-  std::vector<Joined> fit(std::make_move_iterator(joined_.begin()),
-                          std::make_move_iterator(joined_.end()));
-  std::vector<Joined> unfit;
-  for (bool moved = true; moved;) {
-    moved = false;
-    const int n = static_cast<int>(fit.size());
-    for (auto it = fit.begin(); it != fit.end();) {
-      if (it->request.node_rank() >= n) {
-        unfit.push_back(std::move(*it));
-        it = fit.erase(it);
-        moved = true;
-      } else {
-        ++it;
-      }
-    }
+  // joined_[0, fit) keep their place; the rest are moved behind, in order.
+  auto fit = joined_.end();
+  for (auto bound = joined_.end();; bound = fit) {
+    const int n = static_cast<int>(bound - joined_.begin());
+    fit = std::stable_partition(joined_.begin(), bound,
+                                [n](const Joined& j) { return j.request.node_rank() < n; });
+    if (fit == bound) break;
   }
-  const int n = static_cast<int>(fit.size());
-  if (n < config_.min_nodes || n == 0) {
-    joined_ = std::move(fit);
-    for (Joined& j : unfit) joined_.push_back(std::move(j));
-    return false;
-  }
-  for (Joined& j : unfit) {
+  const int n = static_cast<int>(fit - joined_.begin());
+  if (n < config_.min_nodes || n == 0) return false;
+  for (auto it = fit; it != joined_.end(); ++it) {
+    Joined& j = *it;
     const std::string why = "rendezvous: node at " + j.request.host() +
                             " asked for --node-rank=" + std::to_string(j.request.node_rank()) +
                             " but the round closed with " + std::to_string(n) + " node(s) (" +
                             nnodes_flag(config_.min_nodes, config_.max_nodes) +
                             "); leave --node-rank out in an elastic job";
     note_refusal_locked(why);
-    joined_ids_.erase(j.request.node_id());
+    const std::string& id = j.request.node_id();
+    if (joined_ids_.erase(id) && config_.previous.count(id)) --previous_back_;
     answers->push_back(Answer{std::move(j.done), std::nullopt, Error(ErrorCategory::kConfig, why)});
   }
-  joined_ = std::move(fit);
+  joined_.erase(fit, joined_.end());
   close_locked(answers);
   return true;
 }

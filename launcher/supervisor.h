@@ -54,9 +54,6 @@ struct Outcome {
   // was lost with enough left): the workers restart in the new round without
   // spending a restart.
   bool rejoin = false;
-  // kStopRequested by the rendezvous host's verdict: a node was lost, or too
-  // few remain (the job ends; nothing is recorded by a node).
-  bool from_host = false;
 };
 
 // Returns nothing while the workers should go on, else the outcome to end with

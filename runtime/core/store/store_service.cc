@@ -42,14 +42,6 @@ std::string shown(const std::string& key) {
 
 }  // namespace
 
-bool secrets_equal(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
-  return diff == 0;
-}
-
 grpc::Status check_token(grpc::ServerContextBase* ctx, const std::string& token) {
   if (token.empty()) return grpc::Status::OK;  // an unauthenticated job (dtrun warned)
   const auto& md = ctx->client_metadata();

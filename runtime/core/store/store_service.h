@@ -21,6 +21,7 @@
 
 #include "rendezvous.grpc.pb.h"
 #include "rt_dist/error.h"
+#include "runtime/core/secrets_equal.h"
 #include "runtime/core/store/memory_store.h"
 
 namespace rtd {
@@ -37,9 +38,6 @@ struct StoreServiceLimits {
 };
 // The largest message a server of the control plane takes.
 inline constexpr int kMaxControlMessageBytes = 4 << 20;
-
-// Compares two secrets in time that depends on their lengths only.
-bool secrets_equal(const std::string& a, const std::string& b);
 
 // OK when the call carries `token`; UNAUTHENTICATED or PERMISSION_DENIED otherwise.
 grpc::Status check_token(grpc::ServerContextBase* ctx, const std::string& token);

@@ -29,17 +29,9 @@ struct Pems {
   std::string cert, key, ca;
 };
 
-Pems read_all(const TlsFiles& tls) {
-  if (std::string why = tls_problem(tls); !why.empty()) throw Error(ErrorCategory::kConfig, why);
-  std::string why;
-  return Pems{read_pem("--tls-cert", tls.cert, &why), read_pem("--tls-key", tls.key, &why),
-              read_pem("--tls-ca", tls.ca, &why)};
-}
-
-}  // namespace
-
-std::string tls_problem(const TlsFiles& tls) {
-  if (!tls.enabled()) return "";
+// The three files' text, each read once; *why says what is missing, or the
+// first file that cannot be read or holds no PEM.
+Pems read_pems(const TlsFiles& tls, std::string* why) {
   std::string missing;
   for (const auto& [flag, path] :
        {std::pair<const char*, const std::string&>{"--tls-cert", tls.cert},
@@ -47,14 +39,33 @@ std::string tls_problem(const TlsFiles& tls) {
         {"--tls-ca", tls.ca}}) {
     if (path.empty()) missing += (missing.empty() ? "" : ", ") + std::string(flag);
   }
-  if (!missing.empty())
-    return "TLS needs --tls-cert, --tls-key and --tls-ca together (or DTRUN_TLS_CERT, "
-           "DTRUN_TLS_KEY and DTRUN_TLS_CA); missing: " +
-           missing;
+  if (!missing.empty()) {
+    *why =
+        "TLS needs --tls-cert, --tls-key and --tls-ca together (or DTRUN_TLS_CERT, "
+        "DTRUN_TLS_KEY and DTRUN_TLS_CA); missing: " +
+        missing;
+    return {};
+  }
+  Pems p;
+  p.cert = read_pem("--tls-cert", tls.cert, why);
+  if (why->empty()) p.key = read_pem("--tls-key", tls.key, why);
+  if (why->empty()) p.ca = read_pem("--tls-ca", tls.ca, why);
+  return p;
+}
+
+Pems read_all(const TlsFiles& tls) {
   std::string why;
-  read_pem("--tls-cert", tls.cert, &why);
-  if (why.empty()) read_pem("--tls-key", tls.key, &why);
-  if (why.empty()) read_pem("--tls-ca", tls.ca, &why);
+  Pems p = read_pems(tls, &why);
+  if (!why.empty()) throw Error(ErrorCategory::kConfig, why);
+  return p;
+}
+
+}  // namespace
+
+std::string tls_problem(const TlsFiles& tls) {
+  if (!tls.enabled()) return "";
+  std::string why;
+  read_pems(tls, &why);
   return why;
 }
 
