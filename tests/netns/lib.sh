@@ -16,6 +16,14 @@ require_netns() {
 # /sys, which fails inside a chroot).
 in_ns() { local ns=$1; shift; nsenter --net=/run/netns/"$ns" "$@"; }
 
+# True while process $1 runs. A zombie has ended: its parent (a killed dtrun)
+# is gone, and whoever adopted it may reap it only later.
+running() {
+  local state
+  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
 fail=0
 check() {  # name, expected substring, file
   if grep -qF -- "$2" "$3"; then echo "ok: $1"; else echo "FAILED: $1 (no '$2')"; cat "$3"; fail=1; fi
