@@ -31,6 +31,12 @@ struct NcclSettings {
   // Streams the copy-engine all-reduce spreads its copies over; 0: the default
   // (one stream, peers in rotation).
   int ce_copy_streams = 0;
+  // all_reduce() of a sum or average of float32, bfloat16 or float16 of at
+  // least 1 MiB, every rank on one host with peer access: staged by copy
+  // engines (the data copied into a buffer of the communicator's that the
+  // peers mapped once, reduced there as persistent_all_reduce does, copied
+  // back), so arbitrary tensors get the copy-engine path. Every rank the same.
+  bool staged_copy_engines = false;
 };
 
 struct InitOptions {

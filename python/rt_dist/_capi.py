@@ -1,0 +1,133 @@
+"""ctypes bindings of librt_dist's C interface (runtime/include/rt_dist/c_api.h).
+
+The library is found, in order: $RTD_LIBRARY; the path the build or the
+install wrote into _paths.py; beside this package in an installed tree
+(<prefix>/lib/python3/dist-packages/rt_dist -> <prefix>/lib); the loader's
+own search (LD_LIBRARY_PATH, ld.so.conf).
+"""
+
+import ctypes
+import os
+
+API_VERSION = 1
+
+FLOAT32, FLOAT64, INT32, INT64, BFLOAT16, FLOAT16 = range(6)
+SUM, AVG, MIN, MAX = range(4)
+OP_ALL_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_SEND, OP_RECV = range(6)
+
+# rtd::ErrorCategory's order, plus one (0: no error).
+CATEGORIES = ("", "invalid argument", "configuration", "network", "timeout", "backend", "internal")
+
+
+class RtdError(RuntimeError):
+    """A librt_dist failure; `category` is one of CATEGORIES."""
+
+    def __init__(self, message, category=""):
+        super().__init__(message)
+        self.category = category
+
+
+class TimeoutError_(RtdError):
+    pass
+
+
+_c_int64 = ctypes.c_int64
+_p = ctypes.c_void_p
+
+SET = ctypes.CFUNCTYPE(ctypes.c_int, _p, ctypes.c_char_p, _p, ctypes.c_size_t)
+GET = ctypes.CFUNCTYPE(ctypes.c_int, _p, ctypes.c_char_p, _c_int64, _p)
+ADD = ctypes.CFUNCTYPE(ctypes.c_int, _p, ctypes.c_char_p, _c_int64, ctypes.POINTER(_c_int64))
+CHECK = ctypes.CFUNCTYPE(ctypes.c_int, _p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int))
+REMOVE = ctypes.CFUNCTYPE(ctypes.c_int, _p, ctypes.c_char_p)
+
+
+class StoreOps(ctypes.Structure):
+    _fields_ = [("self", _p), ("set", SET), ("get", GET), ("add", ADD), ("check", CHECK),
+                ("remove", REMOVE)]
+
+
+class Op(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("input", _p), ("output", _p), ("count", _c_int64),
+                ("dtype", ctypes.c_int), ("op", ctypes.c_int), ("peer", ctypes.c_int)]
+
+
+def _candidates():
+    explicit = os.environ.get("RTD_LIBRARY")
+    if explicit:
+        yield explicit
+        return
+    try:
+        from rt_dist import _paths  # written by the build and by cmake --install
+        yield _paths.LIBRARY
+    except ImportError:
+        pass
+    here = os.path.dirname(os.path.abspath(__file__))
+    for up in ("../../..", "../../../.."):
+        yield os.path.normpath(os.path.join(here, up, "librt_dist.so.0"))
+    yield "librt_dist.so.0"
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(path + " (missing)")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+            continue
+        version = lib.rtd_c_api_version()
+        if version != API_VERSION:
+            raise ImportError(
+                f"{path} offers the C interface version {version}, this package needs "
+                f"{API_VERSION}: install librt_dist and the rt_dist package of the same release")
+        return lib
+    raise ImportError("librt_dist was not found; set RTD_LIBRARY to its path (tried: "
+                      + "; ".join(tried) + ")")
+
+
+def _declare(lib):
+    w, c = _p, _p  # rtd_work*, rtd_comm*
+    i, i64 = ctypes.c_int, _c_int64
+    sig = {
+        "rtd_last_error": (ctypes.c_char_p, []),
+        "rtd_last_error_category": (i, []),
+        "rtd_store_reply": (None, [_p, _p, ctypes.c_size_t]),
+        "rtd_comm_create": (c, [ctypes.POINTER(StoreOps), ctypes.c_char_p, ctypes.c_char_p, i, i,
+                                i, ctypes.c_char_p, i64, i]),
+        "rtd_comm_destroy": (None, [c]),
+        "rtd_comm_abort": (None, [c]),
+        "rtd_all_reduce": (w, [c, _p, _p, i64, i, i, i, _p]),
+        "rtd_broadcast": (w, [c, _p, i64, i, i, i, _p]),
+        "rtd_all_gather": (w, [c, _p, _p, i64, i, i, _p]),
+        "rtd_reduce_scatter": (w, [c, _p, _p, i64, i, i, i, _p]),
+        "rtd_all_to_all": (w, [c, _p, _p, i64, i, i, _p]),
+        "rtd_barrier": (w, [c, _p]),
+        "rtd_send": (w, [c, _p, i64, i, i, i, i, _p]),
+        "rtd_recv": (w, [c, _p, i64, i, i, i, i, _p]),
+        "rtd_group": (w, [c, ctypes.POINTER(Op), i, i, _p]),
+        "rtd_work_done": (i, [w]),
+        "rtd_work_wait": (i, [w, i64]),
+        "rtd_work_wait_stream": (i, [w, _p]),
+        "rtd_work_error": (i, [w]),
+        "rtd_work_free": (None, [w]),
+    }
+    for name, (restype, argtypes) in sig.items():
+        f = getattr(lib, name)
+        f.restype = restype
+        f.argtypes = argtypes
+    return lib
+
+
+lib = _declare(_load())
+
+
+def last_error():
+    """The calling thread's last failure as an RtdError (TimeoutError_ for timeouts)."""
+    message = lib.rtd_last_error().decode(errors="replace")
+    category = CATEGORIES[lib.rtd_last_error_category()] if lib.rtd_last_error_category() < len(
+        CATEGORIES) else "internal"
+    cls = TimeoutError_ if category == "timeout" else RtdError
+    return cls(message or "librt_dist failed without a message", category)

@@ -1,0 +1,631 @@
+"""ProcessGroupRTD: a torch.distributed ProcessGroup whose collectives are
+librt_dist's, called through its C interface (no compiled code of ours
+depends on torch, so any torch with Python process groups can load it).
+
+One communicator per device type, made on the first collective that needs it
+(collective: every rank reaches it at the same call): Gloo for CPU tensors,
+NCCL for CUDA tensors. Work follows ProcessGroupNCCL's contract: a CUDA
+collective is ordered after the caller's current stream, and wait() orders
+the current stream after it without blocking the host.
+"""
+
+import atexit
+import os
+import threading
+import weakref
+from collections import deque
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+_DTYPES = {
+    torch.float32: 0,
+    torch.float64: 1,
+    torch.int32: 2,
+    torch.int64: 3,
+    torch.bfloat16: 4,
+    torch.float16: 5,
+}
+# Operations that move bytes without arithmetic carry any dtype, as one of
+# the same width.
+_CARRIERS = ((4, torch.int32), (2, torch.float16), (8, torch.int64))
+
+_LIVE = weakref.WeakSet()  # process groups to close before the interpreter goes
+
+
+def _close_all():
+    for pg in list(_LIVE):
+        pg._close()
+
+
+atexit.register(_close_all)
+
+
+def _capi():
+    from rt_dist import _capi  # loads librt_dist: only once a group is made
+
+    return _capi
+
+
+def _flag(name, default):
+    value = os.environ.get(name, default)
+    if value not in ("0", "1"):
+        raise ValueError(f"{name}={value!r}: use 0 or 1")
+    return value == "1"
+
+
+class _StoreBridge:
+    """The callbacks through which librt_dist uses torch's store."""
+
+    def __init__(self, store):
+        c = _capi()
+        self._store = store
+        self._lib = c.lib
+        self._closed = False
+        # The ctypes callbacks must live as long as the communicator.
+        self._fns = (c.SET(self._set), c.GET(self._get), c.ADD(self._add), c.CHECK(self._check),
+                     c.REMOVE(self._remove))
+        self.ops = c.StoreOps(None, *self._fns)
+
+    def close(self):
+        self._closed = True
+
+    def _guard(self, f):
+        if self._closed:
+            return 1
+        try:
+            f()
+            return 0
+        except Exception:  # the C side turns a nonzero answer into an error naming the key
+            return 1
+
+    def _set(self, _self, key, value, size):
+        return self._guard(lambda: self._store.set(key.decode(), ctypes_bytes(value, size)))
+
+    def _get(self, _self, key, timeout_ms, reply):
+        def get():
+            k = key.decode()
+            if timeout_ms > 0:
+                self._store.wait([k], timedelta(milliseconds=timeout_ms))
+            value = self._store.get(k)
+            self._lib.rtd_store_reply(reply, value, len(value))
+
+        return self._guard(get)
+
+    def _add(self, _self, key, delta, result):
+        def add():
+            result[0] = self._store.add(key.decode(), delta)
+
+        return self._guard(add)
+
+    def _check(self, _self, key, exists):
+        def check():
+            exists[0] = 1 if self._store.check([key.decode()]) else 0
+
+        return self._guard(check)
+
+    def _remove(self, _self, key):
+        return self._guard(lambda: self._store.delete_key(key.decode()))
+
+
+def ctypes_bytes(ptr, size):
+    import ctypes
+
+    return ctypes.string_at(ptr, size) if size else b""
+
+
+class _Comm:
+    """One librt_dist communicator and what its calls need."""
+
+    def __init__(self, pg, device):
+        c = _capi()
+        self.lib = c.lib
+        self.cuda = device.type == "cuda"
+        self.device = device.index if self.cuda else -1
+        self.bridge = _StoreBridge(dist.PrefixStore(f"rtd/{device.type}/", pg._store))
+        name = f"{pg._label} {device.type}"
+        handle = self.lib.rtd_comm_create(
+            self.bridge.ops, b"nccl" if self.cuda else b"gloo", name.encode(), pg.rank(),
+            pg.size(), self.device, None, pg._timeout_ms, 1 if pg._copy_engines else 0)
+        if not handle:
+            raise pg._error("init", c.last_error())
+        self.handle = handle
+        self.side = torch.cuda.Stream(device) if self.cuda else None
+
+    def stream(self):
+        return torch.cuda.current_stream(self.device).cuda_stream if self.cuda else None
+
+    def close(self):
+        if self.handle:
+            self.lib.rtd_comm_destroy(self.handle)
+            self.handle = None
+        self.bridge.close()
+
+
+class _Work(dist.Work):
+    """A librt_dist Work, holding the tensors it reads and writes until done."""
+
+    def __init__(self, pg, comm, handle, what, tensors, result, after=None):
+        super().__init__()
+        self._pg = pg
+        self._comm = comm
+        self._handle = handle
+        self._what = what
+        self._tensors = tensors  # kept alive until the operation is done
+        self._result = result
+        self._after = after  # host work once complete (CPU: copies into output lists)
+        self._future = None
+        self._finished = False
+
+    def __del__(self):
+        h = getattr(self, "_handle", None)
+        if h:
+            self._comm.lib.rtd_work_free(h)
+            self._handle = None
+
+    def _raise_if_failed(self):
+        if self._comm.lib.rtd_work_error(self._handle):
+            raise self._pg._error(self._what, _capi().last_error())
+
+    def _finish_host(self, timeout_ms):
+        if self._finished:
+            return
+        if self._comm.lib.rtd_work_wait(self._handle, timeout_ms) != 0:
+            raise self._pg._error(self._what, _capi().last_error())
+        self._finished = True
+        if self._after:
+            self._after()
+
+    def is_completed(self):
+        return bool(self._comm.lib.rtd_work_done(self._handle))
+
+    def is_success(self):
+        return self.is_completed() and not self._comm.lib.rtd_work_error(self._handle)
+
+    def wait(self, timeout=None):
+        ms = -1 if timeout is None or timeout == timedelta(0) else int(
+            timeout.total_seconds() * 1000)
+        if self._comm.cuda:
+            self._raise_if_failed()
+            # The caller's stream waits for the operation; the host does not.
+            if self._comm.lib.rtd_work_wait_stream(self._handle, self._comm.stream()) != 0:
+                raise self._pg._error(self._what, _capi().last_error())
+            if self._after:
+                self._after()
+                self._after = None
+        else:
+            self._finish_host(ms)
+        return True
+
+    def get_future(self):
+        if self._future is not None:
+            return self._future
+        if self._comm.cuda:
+            # A CUDA-aware future: its value is ready at once for the host,
+            # and whoever waits on it (or a callback of then()) runs on
+            # streams ordered after the operation.
+            fut = torch.futures.Future(devices=[torch.device("cuda", self._comm.device)])
+            side = self._comm.side
+            side.wait_stream(torch.cuda.current_stream(self._comm.device))
+            with torch.cuda.stream(side):
+                if self._comm.lib.rtd_work_wait_stream(self._handle, side.cuda_stream) != 0:
+                    raise self._pg._error(self._what, _capi().last_error())
+                if self._after:
+                    self._after()
+                    self._after = None
+                fut.set_result(self._result)
+        else:
+            fut = torch.futures.Future()
+            if self._finished or self.is_completed():
+                self._finish_host(-1)
+                fut.set_result(self._result)
+            else:
+                self._pg._completer().submit(self, fut)
+        self._future = fut
+        return fut
+
+
+class _Completer:
+    """A thread that completes the futures of CPU work as it finishes."""
+
+    def __init__(self):
+        self._queue = deque()
+        self._cv = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="rtd-futures", daemon=True)
+        self._thread.start()
+
+    def submit(self, work, fut):
+        with self._cv:
+            self._queue.append((work, fut))
+            self._cv.notify()
+
+    def _run(self):
+        while True:
+            with self._cv:
+                while not self._queue:
+                    self._cv.wait()
+                work, fut = self._queue.popleft()
+            try:
+                work._finish_host(-1)
+                fut.set_result(work._result)
+            except Exception as e:
+                fut.set_exception(e)
+
+
+def _reduce_op(op, what):
+    R = dist.ReduceOp
+    table = {R.SUM: 0, R.AVG: 1, R.MIN: 2, R.MAX: 3}
+    for k, v in table.items():
+        if op == k:
+            return v
+    raise ValueError(f"rtd {what}: the reduction {op} is not one of rt_dist's (SUM, AVG, MIN, "
+                     "MAX); for PRODUCT or bitwise ones, use a gloo group for that call")
+
+
+def _check_tensor(t, what):
+    if not t.is_contiguous():
+        raise ValueError(f"rtd {what}: tensors must be contiguous")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"rtd {what}: tensors on {t.device.type} are not supported (cpu, cuda)")
+
+
+def _dtype(t, what):
+    code = _DTYPES.get(t.dtype)
+    if code is None:
+        raise TypeError(f"rtd {what}: dtype {t.dtype} is not supported; rt_dist reduces "
+                        "float32, float64, int32, int64, bfloat16 and float16")
+    return code
+
+
+def _carried(t, what):
+    """(tensor viewed as a dtype rt_dist carries, its code), for byte-moving operations."""
+    if t.dtype in _DTYPES:
+        return t, _DTYPES[t.dtype]
+    nbytes = t.numel() * t.element_size()
+    for width, dtype in _CARRIERS:
+        if nbytes % width == 0 and t.numel() > 0:
+            v = t.reshape(-1).view(torch.uint8).view(dtype)
+            return v, _DTYPES[dtype]
+    raise TypeError(f"rtd {what}: dtype {t.dtype} with {t.numel()} elements cannot be carried "
+                    "(rt_dist moves float32, float64, int32, int64, bfloat16 and float16)")
+
+
+class ProcessGroupRTD(dist.ProcessGroup):
+    """torch.distributed's ProcessGroup over librt_dist (backend name "rtd")."""
+
+    def __init__(self, store, rank, size, timeout):
+        super().__init__(rank, size)
+        self._store = store
+        self._timeout_ms = max(1, int(timeout.total_seconds() * 1000)) if timeout else 1800000
+        self._copy_engines = _flag("RTD_TORCH_COPY_ENGINES", "1")
+        self._label = f"rtd group of {size}"
+        self._comms = {}
+        self._stash = deque()  # CUDA work not yet seen done, with its tensors
+        self._futures = None
+        self._lock = threading.Lock()
+        _LIVE.add(self)
+
+    # -- what torch asks of every process group --------------------------------
+
+    def getBackendName(self):
+        return "rtd"
+
+    def _get_backend_name(self):
+        return "rtd"
+
+    def name(self):
+        return "rtd"
+
+    def shutdown(self):
+        self._close()
+
+    def abort(self):
+        for comm in list(self._comms.values()):
+            if comm.handle:
+                comm.lib.rtd_comm_abort(comm.handle)
+
+    def _close(self):
+        with self._lock:
+            comms, self._comms = list(self._comms.values()), {}
+            self._stash.clear()
+        for comm in comms:
+            comm.close()
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _error(self, what, err):
+        msg = f"rtd {what} on rank {self.rank()} of {self.size()}: {err}"
+        if getattr(err, "category", "") == "timeout":
+            return TimeoutError(msg)
+        if getattr(err, "category", "") == "invalid argument":
+            return ValueError(msg)
+        return RuntimeError(msg)
+
+    def _completer(self):
+        if self._futures is None:
+            self._futures = _Completer()
+        return self._futures
+
+    def _comm(self, device):
+        key = "cuda" if device.type == "cuda" else "cpu"
+        comm = self._comms.get(key)
+        if comm is None:
+            comm = _Comm(self, device)
+            self._comms[key] = comm
+        elif comm.cuda and device.index != comm.device:
+            raise ValueError(f"rtd: this group runs on cuda:{comm.device}, a tensor is on "
+                             f"{device}; one GPU per rank")
+        return comm
+
+    def _launch(self, what, tensors, result, call, after=None):
+        """Runs call(comm, stream) for tensors' device and returns its Work."""
+        for t in tensors:
+            _check_tensor(t, what)
+        device = tensors[0].device if tensors else torch.device("cpu")
+        if any(t.device != device for t in tensors):
+            raise ValueError(f"rtd {what}: every tensor must be on one device")
+        comm = self._comm(device)
+        handle = call(comm, comm.stream())
+        if not handle:
+            raise self._error(what, _capi().last_error())
+        work = _Work(self, comm, handle, what, tensors, result, after)
+        if comm.cuda:
+            self._keep(work)
+        return work
+
+    def _keep(self, work):
+        stash = self._stash
+        while stash and stash[0].is_completed():
+            stash.popleft()
+        stash.append(work)
+
+    # -- collectives --------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
+        if len(tensors) != 1:
+            return self.allreduce_coalesced(tensors, opts)
+        t = tensors[0]
+        dt = _dtype(t, "allreduce")
+        return self._launch("allreduce", [t], [t], lambda c, s: c.lib.rtd_all_reduce(
+            c.handle, t.data_ptr(), t.data_ptr(), t.numel(), dt, op, c.device, s))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                        "allreduce_coalesced")
+        ops = [(_capi().OP_ALL_REDUCE, t, t, t.numel(), _dtype(t, "allreduce_coalesced"), op, 0)
+               for t in tensors]
+        return self._group("allreduce_coalesced", tensors, list(tensors), ops)
+
+    def _group(self, what, tensors, result, ops, after=None):
+        c = _capi()
+
+        def call(comm, stream):
+            arr = (c.Op * len(ops))()
+            for i, (kind, a, b, count, dtype, op, peer) in enumerate(ops):
+                arr[i] = c.Op(kind, a.data_ptr() if a is not None else None,
+                              b.data_ptr() if b is not None else None, count, dtype, op, peer)
+            return comm.lib.rtd_group(comm.handle, arr, len(ops), comm.device, stream)
+
+        return self._launch(what, tensors, result, call, after)
+
+    def broadcast(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        root = opts.rootRank if opts is not None else 0
+        if len(tensors) != 1:
+            raise ValueError("rtd broadcast: one tensor per call")
+        t = tensors[0]
+        v, dt = _carried(t, "broadcast")
+        return self._launch("broadcast", [t], [t], lambda c, s: c.lib.rtd_broadcast(
+            c.handle, v.data_ptr(), v.numel(), dt, root, c.device, s))
+
+    def _allgather_base(self, output, input, opts=None):
+        if output.numel() != input.numel() * self.size():
+            raise ValueError(f"rtd all_gather_into_tensor: output has {output.numel()} elements, "
+                             f"not {self.size()} x {input.numel()}")
+        if output.dtype != input.dtype:
+            raise TypeError("rtd all_gather_into_tensor: input and output dtypes differ")
+        vi, dt = _carried(input, "all_gather_into_tensor")
+        vo, _ = _carried(output, "all_gather_into_tensor")
+        return self._launch("all_gather_into_tensor", [output, input], output,
+                            lambda c, s: c.lib.rtd_all_gather(
+                                c.handle, vi.data_ptr(), vo.data_ptr(), vi.numel(), dt,
+                                c.device, s))
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        ops = []
+        for o, i in zip(outputs, inputs):
+            vi, dt = _carried(i, "all_gather_into_tensor_coalesced")
+            vo, _ = _carried(o, "all_gather_into_tensor_coalesced")
+            if vo.numel() != vi.numel() * self.size():
+                raise ValueError("rtd all_gather_into_tensor_coalesced: an output is not "
+                                 "size x its input")
+            ops.append((_capi().OP_ALL_GATHER, vi, vo, vi.numel(), dt, 0, 0))
+        return self._group("all_gather_into_tensor_coalesced", list(outputs) + list(inputs),
+                           list(outputs), ops)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        if isinstance(input_tensors, torch.Tensor):
+            output_tensors, input_tensors = [output_tensors], [input_tensors]
+        if len(input_tensors) != 1 or len(output_tensors) != 1:
+            raise ValueError("rtd allgather: one input tensor per call")
+        t, outs = input_tensors[0], output_tensors[0]
+        if len(outs) != self.size() or any(o.numel() != t.numel() for o in outs):
+            raise ValueError(f"rtd allgather: {self.size()} outputs of {t.numel()} elements each "
+                             "are needed")
+        flat = torch.empty((self.size() * t.numel(),), dtype=t.dtype, device=t.device)
+        work = self._allgather_base(flat, t.reshape(-1))
+
+        def scatter_out():
+            for o, piece in zip(outs, flat.chunk(self.size())):
+                o.copy_(piece.view_as(o))
+
+        work._after = scatter_out
+        work._result = output_tensors
+        work._tensors = [flat, t] + list(outs)
+        return work
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                        "reduce_scatter_tensor")
+        if input.numel() != output.numel() * self.size():
+            raise ValueError(f"rtd reduce_scatter_tensor: input has {input.numel()} elements, "
+                             f"not {self.size()} x {output.numel()}")
+        dt = _dtype(input, "reduce_scatter_tensor")
+        if output.dtype != input.dtype:
+            raise TypeError("rtd reduce_scatter_tensor: input and output dtypes differ")
+        return self._launch("reduce_scatter_tensor", [output, input], output,
+                            lambda c, s: c.lib.rtd_reduce_scatter(
+                                c.handle, input.data_ptr(), output.data_ptr(), output.numel(), dt,
+                                op, c.device, s))
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                        "reduce_scatter_tensor_coalesced")
+        ops = []
+        for o, i in zip(outputs, inputs):
+            if i.numel() != o.numel() * self.size():
+                raise ValueError("rtd reduce_scatter_tensor_coalesced: an input is not size x "
+                                 "its output")
+            ops.append((_capi().OP_REDUCE_SCATTER, i, o, o.numel(),
+                        _dtype(i, "reduce_scatter_tensor_coalesced"), op, 0))
+        return self._group("reduce_scatter_tensor_coalesced", list(outputs) + list(inputs),
+                           list(outputs), ops)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        if isinstance(output_tensors, torch.Tensor):
+            output_tensors, input_tensors = [output_tensors], [input_tensors]
+        out, ins = output_tensors[0], input_tensors[0]
+        flat = torch.cat([i.reshape(-1) for i in ins])
+        return self._reduce_scatter_base(out.view(-1), flat, opts)
+
+    def reduce(self, tensors, opts=None):
+        t = tensors[0] if not isinstance(tensors, torch.Tensor) else tensors
+        root = opts.rootRank if opts is not None else 0
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        # Only the root's tensor changes: the others reduce a copy.
+        target = t if self.rank() == root else t.clone()
+        o = dist.AllreduceOptions()
+        o.reduceOp = op
+        work = self.allreduce([target], o)
+        work._result = [t]
+        return work
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        n = self.size()
+        if not output_split_sizes and not input_split_sizes:
+            if input.numel() % n or output.numel() != input.numel():
+                raise ValueError(f"rtd all_to_all_single: {input.numel()} elements do not "
+                                 f"split evenly over {n} ranks")
+            vi, dt = _carried(input, "all_to_all_single")
+            vo, _ = _carried(output, "all_to_all_single")
+            return self._launch("all_to_all_single", [output, input], output,
+                                lambda c, s: c.lib.rtd_all_to_all(
+                                    c.handle, vi.data_ptr(), vo.data_ptr(), vi.numel(), dt,
+                                    c.device, s))
+        ins = self._split(input, input_split_sizes, "input")
+        outs = self._split(output, output_split_sizes, "output")
+        return self._exchange("all_to_all_single", ins, outs, [output, input], output)
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        return self._exchange("all_to_all", list(input_tensors), list(output_tensors),
+                              list(output_tensors) + list(input_tensors), output_tensors)
+
+    def _split(self, t, sizes, which):
+        n = self.size()
+        rows = t.shape[0] if t.dim() else 1
+        if not sizes:
+            if rows % n:
+                raise ValueError(f"rtd all_to_all_single: {which} of {rows} rows does not split "
+                                 f"over {n} ranks")
+            sizes = [rows // n] * n
+        if len(sizes) != n or sum(sizes) != rows:
+            raise ValueError(f"rtd all_to_all_single: {which} split sizes {list(sizes)} do not "
+                             f"cover {rows} rows over {n} ranks")
+        return list(t.split(list(sizes)))
+
+    def _exchange(self, what, ins, outs, tensors, result):
+        """Sends ins[j] to rank j and receives outs[j] from it, as one group."""
+        c = _capi()
+        me = self.rank()
+        ops = []
+        staged = []
+        for j in range(self.size()):
+            if j == me:
+                continue
+            vi, dt = _carried(ins[j].contiguous(), what)
+            o = outs[j]
+            oc = o if o.is_contiguous() else torch.empty_like(o)
+            vo, _ = _carried(oc, what)
+            if oc is not o:
+                staged.append((o, oc))
+            if vi.numel():
+                ops.append((c.OP_SEND, vi, None, vi.numel(), dt, 0, j))
+            if vo.numel():
+                ops.append((c.OP_RECV, None, vo, vo.numel(), dt, 0, j))
+            tensors = tensors + [vi, vo]
+        outs[me].copy_(ins[me])
+
+        def copy_back():
+            for o, oc in staged:
+                o.copy_(oc)
+
+        if not ops:
+            return self.barrier()
+        return self._group(what, tensors, result, ops, copy_back if staged else None)
+
+    def send(self, tensors, dst, tag=0):
+        t = tensors[0]
+        v, dt = _carried(t, "send")
+        return self._launch("send", [t], [t], lambda c, s: c.lib.rtd_send(
+            c.handle, v.data_ptr(), v.numel(), dt, dst, tag, c.device, s))
+
+    def recv(self, tensors, src, tag=0):
+        t = tensors[0]
+        v, dt = _carried(t, "recv")
+        return self._launch("recv", [t], [t], lambda c, s: c.lib.rtd_recv(
+            c.handle, v.data_ptr(), v.numel(), dt, src, tag, c.device, s))
+
+    def recv_anysource(self, tensors, tag=0):
+        raise NotImplementedError("rtd: receiving from any source is not supported; name the "
+                                  "sender")
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        t = input_tensors[0]
+        outs = output_tensors[0] if self.rank() == root else [
+            torch.empty_like(t) for _ in range(self.size())]
+        return self.allgather([outs], [t])
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        root = opts.rootRank if opts is not None else 0
+        out = output_tensors[0]
+        if self.rank() == root:
+            flat = torch.cat([i.reshape(-1) for i in input_tensors[0]])
+        else:
+            flat = torch.empty((self.size() * out.numel(),), dtype=out.dtype, device=out.device)
+        o = dist.BroadcastOptions()
+        o.rootRank = root
+        work = self.broadcast([flat], o)
+        me = self.rank()
+
+        def take():
+            out.copy_(flat[me * out.numel():(me + 1) * out.numel()].view_as(out))
+
+        if work._comm.cuda:
+            work.wait()
+            take()
+        else:
+            work._after = take
+        work._result = [out]
+        return work
+
+    def barrier(self, opts=None):
+        # On the CPU communicator: the host waits for every rank, as a barrier must.
+        zero = torch.zeros(1)
+        return self._launch("barrier", [zero], None,
+                            lambda c, s: c.lib.rtd_barrier(c.handle, None))

@@ -1,0 +1,364 @@
+// The C interface of rt_dist/c_api.h: handles around Communicator and Work,
+// a Store over the caller's callbacks, and errors kept per thread.
+#include "rt_dist/c_api.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/factory.h"
+#include "rt_dist/error.h"
+#include "runtime/core/config.h"
+#include "runtime/env.h"
+
+namespace {
+
+thread_local std::string t_error;
+thread_local int t_category = 0;
+
+void clear_error() {
+  t_error.clear();
+  t_category = 0;
+}
+
+void set_error(const rtd::Error& e) {
+  t_error = e.what();
+  t_category = static_cast<int>(e.category()) + 1;
+}
+
+void set_error(const std::string& message, rtd::ErrorCategory category) {
+  t_error = message;
+  t_category = static_cast<int>(category) + 1;
+}
+
+// Runs f, turning any exception into the thread's error; returns fallback then.
+template <typename R, typename F>
+R guarded(R fallback, F&& f) {
+  clear_error();
+  try {
+    return f();
+  } catch (const rtd::Error& e) {
+    set_error(e);
+  } catch (const std::exception& e) {
+    set_error(e.what(), rtd::ErrorCategory::kInternal);
+  } catch (...) {
+    set_error("unknown exception", rtd::ErrorCategory::kInternal);
+  }
+  return fallback;
+}
+
+// A Store whose calls go to the caller's callbacks (torch's store, for the
+// PyTorch backend). A callback that fails is a network error naming the key.
+class CallbackStore : public rtd::Store {
+ public:
+  explicit CallbackStore(const rtd_store_ops& ops) : ops_(ops) {}
+
+  void set(const std::string& key, const std::string& value) override {
+    check(ops_.set(ops_.self, key.c_str(), value.data(), value.size()), "set", key);
+  }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    std::string value;
+    if (ops_.get(ops_.self, key.c_str(), timeout.count(), &value) != 0) {
+      throw rtd::Error(rtd::ErrorCategory::kTimeout, "store get of '" + key +
+                                                         "' failed or timed out after " +
+                                                         std::to_string(timeout.count()) + " ms");
+    }
+    return value;
+  }
+  std::optional<std::string> try_get(const std::string& key) override {
+    if (!check({key})) return std::nullopt;
+    return get(key, std::chrono::milliseconds(0));
+  }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    std::int64_t result = 0;
+    check(ops_.add(ops_.self, key.c_str(), delta, &result), "add", key);
+    return result;
+  }
+  std::string compare_set(const std::string& key, const std::string&, const std::string&) override {
+    throw rtd::Error(rtd::ErrorCategory::kInternal,
+                     "compare_set of '" + key + "' is not offered by a callback store");
+  }
+  bool remove(const std::string& key) override { return ops_.remove(ops_.self, key.c_str()) == 0; }
+  bool check(const std::vector<std::string>& keys) override {
+    for (const std::string& key : keys) {
+      int exists = 0;
+      check(ops_.check(ops_.self, key.c_str(), &exists), "check", key);
+      if (!exists) return false;
+    }
+    return true;
+  }
+
+ private:
+  static void check(int rc, const char* what, const std::string& key) {
+    if (rc != 0) {
+      throw rtd::Error(rtd::ErrorCategory::kUnavailable,
+                       std::string("store ") + what + " of '" + key + "' failed");
+    }
+  }
+  rtd_store_ops ops_;
+};
+
+rtd::BufferView view(void* data, int64_t count, int dtype, int device) {
+  if (count < 0) throw rtd::Error(rtd::ErrorCategory::kInvalidArgument, "negative count");
+  if (dtype < RTD_FLOAT32 || dtype > RTD_FLOAT16) {
+    throw rtd::Error(rtd::ErrorCategory::kInvalidArgument,
+                     "dtype " + std::to_string(dtype) + " is not one of rt_dist's");
+  }
+  return rtd::BufferView{.data = data,
+                         .count = static_cast<std::size_t>(count),
+                         .dtype = static_cast<rtd::DType>(dtype),
+                         .device = device < 0 ? rtd::DeviceType::kCpu : rtd::DeviceType::kCuda,
+                         .device_index = device < 0 ? 0 : device};
+}
+
+rtd::ReduceOp reduce_op(int op) {
+  if (op < RTD_SUM || op > RTD_MAX) {
+    throw rtd::Error(rtd::ErrorCategory::kInvalidArgument,
+                     "reduction " + std::to_string(op) + " is not one of rt_dist's");
+  }
+  return static_cast<rtd::ReduceOp>(op);
+}
+
+rtd::StreamRef stream_ref(void* stream) { return rtd::StreamRef{stream}; }
+
+}  // namespace
+
+struct rtd_comm {
+  std::shared_ptr<CallbackStore> store;
+  std::unique_ptr<rtd::Communicator> comm;
+};
+
+struct rtd_work {
+  std::shared_ptr<rtd::Work> work;
+};
+
+namespace {
+
+rtd_comm& checked(rtd_comm* comm) {
+  if (!comm || !comm->comm) {
+    throw rtd::Error(rtd::ErrorCategory::kInvalidArgument, "the communicator is gone");
+  }
+  return *comm;
+}
+
+rtd_work* wrap(std::shared_ptr<rtd::Work> work) { return new rtd_work{std::move(work)}; }
+
+}  // namespace
+
+extern "C" {
+
+int rtd_c_api_version(void) { return RTD_C_API_VERSION; }
+
+const char* rtd_last_error(void) { return t_error.c_str(); }
+
+int rtd_last_error_category(void) { return t_category; }
+
+void rtd_store_reply(void* reply, const void* data, size_t len) {
+  static_cast<std::string*>(reply)->assign(static_cast<const char*>(data), len);
+}
+
+rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const char* name, int rank,
+                          int size, int device, const char* host, int64_t timeout_ms,
+                          int copy_engines) {
+  return guarded<rtd_comm*>(nullptr, [&]() -> rtd_comm* {
+    if (!ops || !ops->set || !ops->get || !ops->add || !ops->check || !ops->remove) {
+      throw rtd::Error(rtd::ErrorCategory::kInvalidArgument, "store callbacks missing");
+    }
+    if (!backend || (std::strcmp(backend, "gloo") != 0 && std::strcmp(backend, "nccl") != 0)) {
+      throw rtd::Error(
+          rtd::ErrorCategory::kInvalidArgument,
+          std::string("backend '") + (backend ? backend : "") + "' is not gloo or nccl");
+    }
+    if (timeout_ms <= 0) {
+      throw rtd::Error(rtd::ErrorCategory::kInvalidArgument, "the timeout must be positive");
+    }
+    // The process's configuration supplies what the caller leaves out (the
+    // NCCL settings, the hang warning, where Gloo listens).
+    rtd::Config config = rtd::Config::from_env(rtd::read_process_env());
+    std::string listen = host && *host ? host : rtd::data_host(config, rtd::detect_world(config));
+    auto handle = std::make_unique<rtd_comm>();
+    handle->store = std::make_shared<CallbackStore>(*ops);
+    rtd::NcclSettings nccl;
+    nccl.cta_policy = config.nccl_cta_policy;
+    nccl.ce_reduce_blocks = config.ce_reduce_blocks;
+    nccl.ce_copy_streams = config.ce_copy_streams;
+    nccl.staged_copy_engines = copy_engines != 0;
+    handle->comm = rtd::make_communicator(rtd::CommunicatorOptions{
+        .backend = backend,
+        .store = handle->store,
+        .name = name && *name ? name : "torch",
+        .rank = rank,
+        .size = size,
+        .host = listen,
+        .device = device < 0 ? 0 : device,
+        .timeout = std::chrono::milliseconds(timeout_ms),
+        .flight = {.hang_warn = config.hang_warn, .dump_dir = config.flight_dir},
+        .check_collectives = config.check_collectives,
+        .nccl = nccl,
+    });
+    return handle.release();
+  });
+}
+
+void rtd_comm_destroy(rtd_comm* comm) {
+  guarded<int>(0, [&] {
+    if (comm && comm->comm) comm->comm->abort();
+    delete comm;
+    return 0;
+  });
+}
+
+void rtd_comm_abort(rtd_comm* comm) {
+  guarded<int>(0, [&] {
+    checked(comm).comm->abort();
+    return 0;
+  });
+}
+
+rtd_work* rtd_all_reduce(rtd_comm* comm, void* in, void* out, int64_t count, int dtype, int op,
+                         int device, void* stream) {
+  return guarded<rtd_work*>(nullptr, [&] {
+    return wrap(checked(comm).comm->all_reduce(view(in, count, dtype, device),
+                                               view(out, count, dtype, device), reduce_op(op),
+                                               stream_ref(stream)));
+  });
+}
+
+rtd_work* rtd_broadcast(rtd_comm* comm, void* buf, int64_t count, int dtype, int root, int device,
+                        void* stream) {
+  return guarded<rtd_work*>(nullptr, [&] {
+    return wrap(
+        checked(comm).comm->broadcast(view(buf, count, dtype, device), root, stream_ref(stream)));
+  });
+}
+
+rtd_work* rtd_all_gather(rtd_comm* comm, void* in, void* out, int64_t count, int dtype, int device,
+                         void* stream) {
+  return guarded<rtd_work*>(nullptr, [&] {
+    rtd_comm& c = checked(comm);
+    return wrap(c.comm->all_gather(view(in, count, dtype, device),
+                                   view(out, count * c.comm->size(), dtype, device),
+                                   stream_ref(stream)));
+  });
+}
+
+rtd_work* rtd_reduce_scatter(rtd_comm* comm, void* in, void* out, int64_t count, int dtype, int op,
+                             int device, void* stream) {
+  return guarded<rtd_work*>(nullptr, [&] {
+    rtd_comm& c = checked(comm);
+    return wrap(c.comm->reduce_scatter(view(in, count * c.comm->size(), dtype, device),
+                                       view(out, count, dtype, device), reduce_op(op),
+                                       stream_ref(stream)));
+  });
+}
+
+rtd_work* rtd_all_to_all(rtd_comm* comm, void* in, void* out, int64_t count, int dtype, int device,
+                         void* stream) {
+  return guarded<rtd_work*>(nullptr, [&] {
+    return wrap(checked(comm).comm->all_to_all(
+        view(in, count, dtype, device), view(out, count, dtype, device), stream_ref(stream)));
+  });
+}
+
+rtd_work* rtd_barrier(rtd_comm* comm, void* stream) {
+  return guarded<rtd_work*>(nullptr,
+                            [&] { return wrap(checked(comm).comm->barrier(stream_ref(stream))); });
+}
+
+rtd_work* rtd_group(rtd_comm* comm, const rtd_op* ops, int n, int device, void* stream) {
+  return guarded<rtd_work*>(nullptr, [&] {
+    rtd_comm& c = checked(comm);
+    if (n < 0 || (n > 0 && !ops)) {
+      throw rtd::Error(rtd::ErrorCategory::kInvalidArgument, "a group of no operations");
+    }
+    rtd::Communicator& x = *c.comm;
+    const int size = x.size();
+    const rtd::StreamRef s = stream_ref(stream);
+    return wrap(x.group([&] {
+      for (int i = 0; i < n; ++i) {
+        const rtd_op& o = ops[i];
+        switch (o.kind) {
+          case RTD_OP_ALL_REDUCE:
+            x.all_reduce(view(o.in, o.count, o.dtype, device),
+                         view(o.out, o.count, o.dtype, device), reduce_op(o.op), s);
+            break;
+          case RTD_OP_BROADCAST:
+            x.broadcast(view(o.in, o.count, o.dtype, device), o.peer, s);
+            break;
+          case RTD_OP_ALL_GATHER:
+            x.all_gather(view(o.in, o.count, o.dtype, device),
+                         view(o.out, o.count * size, o.dtype, device), s);
+            break;
+          case RTD_OP_REDUCE_SCATTER:
+            x.reduce_scatter(view(o.in, o.count * size, o.dtype, device),
+                             view(o.out, o.count, o.dtype, device), reduce_op(o.op), s);
+            break;
+          case RTD_OP_SEND:
+            x.send(view(o.in, o.count, o.dtype, device), o.peer, 0, s);
+            break;
+          case RTD_OP_RECV:
+            x.recv(view(o.out, o.count, o.dtype, device), o.peer, 0, s);
+            break;
+          default:
+            throw rtd::Error(
+                rtd::ErrorCategory::kInvalidArgument,
+                "operation kind " + std::to_string(o.kind) + " is not one of rt_dist's");
+        }
+      }
+    }));
+  });
+}
+
+rtd_work* rtd_send(rtd_comm* comm, void* buf, int64_t count, int dtype, int peer, int tag,
+                   int device, void* stream) {
+  return guarded<rtd_work*>(nullptr, [&] {
+    return wrap(
+        checked(comm).comm->send(view(buf, count, dtype, device), peer, tag, stream_ref(stream)));
+  });
+}
+
+rtd_work* rtd_recv(rtd_comm* comm, void* buf, int64_t count, int dtype, int peer, int tag,
+                   int device, void* stream) {
+  return guarded<rtd_work*>(nullptr, [&] {
+    return wrap(
+        checked(comm).comm->recv(view(buf, count, dtype, device), peer, tag, stream_ref(stream)));
+  });
+}
+
+int rtd_work_done(rtd_work* work) {
+  return guarded<int>(1, [&] { return work && work->work && !work->work->done() ? 0 : 1; });
+}
+
+int rtd_work_wait(rtd_work* work, int64_t timeout_ms) {
+  return guarded<int>(1, [&] {
+    if (!work || !work->work) return 0;
+    if (timeout_ms < 0)
+      work->work->wait();
+    else
+      work->work->wait(std::chrono::milliseconds(timeout_ms));
+    return 0;
+  });
+}
+
+int rtd_work_wait_stream(rtd_work* work, void* stream) {
+  return guarded<int>(1, [&] {
+    if (work && work->work) work->work->wait(stream_ref(stream));
+    return 0;
+  });
+}
+
+int rtd_work_error(rtd_work* work) {
+  return guarded<int>(1, [&] {
+    if (!work || !work->work) return 0;
+    if (auto e = work->work->error()) {
+      set_error(*e);
+      return 1;
+    }
+    return 0;
+  });
+}
+
+void rtd_work_free(rtd_work* work) { delete work; }
+
+}  // extern "C"

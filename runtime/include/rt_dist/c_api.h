@@ -1,0 +1,126 @@
+/* rt_dist/c_api.h: a small C interface to librt_dist's communicators, for
+ * callers that are not C++ (the PyTorch backend in python/rt_dist/torch
+ * calls it through ctypes, so that no one compiles anything against torch).
+ *
+ * Every function that can fail returns NULL (or a nonzero int) and leaves a
+ * message for rtd_last_error() on the calling thread. Nothing here exits or
+ * prints. A communicator is used by one thread at a time, as in C++.
+ *
+ * Buffers: `data` is a host pointer (device < 0) or a pointer into GPU
+ * `device`'s memory. Streams: a CUDA stream handle (NULL: the legacy default
+ * stream); a GPU operation is ordered after the work already queued on it,
+ * and rtd_work_wait_stream orders a stream after the operation, neither
+ * blocking the host (see [Stream order] in work.h). CPU operations ignore it.
+ */
+#ifndef RT_DIST_C_API_H_
+#define RT_DIST_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Raised whenever a signature below changes; the caller checks it first. */
+#define RTD_C_API_VERSION 1
+int rtd_c_api_version(void);
+
+/* The message of the last failure on this thread ("" if none). */
+const char* rtd_last_error(void);
+/* Its category: 0 none, 1 invalid argument, 2 configuration, 3 network,
+ * 4 timeout, 5 backend, 6 internal (rtd::ErrorCategory's order, plus one). */
+int rtd_last_error_category(void);
+
+/* dtypes and ops as rtd::DType and rtd::ReduceOp number them. */
+enum { RTD_FLOAT32 = 0, RTD_FLOAT64, RTD_INT32, RTD_INT64, RTD_BFLOAT16, RTD_FLOAT16 };
+enum { RTD_SUM = 0, RTD_AVG, RTD_MIN, RTD_MAX };
+
+/* The store a communicator bootstraps through, as callbacks into the caller
+ * (the PyTorch backend passes torch's own store). Each returns 0 on success.
+ * get waits up to timeout_ms for the key and hands the value to
+ * rtd_store_reply(reply, ...); check answers whether the key exists. */
+typedef struct rtd_store_ops {
+  void* self;
+  int (*set)(void* self, const char* key, const void* value, size_t len);
+  int (*get)(void* self, const char* key, int64_t timeout_ms, void* reply);
+  int (*add)(void* self, const char* key, int64_t delta, int64_t* result);
+  int (*check)(void* self, const char* key, int* exists);
+  int (*remove)(void* self, const char* key);
+} rtd_store_ops;
+void rtd_store_reply(void* reply, const void* data, size_t len);
+
+typedef struct rtd_comm rtd_comm;
+typedef struct rtd_work rtd_work;
+
+/* Collective over `size` ranks: backend "gloo" (host memory; `host` is the
+ * address this rank listens on) or "nccl" (GPU `device`). `name` appears in
+ * messages. copy_engines: NCCL within one host, all-reduces of sums and
+ * averages of float types by copy engines, staged through buffers that are
+ * mapped once (every rank the same value; see docs/torch.md). The
+ * store is used during this call and by the hang diagnosis later: `ops` must
+ * stay valid until rtd_comm_destroy. */
+rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const char* name, int rank,
+                          int size, int device, const char* host, int64_t timeout_ms,
+                          int copy_engines);
+/* Fails every outstanding operation (not collective), then frees. */
+void rtd_comm_destroy(rtd_comm* comm);
+void rtd_comm_abort(rtd_comm* comm);
+
+rtd_work* rtd_all_reduce(rtd_comm* comm, void* in, void* out, int64_t count, int dtype, int op,
+                         int device, void* stream);
+rtd_work* rtd_broadcast(rtd_comm* comm, void* buf, int64_t count, int dtype, int root, int device,
+                        void* stream);
+/* count: elements of `in`; out holds count * size. */
+rtd_work* rtd_all_gather(rtd_comm* comm, void* in, void* out, int64_t count, int dtype, int device,
+                         void* stream);
+/* count: elements of `out`; in holds count * size. */
+rtd_work* rtd_reduce_scatter(rtd_comm* comm, void* in, void* out, int64_t count, int dtype, int op,
+                             int device, void* stream);
+/* count: elements of in and of out, divisible by size. */
+rtd_work* rtd_all_to_all(rtd_comm* comm, void* in, void* out, int64_t count, int dtype, int device,
+                         void* stream);
+rtd_work* rtd_barrier(rtd_comm* comm, void* stream);
+/* Point-to-point, not collective: the peer posts the matching call, same tag. */
+rtd_work* rtd_send(rtd_comm* comm, void* buf, int64_t count, int dtype, int peer, int tag,
+                   int device, void* stream);
+rtd_work* rtd_recv(rtd_comm* comm, void* buf, int64_t count, int dtype, int peer, int tag,
+                   int device, void* stream);
+
+/* Several operations as one group (NCCL: one ncclGroupStart/End), returning
+ * one Work: coalesced collectives, and all-to-all with uneven splits as sends
+ * and receives. kind: RTD_OP_* below; count and dtype as the single calls. */
+enum {
+  RTD_OP_ALL_REDUCE = 0,
+  RTD_OP_BROADCAST,
+  RTD_OP_ALL_GATHER,
+  RTD_OP_REDUCE_SCATTER,
+  RTD_OP_SEND,
+  RTD_OP_RECV
+};
+typedef struct rtd_op {
+  int kind;
+  void* in;
+  void* out;
+  int64_t count;
+  int dtype;
+  int op;   /* reductions */
+  int peer; /* broadcast: the root; send/recv: the peer */
+} rtd_op;
+rtd_work* rtd_group(rtd_comm* comm, const rtd_op* ops, int n, int device, void* stream);
+
+/* 1 once finished (successfully or not), 0 while running. */
+int rtd_work_done(rtd_work* work);
+/* Blocks up to timeout_ms (< 0: the communicator's timeout); 0 on success. */
+int rtd_work_wait(rtd_work* work, int64_t timeout_ms);
+/* Orders `stream` after the operation; never blocks the host. 0 on success. */
+int rtd_work_wait_stream(rtd_work* work, void* stream);
+/* 0 while running or on success, else 1 with the message in rtd_last_error(). */
+int rtd_work_error(rtd_work* work);
+void rtd_work_free(rtd_work* work);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RT_DIST_C_API_H_ */

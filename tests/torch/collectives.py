@@ -1,0 +1,199 @@
+"""Every collective of the rtd backend against gloo's result, in one process
+group each, for every dtype and reduction (run under dtrun, 2 or more ranks):
+    dtrun --nproc-per-node=N python tests/torch/collectives.py [cpu|cuda]
+Prints "collectives: N checks passed" on rank 0; raises on the first mismatch.
+"""
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+import rt_dist.torch  # noqa: F401
+
+device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+if device == "cuda":
+    torch.cuda.set_device(int(__import__("os").environ["LOCAL_RANK"]))
+dist.init_process_group("rtd")
+rank, n = dist.get_rank(), dist.get_world_size()
+rtd = dist.group.WORLD
+gloo = dist.new_group(backend="gloo")
+checks = 0
+
+DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64, torch.bfloat16, torch.float16]
+R = dist.ReduceOp
+
+
+def on(t):
+    return t.to(device)
+
+
+def same(what, ours, theirs):
+    global checks
+    ours, theirs = ours.cpu(), theirs.cpu()
+    if ours.dtype != theirs.dtype or ours.shape != theirs.shape or not torch.equal(ours, theirs):
+        raise AssertionError(f"rank {rank}: {what}: rtd {ours.tolist()} != gloo {theirs.tolist()}")
+    checks += 1
+
+
+def values(dtype, count, salt=0):
+    # Small integers: every dtype holds them and every order of summing gives the same.
+    base = torch.arange(count, dtype=torch.int64) % 7 + rank * 3 + salt
+    return base.to(dtype)
+
+
+def both(fn):
+    """Runs fn(group) on rtd and on gloo, with tensors made fresh for each."""
+    return fn(rtd), fn(gloo)
+
+
+for dtype in DTYPES:
+    name = str(dtype).replace("torch.", "")
+    for op in (R.SUM, R.MIN, R.MAX, R.AVG):
+        if op == R.AVG and not dtype.is_floating_point:
+            continue
+        def reduce(group, op=op):
+            t = on(values(dtype, 37))
+            if group is gloo and op == R.AVG:  # gloo has no AVG
+                t = t.to(torch.float64)
+                dist.all_reduce(t, op=R.SUM, group=group)
+                return (t / n).to(dtype)
+            dist.all_reduce(t, op=op, group=group)
+            return t
+        ours, theirs = both(reduce)
+        if op == R.AVG:
+            torch.testing.assert_close(ours.cpu().double(), theirs.cpu().double(), rtol=1e-2,
+                                       atol=1e-2)
+            checks += 1
+        else:
+            same(f"all_reduce {name} {op}", ours, theirs)
+
+    def bcast(group):
+        t = on(values(dtype, 11))
+        dist.broadcast(t, src=n - 1, group=group)
+        return t
+    same(f"broadcast {name}", *both(bcast))
+
+    def gather_into(group):
+        out = on(torch.zeros(5 * n, dtype=dtype))
+        dist.all_gather_into_tensor(out, on(values(dtype, 5)), group=group)
+        return out
+    same(f"all_gather_into_tensor {name}", *both(gather_into))
+
+    def gather_list(group):
+        outs = [on(torch.zeros(3, dtype=dtype)) for _ in range(n)]
+        dist.all_gather(outs, on(values(dtype, 3)), group=group)
+        return torch.cat(outs)
+    same(f"all_gather {name}", *both(gather_list))
+
+    for op in (R.SUM, R.MAX):
+        def rs(group, op=op):
+            out = on(torch.zeros(4, dtype=dtype))
+            dist.reduce_scatter_tensor(out, on(values(dtype, 4 * n)), op=op, group=group)
+            return out
+        if device == "cpu":  # gloo has no reduce_scatter_tensor: the expected slice
+            full = values(dtype, 4 * n)
+            t = full.clone()
+            dist.all_reduce(t, op=op, group=gloo)
+            same(f"reduce_scatter_tensor {name} {op}", rs(rtd), t[rank * 4:(rank + 1) * 4])
+        else:
+            same(f"reduce_scatter_tensor {name} {op}", *both(rs))
+
+    def a2a(group):
+        out = on(torch.zeros(2 * n, dtype=dtype))
+        dist.all_to_all_single(out, on(values(dtype, 2 * n)), group=group)
+        return out
+    same(f"all_to_all_single {name}", *both(a2a))
+
+    def a2a_uneven(group):
+        # rank r sends r + j + 1 elements to rank j.
+        ins = [on(values(dtype, rank + j + 1, salt=j)) for j in range(n)]
+        out_sizes = [j + rank + 1 for j in range(n)]
+        out = on(torch.zeros(sum(out_sizes), dtype=dtype))
+        dist.all_to_all_single(out, torch.cat(ins), output_split_sizes=out_sizes,
+                               input_split_sizes=[i.numel() for i in ins], group=group)
+        return out
+    same(f"all_to_all_single uneven {name}", *both(a2a_uneven))
+
+    def p2p(group):
+        t = on(values(dtype, 6))
+        if rank == 0:
+            dist.send(t, dst=1, group=group)
+        elif rank == 1:
+            t = on(torch.zeros(6, dtype=dtype))
+            dist.recv(t, src=0, group=group)
+        return t
+    same(f"send/recv {name}", *both(p2p))
+
+# Coalesced forms, straight on the process group (as FSDP2 and DDP reach them).
+ts = [on(values(torch.float32, k)) for k in (3, 5, 8)]
+work = rtd.allreduce_coalesced(ts, dist.AllreduceCoalescedOptions())
+work.wait()
+for k, t in zip((3, 5, 8), ts):
+    ref = values(torch.float32, k)
+    dist.all_reduce(ref, group=gloo)
+    same(f"allreduce_coalesced x{k}", t, on(ref))
+outs = [on(torch.zeros(k * n)) for k in (2, 4)]
+ins = [on(values(torch.float32, k)) for k in (2, 4)]
+rtd.allgather_into_tensor_coalesced(outs, ins).wait()
+for k, o, i in zip((2, 4), outs, ins):
+    ref = torch.zeros(k * n)
+    dist.all_gather_into_tensor(ref, i.cpu(), group=gloo)
+    same(f"allgather_into_tensor_coalesced x{k}", o, ref)
+outs = [on(torch.zeros(k)) for k in (2, 3)]
+ins = [on(values(torch.float32, k * n)) for k in (2, 3)]
+rtd.reduce_scatter_tensor_coalesced(outs, ins, dist.ReduceScatterOptions()).wait()
+for k, o, i in zip((2, 3), outs, ins):
+    ref = i.cpu().clone()
+    dist.all_reduce(ref, group=gloo)
+    same(f"reduce_scatter_tensor_coalesced x{k}", o, ref[rank * k:(rank + 1) * k])
+
+# Any dtype moves where nothing is added: bool and uint8 broadcast.
+flags = on(torch.tensor([rank % 2 == 0, True, False, rank == 0] * 2))
+dist.broadcast(flags, src=0)
+same("broadcast bool", flags, on(torch.tensor([True, True, False, True] * 2)))
+# Reductions of other dtypes are refused with the dtype named.
+try:
+    dist.all_reduce(on(torch.ones(3, dtype=torch.uint8)))
+    raise AssertionError("all_reduce of uint8 was not refused")
+except TypeError as e:
+    assert "torch.uint8" in str(e), e
+    checks += 1
+try:
+    dist.all_reduce(on(torch.ones(3)), op=R.PRODUCT)
+    raise AssertionError("PRODUCT was not refused")
+except ValueError as e:
+    assert "PRODUCT" in str(e), e
+    checks += 1
+
+# A sub-group of the even ranks, and reduce/gather/scatter on the world.
+evens = dist.new_group([r for r in range(n) if r % 2 == 0], backend="rtd")
+if rank % 2 == 0:
+    t = on(torch.tensor([float(rank)]))
+    dist.all_reduce(t, group=evens)
+    same("sub-group all_reduce", t, on(torch.tensor([float(sum(range(0, n, 2)))])))
+t = on(values(torch.float32, 4))
+dist.reduce(t, dst=0)
+ref = values(torch.float32, 4)
+dist.all_reduce(ref, group=gloo)
+if rank == 0:
+    same("reduce", t, on(ref))
+else:
+    same("reduce leaves the others", t, on(values(torch.float32, 4)))
+dist.barrier()
+
+# Async work: wait() and the future.
+t = on(torch.ones(4))
+work = dist.all_reduce(t, async_op=True)
+fut = work.get_future()
+work.wait()
+fut.wait()
+same("async all_reduce", t, on(torch.full((4,), float(n))))
+chained = dist.all_reduce(on(torch.ones(2)), async_op=True).get_future().then(
+    lambda f: f.value()[0] * 2)
+same("future then()", chained.wait(), on(torch.full((2,), 2.0 * n)))
+
+dist.barrier()
+if rank == 0:
+    print(f"collectives: {checks} checks passed on {n} ranks ({device})", flush=True)
+dist.destroy_process_group()
