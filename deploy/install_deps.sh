@@ -21,6 +21,7 @@ test_packages=(
   python3                              # the safetensors reader of tests/checkpoint
   clang libclang-rt-14-dev             # libFuzzer (its runtime is only recommended): tests/fuzz
   python3-matplotlib                   # bench/plots: the docs/ figures from the recorded JSON
+  python3-venv python3-pip             # tests/torch: PyTorch in a venv (deploy/install_torch.sh)
 )
 
 # --build-only: what a build needs, not the tests (deploy/docker/Dockerfile).
@@ -34,13 +35,21 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# The tests of the PyTorch backend need torch itself, from the package index.
+install_torch() {
+  [ "${1:-}" = "--build-only" ] && return 0
+  "${sudo_cmd[@]}" "$(dirname "$0")/install_torch.sh"
+}
+
+sudo_cmd=()
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install_deps: all ${#packages[@]} packages present"
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && [ ! -w /opt ]; then sudo_cmd=(sudo); fi
+  install_torch "${1:-}"
   exit 0
 fi
 
 echo "install_deps: installing ${missing[*]}"
-sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null; then sudo_cmd=(sudo); else
     echo "install_deps: missing packages and not root; run as root or install: ${missing[*]}" >&2
@@ -50,3 +59,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -q
 "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+install_torch "${1:-}"

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "launcher/doctor/facts.h"
@@ -19,6 +20,7 @@
 #include "launcher/orphan_guard.h"
 #include "launcher/peers.h"
 #include "launcher/placement.h"
+#include "launcher/python_path.h"
 #include "launcher/rendezvous_client.h"
 #include "launcher/rendezvous_server.h"
 #include "launcher/restart_policy.h"
@@ -52,6 +54,16 @@ int sleep_unless_signalled(std::chrono::milliseconds wait) {
   return take_pending_signal();
 }
 
+// This dtrun's rt_dist Python package, looked for once.
+const std::string& python_dir() {
+  static const std::string dir = [] {
+    std::error_code ec;
+    auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    return ec ? std::string() : rt_dist_python_dir(exe.string());
+  }();
+  return dir;
+}
+
 std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
                                      const EnvMap& parent_env) {
   std::vector<WorkerSpec> specs;
@@ -72,6 +84,7 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
             .restarts = p.layout.restarts(),
             .max_restarts = o.max_restarts,
             .overrides = &o.env,
+            .python_dir = python_dir(),
         }),
     });
   }

@@ -1,6 +1,8 @@
 // Builds the worker environment; torchrun-compatible names plus DTRUN_*.
 #include "launcher/worker_env.h"
 
+#include "launcher/python_path.h"
+
 namespace rtd::launcher {
 
 std::vector<std::string> build_worker_env(const WorkerEnvInput& in) {
@@ -33,6 +35,10 @@ std::vector<std::string> build_worker_env(const WorkerEnvInput& in) {
   put("DTRUN_ROUND", std::to_string(in.round));
   put("DTRUN_ADDR", in.node_addr);
   if (env.find("OMP_NUM_THREADS") == env.end()) put("OMP_NUM_THREADS", "1");
+  if (!in.python_dir.empty()) {
+    auto it = env.find("PYTHONPATH");
+    put("PYTHONPATH", python_path_with(in.python_dir, it == env.end() ? "" : it->second));
+  }
   if (in.overrides) {
     for (const auto& [key, value] : *in.overrides) env[key] = value;
   }

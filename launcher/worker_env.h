@@ -22,6 +22,7 @@ struct WorkerEnvInput {
   int restarts = 0;               // failure restarts spent so far
   int max_restarts = 0;
   const std::vector<std::pair<std::string, std::string>>* overrides = nullptr;
+  std::string python_dir;  // put first on PYTHONPATH (the rt_dist package), unless ""
 };
 
 // KEY=VALUE strings, sorted by key.

@@ -179,10 +179,7 @@ rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const c
     std::string listen = host && *host ? host : rtd::data_host(config, rtd::detect_world(config));
     auto handle = std::make_unique<rtd_comm>();
     handle->store = std::make_shared<CallbackStore>(*ops);
-    rtd::NcclSettings nccl;
-    nccl.cta_policy = config.nccl_cta_policy;
-    nccl.ce_reduce_blocks = config.ce_reduce_blocks;
-    nccl.ce_copy_streams = config.ce_copy_streams;
+    rtd::NcclSettings nccl = rtd::nccl_settings_from(config);
     nccl.staged_copy_engines = copy_engines != 0;
     handle->comm = rtd::make_communicator(rtd::CommunicatorOptions{
         .backend = backend,

@@ -87,17 +87,6 @@ int choose_device(const WorldInfo& world) {
   return world.local_rank;
 }
 
-NcclSettings nccl_settings(const Config& config, NcclSettings settings) {
-  if (settings.cga_cluster_size < 0) settings.cga_cluster_size = config.nccl_cga_cluster_size;
-  if (settings.min_ctas < 0) settings.min_ctas = config.nccl_min_ctas;
-  if (settings.max_ctas < 0) settings.max_ctas = config.nccl_max_ctas;
-  if (settings.net_name.empty()) settings.net_name = config.nccl_net_name;
-  if (settings.cta_policy.empty()) settings.cta_policy = config.nccl_cta_policy;
-  if (settings.ce_reduce_blocks < 0) settings.ce_reduce_blocks = config.ce_reduce_blocks;
-  if (settings.ce_copy_streams <= 0) settings.ce_copy_streams = config.ce_copy_streams;
-  return settings;
-}
-
 }  // namespace
 
 std::shared_ptr<Context> init(const InitOptions& options) {
@@ -125,7 +114,7 @@ std::shared_ptr<Context> init(const InitOptions& options) {
       .timeout = config.timeout,
       .flight = {.hang_warn = config.hang_warn, .dump_dir = config.flight_dir},
       .check_collectives = config.check_collectives,
-      .nccl = nccl_settings(config, options.nccl),
+      .nccl = nccl_settings_from(config, options.nccl),
   });
   return std::make_shared<ContextImpl>(std::move(world), std::move(hosts), std::move(store),
                                        std::move(comm), config.timeout);

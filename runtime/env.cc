@@ -94,4 +94,16 @@ std::string data_host(const Config& config, const WorldInfo& world) {
   return name;
 }
 
+NcclSettings nccl_settings_from(const Config& config, NcclSettings settings) {
+  if (settings.cga_cluster_size < 0) settings.cga_cluster_size = config.nccl_cga_cluster_size;
+  if (settings.min_ctas < 0) settings.min_ctas = config.nccl_min_ctas;
+  if (settings.max_ctas < 0) settings.max_ctas = config.nccl_max_ctas;
+  if (settings.net_name.empty()) settings.net_name = config.nccl_net_name;
+  if (settings.cta_policy.empty()) settings.cta_policy = config.nccl_cta_policy;
+  if (settings.ce_reduce_blocks < 0) settings.ce_reduce_blocks = config.ce_reduce_blocks;
+  if (settings.ce_copy_streams <= 0) settings.ce_copy_streams = config.ce_copy_streams;
+  settings.staged_copy_engines = settings.staged_copy_engines || config.ce_staged;
+  return settings;
+}
+
 }  // namespace rtd

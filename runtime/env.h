@@ -15,4 +15,7 @@ WorldInfo detect_world(const Config& config);
 // loopback when every rank is on this host, else this host's name.
 std::string data_host(const Config& config, const WorldInfo& world);
 
+// The NCCL settings the trainer left unset, filled from RTD_NCCL_* and RTD_CE_*.
+NcclSettings nccl_settings_from(const Config& config, NcclSettings settings = {});
+
 }  // namespace rtd

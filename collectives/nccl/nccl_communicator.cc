@@ -126,6 +126,15 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   state_->set_comm(data_comm);
   state_->destroy_other(init_comm);
   start_recorder();
+  if (options_.settings.staged_copy_engines && size_ > 1) {
+    staged_ = std::make_unique<StagedAllReduces>(
+        options_.device, [this](BufferView staging, ReduceOp op, std::string* why) {
+          auto store =
+              make_prefix_store("staged/" + std::to_string(persistent_seq_++), options_.store);
+          return std::unique_ptr<PersistentAllReduce>(
+              CopyEngineAllReduce::create(ce_setup({staging}, op, store.get()), why));
+        });
+  }
   log::get("nccl")->info("NCCL communicator of {} ranks ready on GPU {}", size_, options_.device);
 }
 
@@ -227,6 +236,15 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
 std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                    StreamRef stream) {
   validate::all_reduce(in, out, op, DeviceType::kCuda);
+  if (staged_ && !group_work_) {
+    if (StagedAllReduces::Slot* slot = staged_->slot_for(in, op)) {
+      return launch("all_reduce", record(describe::all_reduce(in, op)), stream,
+                    [&](cudaStream_t s) {
+                      StagedAllReduces::run(*slot, in, out, StreamRef{s});
+                      return ncclSuccess;
+                    });
+    }
+  }
   return launch("all_reduce", record(describe::all_reduce(in, op)), stream, [&](cudaStream_t s) {
     return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype), to_nccl(op),
                                      state_->comm(), s);

@@ -9,6 +9,7 @@
 #include "collectives/nccl/call_watchdog.h"
 #include "collectives/nccl/ce_peers.h"
 #include "collectives/nccl/comm_state.h"
+#include "collectives/nccl/staged_all_reduce.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/context.h"
 #include "rt_dist/store.h"
@@ -108,6 +109,8 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<cudaEvent_t> group_end_;
   std::shared_ptr<Work> group_work_;
   std::vector<std::uint64_t> group_calls_;  // the group's recorded collectives
+  // all_reduce by copy engines through staging buffers (settings.staged_copy_engines).
+  std::unique_ptr<StagedAllReduces> staged_;
 };
 
 }  // namespace rtd::nccl

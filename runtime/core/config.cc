@@ -205,6 +205,12 @@ Config Config::from_env(const EnvMap& env) {
   c.nccl_cta_policy = parse_string(env, "RTD_NCCL_CTA_POLICY", "");
   c.ce_reduce_blocks = parse_int(env, "RTD_CE_REDUCE_BLOCKS", 1).value_or(-1);
   c.ce_copy_streams = parse_int(env, "RTD_CE_COPY_STREAMS", 1).value_or(0);
+  const int staged = parse_int(env, "RTD_CE_STAGED", 0).value_or(0);
+  if (staged > 1) {
+    throw Error(ErrorCategory::kConfig,
+                "environment variable RTD_CE_STAGED=" + std::to_string(staged) + " must be 0 or 1");
+  }
+  c.ce_staged = staged == 1;
   if (!c.nccl_cta_policy.empty() && c.nccl_cta_policy != "default" &&
       c.nccl_cta_policy != "efficiency" && c.nccl_cta_policy != "zero") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_NCCL_CTA_POLICY='" +

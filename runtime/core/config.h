@@ -66,6 +66,7 @@ struct Config {
   std::string nccl_cta_policy;     // RTD_NCCL_CTA_POLICY: "", default, efficiency, zero
   int ce_reduce_blocks = -1;       // RTD_CE_REDUCE_BLOCKS
   int ce_copy_streams = 0;         // RTD_CE_COPY_STREAMS (0: unset, one stream)
+  bool ce_staged = false;          // RTD_CE_STAGED: all_reduce staged by copy engines
   std::string trace_dir;           // RTD_TRACE_DIR (empty: no trace)
   int trace_events = 200000;       // RTD_TRACE_EVENTS: the ring's size
 

@@ -1,4 +1,4 @@
-"""Every collective of the rtd backend against gloo's result, in one process
+"""Every collective of the rtd backend against gloo's (or, on GPUs, nccl's) result, in one process
 group each, for every dtype and reduction (run under dtrun, 2 or more ranks):
     dtrun --nproc-per-node=N python tests/torch/collectives.py [cpu|cuda]
 Prints "collectives: N checks passed" on rank 0; raises on the first mismatch.
@@ -17,7 +17,8 @@ if device == "cuda":
 dist.init_process_group("rtd")
 rank, n = dist.get_rank(), dist.get_world_size()
 rtd = dist.group.WORLD
-gloo = dist.new_group(backend="gloo")
+# The reference: gloo on CPU, nccl on GPUs.
+reference = dist.new_group(backend="nccl" if device == "cuda" else "gloo")
 checks = 0
 
 DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64, torch.bfloat16, torch.float16]
@@ -32,7 +33,7 @@ def same(what, ours, theirs):
     global checks
     ours, theirs = ours.cpu(), theirs.cpu()
     if ours.dtype != theirs.dtype or ours.shape != theirs.shape or not torch.equal(ours, theirs):
-        raise AssertionError(f"rank {rank}: {what}: rtd {ours.tolist()} != gloo {theirs.tolist()}")
+        raise AssertionError(f"rank {rank}: {what}: rtd {ours.tolist()} != reference {theirs.tolist()}")
     checks += 1
 
 
@@ -43,8 +44,8 @@ def values(dtype, count, salt=0):
 
 
 def both(fn):
-    """Runs fn(group) on rtd and on gloo, with tensors made fresh for each."""
-    return fn(rtd), fn(gloo)
+    """Runs fn(group) on rtd and on the reference, with tensors made fresh for each."""
+    return fn(rtd), fn(reference)
 
 
 for dtype in DTYPES:
@@ -54,7 +55,7 @@ for dtype in DTYPES:
             continue
         def reduce(group, op=op):
             t = on(values(dtype, 37))
-            if group is gloo and op == R.AVG:  # gloo has no AVG
+            if group is reference and device == "cpu" and op == R.AVG:  # gloo has no AVG
                 t = t.to(torch.float64)
                 dist.all_reduce(t, op=R.SUM, group=group)
                 return (t / n).to(dtype)
@@ -92,9 +93,9 @@ for dtype in DTYPES:
             dist.reduce_scatter_tensor(out, on(values(dtype, 4 * n)), op=op, group=group)
             return out
         if device == "cpu":  # gloo has no reduce_scatter_tensor: the expected slice
-            full = values(dtype, 4 * n)
+            full = on(values(dtype, 4 * n))
             t = full.clone()
-            dist.all_reduce(t, op=op, group=gloo)
+            dist.all_reduce(t, op=op, group=reference)
             same(f"reduce_scatter_tensor {name} {op}", rs(rtd), t[rank * 4:(rank + 1) * 4])
         else:
             same(f"reduce_scatter_tensor {name} {op}", *both(rs))
@@ -125,27 +126,51 @@ for dtype in DTYPES:
         return t
     same(f"send/recv {name}", *both(p2p))
 
+# Large enough for the copy-engine path on GPUs (from 1 MiB), in place and
+# out of place (a view into a larger tensor), sum and average.
+for dtype in (torch.float32, torch.bfloat16):
+    for op in (R.SUM, R.AVG):
+        big = on(values(dtype, (1 << 20) + 3, salt=1))
+        big_ref = big.clone()
+        dist.all_reduce(big, op=op)
+        if device == "cpu" and op == R.AVG:
+            dist.all_reduce(big_ref, op=R.SUM, group=reference)
+            big_ref = (big_ref.double() / n).to(dtype)
+        else:
+            dist.all_reduce(big_ref, op=op, group=reference)
+        torch.testing.assert_close(big.cpu().double(), big_ref.cpu().double(), rtol=1e-2,
+                                   atol=1e-2)
+        checks += 1
+holder = on(torch.zeros(3 << 20))
+part = holder[1 << 20:(1 << 20) + (1 << 19)]
+part.copy_(on(values(torch.float32, 1 << 19)))
+dist.all_reduce(part)
+ref = on(values(torch.float32, 1 << 19))
+dist.all_reduce(ref, group=reference)
+same("all_reduce of a view", part, on(ref))
+same("all_reduce leaves the rest", holder[:1 << 20], on(torch.zeros(1 << 20)))
+
 # Coalesced forms, straight on the process group (as FSDP2 and DDP reach them).
 ts = [on(values(torch.float32, k)) for k in (3, 5, 8)]
 work = rtd.allreduce_coalesced(ts, dist.AllreduceCoalescedOptions())
 work.wait()
 for k, t in zip((3, 5, 8), ts):
-    ref = values(torch.float32, k)
-    dist.all_reduce(ref, group=gloo)
+    ref = on(values(torch.float32, k))
+    dist.all_reduce(ref, group=reference)
     same(f"allreduce_coalesced x{k}", t, on(ref))
 outs = [on(torch.zeros(k * n)) for k in (2, 4)]
 ins = [on(values(torch.float32, k)) for k in (2, 4)]
 rtd.allgather_into_tensor_coalesced(outs, ins).wait()
 for k, o, i in zip((2, 4), outs, ins):
-    ref = torch.zeros(k * n)
-    dist.all_gather_into_tensor(ref, i.cpu(), group=gloo)
+    ref = on(torch.zeros(k * n))
+    dist.all_gather_into_tensor(ref, i.clone(), group=reference)
     same(f"allgather_into_tensor_coalesced x{k}", o, ref)
 outs = [on(torch.zeros(k)) for k in (2, 3)]
 ins = [on(values(torch.float32, k * n)) for k in (2, 3)]
 rtd.reduce_scatter_tensor_coalesced(outs, ins, dist.ReduceScatterOptions()).wait()
 for k, o, i in zip((2, 3), outs, ins):
-    ref = i.cpu().clone()
-    dist.all_reduce(ref, group=gloo)
+    ref = i.clone()
+    dist.all_reduce(ref, group=reference)
     same(f"reduce_scatter_tensor_coalesced x{k}", o, ref[rank * k:(rank + 1) * k])
 
 # Any dtype moves where nothing is added: bool and uint8 broadcast.
@@ -174,8 +199,8 @@ if rank % 2 == 0:
     same("sub-group all_reduce", t, on(torch.tensor([float(sum(range(0, n, 2)))])))
 t = on(values(torch.float32, 4))
 dist.reduce(t, dst=0)
-ref = values(torch.float32, 4)
-dist.all_reduce(ref, group=gloo)
+ref = on(values(torch.float32, 4))
+dist.all_reduce(ref, group=reference)
 if rank == 0:
     same("reduce", t, on(ref))
 else:

@@ -303,6 +303,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
         self._comms = {}
         self._stash = deque()  # CUDA work not yet seen done, with its tensors
         self._futures = None
+        self.calls = 0  # operations launched (for tests)
         self._lock = threading.Lock()
         _LIVE.add(self)
 
@@ -316,6 +317,22 @@ class ProcessGroupRTD(dist.ProcessGroup):
 
     def name(self):
         return "rtd"
+
+    # The name torch gives the group (C++ keeps it in a backend, which a
+    # Python process group does not have).
+    def _set_group_name(self, name):
+        self._group_name = name
+
+    @property
+    def group_name(self):
+        return getattr(self, "_group_name", "")
+
+    def _set_group_desc(self, desc):
+        self._group_desc = desc
+
+    @property
+    def group_desc(self):
+        return getattr(self, "_group_desc", "")
 
     def shutdown(self):
         self._close()
@@ -367,6 +384,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
             raise ValueError(f"rtd {what}: every tensor must be on one device")
         comm = self._comm(device)
         handle = call(comm, comm.stream())
+        self.calls += 1
         if not handle:
             raise self._error(what, _capi().last_error())
         work = _Work(self, comm, handle, what, tensors, result, after)

@@ -1,0 +1,156 @@
+"""PyTorch's own DDP and FSDP2 on the nccl and the rtd backend, in one process
+and one call, on the reference MLP of torch_anchor.py (same H, L, B):
+    dtrun --nproc-per-node=2 python bench/torch_backend.py
+Each configuration runs on a nccl group and on an rtd group in turn (so both
+see the same GPUs, clocks and neighbours); prints step times, scaling
+efficiency against one GPU, peak memory, all_reduce busbw (fp32, 16 MB to
+1 GB) and the cost of a 4-byte all_reduce, and writes JSON to $BENCH_JSON.
+Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), STEPS.
+"""
+
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import rt_dist.torch  # noqa: F401
+
+
+def log(*a):
+    if dist.get_rank() == 0:
+        print(*a, flush=True)
+
+
+def main():
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dev = torch.device("cuda")
+    dist.init_process_group("nccl", device_id=dev)
+    n = dist.get_world_size()
+    log("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "world", n)
+    groups = {}
+    for name in os.environ.get("BACKENDS", "nccl rtd rtd_nocopy").split():
+        if name == "nccl":
+            groups[name] = dist.new_group(backend="nccl")
+        else:
+            os.environ["RTD_TORCH_COPY_ENGINES"] = "0" if name == "rtd_nocopy" else "1"
+            groups[name] = dist.new_group(backend="rtd")
+    res = {"world": n, "torch": torch.__version__}
+
+    # all_reduce busbw, fp32, and the cost of the smallest call.
+    for mb in (16, 64, 256, 1024):
+        x = torch.randn(mb * (1 << 20) // 4, device=dev)
+        for name, g in groups.items():
+            for _ in range(5):
+                dist.all_reduce(x, group=g)
+            torch.cuda.synchronize()
+            s, e = torch.cuda.Event(True), torch.cuda.Event(True)
+            it = 20
+            s.record()
+            for _ in range(it):
+                dist.all_reduce(x, group=g)
+            e.record()
+            torch.cuda.synchronize()
+            t = s.elapsed_time(e) / 1e3 / it
+            bus = mb * (1 << 20) / t / 1e9 * 2 * (n - 1) / n
+            log(f"allreduce {name} fp32 {mb}MB {t * 1e3:.3f} ms busbw {bus:.1f} GB/s")
+            res[f"allreduce_busbw_{name}_{mb}MB"] = bus
+        del x
+    tiny = torch.ones(1, device=dev)
+    for name, g in groups.items():
+        for _ in range(100):
+            dist.all_reduce(tiny, group=g)
+        torch.cuda.synchronize()
+        it = 2000
+        t0 = time.perf_counter()
+        for _ in range(it):
+            dist.all_reduce(tiny, group=g)
+        host = (time.perf_counter() - t0) / it
+        torch.cuda.synchronize()
+        total = (time.perf_counter() - t0) / it
+        log(f"allreduce {name} 4B: {total * 1e6:.1f} us per call, {host * 1e6:.1f} us of host time "
+            "to issue it")
+        res[f"allreduce_4B_us_{name}"] = total * 1e6
+        res[f"allreduce_4B_issue_us_{name}"] = host * 1e6
+
+    H = int(os.environ.get("H", "8192"))
+    L = int(os.environ.get("L", "8"))
+    B = int(os.environ.get("B", "8192"))
+    steps = int(os.environ.get("STEPS", "15"))
+
+    def mk():
+        torch.manual_seed(0)
+        return nn.Sequential(*[m for _ in range(L) for m in (nn.Linear(H, H, bias=False),
+                                                             nn.GELU())]).to(dev)
+
+    def bench(model, opt, warm=5):
+        x = torch.randn(B, H, device=dev)
+        for i in range(warm + steps):
+            if i == warm:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = model(x)
+                loss = y.float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / steps
+
+    def run(tag, make):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        m = make()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
+        t = bench(m, opt)
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        del m, opt
+        return t, peak
+
+    t1, p1 = run("single", mk)
+    log(f"model params {L * H * H / 1e6:.0f}M tokens/step/rank {B}")
+    log(f"single-GPU step {t1 * 1e3:.2f} ms peak {p1:.2f} GiB")
+    res.update(single_ms=t1 * 1e3, single_gib=p1)
+
+    def ddp(g):
+        return DDP(mk(), device_ids=[torch.cuda.current_device()], process_group=g,
+                   bucket_cap_mb=25, gradient_as_bucket_view=True)
+
+    def fsdp(g, reshard, reduce_dtype):
+        def make():
+            m = mk()
+            mesh = DeviceMesh.from_group(g, "cuda")
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+            for layer in m:
+                if isinstance(layer, nn.Linear):
+                    fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+            fully_shard(m, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+            return m
+        return make
+
+    configs = [
+        ("ddp", lambda g: (lambda: ddp(g))),
+        ("fsdp2", lambda g: fsdp(g, True, torch.float32)),
+        ("fsdp2_noreshard_bf16", lambda g: fsdp(g, False, torch.bfloat16)),
+    ]
+    for tag, maker in configs:
+        for name, g in groups.items():
+            t, p = run(f"{tag}_{name}", maker(g))
+            log(f"{tag} {name} step {t * 1e3:.2f} ms peak {p:.2f} GiB  eff {t1 / t:.3f}")
+            res[f"{tag}_{name}_ms"] = t * 1e3
+            res[f"{tag}_{name}_gib"] = p
+            res[f"{tag}_{name}_eff"] = t1 / t
+    if dist.get_rank() == 0 and os.environ.get("BENCH_JSON"):
+        with open(os.environ["BENCH_JSON"], "w") as f:
+            json.dump(res, f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

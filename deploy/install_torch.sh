@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs PyTorch for the tests of the rtd backend (tests/torch) into a venv
+# of its own, from the Python package index:
+#   deploy/install_torch.sh [VENV]     (default /opt/rt_dist/torch-venv)
+# The version is the GPU machine's (docs/torch.md): torch 2.11.0. About 4.6 GB
+# and a minute or two; does nothing when that venv already has it.
+set -euo pipefail
+venv=${1:-${RTD_TORCH_VENV:-/opt/rt_dist/torch-venv}}
+version=2.11.0
+
+if [ -x "$venv/bin/python" ] &&
+   [ "$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)" = "$version" ]; then
+  echo "install_torch: torch $version present in $venv"
+  exit 0
+fi
+echo "install_torch: installing torch $version into $venv"
+/usr/bin/python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check "torch==$version" numpy
+"$venv/bin/python" -c 'import torch; print("install_torch: torch", torch.__version__)'

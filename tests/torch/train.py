@@ -1,0 +1,105 @@
+"""PyTorch's own DDP and FSDP2 trained on the rtd backend and on gloo (or
+nccl) in one process, from the same start on the same data: the parameters
+must agree at the end (run under dtrun, 2 or more ranks):
+    dtrun --nproc-per-node=N python tests/torch/train.py [cpu|cuda] [steps]
+DDP: no_sync() gradient accumulation and a comm hook (bf16 compression);
+FSDP2: fully_shard per layer, with a MixedPrecisionPolicy.
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import rt_dist.torch  # noqa: F401
+
+device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+if device == "cuda":
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    # Same arithmetic on both backends: no TF32.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+dist.init_process_group("rtd")
+rank, n = dist.get_rank(), dist.get_world_size()
+reference = dist.new_group(backend="nccl" if device == "cuda" else "gloo")
+H = 64
+
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(H, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(),
+                         nn.Linear(H, 8)).to(device)
+
+
+def batch(step, micro=0):
+    g = torch.Generator().manual_seed(1000 * step + 10 * micro + rank)
+    x = torch.randn(16, H, generator=g)
+    y = torch.randn(16, 8, generator=g)
+    return x.to(device), y.to(device)
+
+
+def train_ddp(group, hook):
+    m = DDP(model(), process_group=group, bucket_cap_mb=0.01, gradient_as_bucket_view=True)
+    if hook:
+        m.register_comm_hook(group, default_hooks.bf16_compress_hook)
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    for step in range(steps):
+        with m.no_sync():  # accumulate the first micro-batch locally
+            x, y = batch(step, 0)
+            nn.functional.mse_loss(m(x), y).backward()
+        x, y = batch(step, 1)
+        nn.functional.mse_loss(m(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return torch.cat([p.detach().reshape(-1) for p in m.module.parameters()])
+
+
+def train_fsdp(group, mixed):
+    m = model()
+    mesh = DeviceMesh.from_group(group, device)
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if mixed else MixedPrecisionPolicy()
+    for layer in m:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(m, mesh=mesh, mp_policy=policy)
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    for step in range(steps):
+        x, y = batch(step)
+        nn.functional.mse_loss(m(x).float(), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return torch.cat([p.full_tensor().detach().reshape(-1) for p in m.parameters()])
+
+
+results = []
+for name, run in (("DDP", lambda g: train_ddp(g, False)),
+                  ("DDP with no_sync and a bf16 comm hook", lambda g: train_ddp(g, True)),
+                  ("FSDP2", lambda g: train_fsdp(g, False)),
+                  ("FSDP2 bf16 params, fp32 reduce", lambda g: train_fsdp(g, True))):
+    before = dist.group.WORLD.calls
+    ours = run(dist.group.WORLD)
+    if dist.group.WORLD.calls == before:
+        raise AssertionError(f"{name}: no collective went through rtd")
+    theirs = run(reference)
+    start = model()
+    moved = sum((p.detach().reshape(-1) - q).abs().sum().item() for p, q in zip(
+        start.parameters(), torch.split(ours, [p.numel() for p in start.parameters()])))
+    if moved == 0:
+        raise AssertionError(f"{name}: the parameters did not change")
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6,
+                               msg=lambda m: f"rank {rank}: {name}: rtd and reference differ: {m}")
+    results.append(f"{name}: same parameters as the reference ({ours.numel()} values)")
+dist.barrier()
+if rank == 0:
+    for line in results:
+        print("train: " + line, flush=True)
+    print(f"train: all agree after {steps} steps on {n} ranks ({device})", flush=True)
+dist.destroy_process_group()
