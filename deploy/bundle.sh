@@ -17,6 +17,10 @@ mkdir -p "$out/bin" "$out/lib"
 cmake --install "$build" --prefix "$out/stage" >/dev/null
 cp -a "$out/stage/bin/." "$out/bin/"
 cp -a "$out/stage/lib/"librt_dist.so* "$out/lib/"
+# The rt_dist Python package (the rtd backend of torch.distributed): dtrun
+# finds it at ../lib/rt_dist/python, and it finds librt_dist three folders up.
+[ -d "$out/stage/lib/rt_dist/python" ] && mkdir -p "$out/lib/rt_dist" &&
+  cp -a "$out/stage/lib/rt_dist/python" "$out/lib/rt_dist/"
 mkdir -p "$out/include" && cp -a "$out/stage/include/." "$out/include/"
 rm -rf "$out/stage"
 if [ "$with_tests" = --with-tests ]; then

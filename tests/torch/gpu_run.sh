@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# On the GPU machine (2 GPUs): the rtd backend's GPU tests, then its benchmark
+# against nccl and against our C++ collective_bench, from a bundle
+# (deploy/bundle.sh) holding dtrun, collective_bench and lib/rt_dist/python:
+#   tests/torch/gpu_run.sh BUNDLE OUT [PYTHON]
+# Logs and JSON go to OUT; a line "== NAME: exit RC" per step.
+set -u
+b=$(cd "$1" && pwd) out=$2 py=${3:-python3}
+here=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$out"
+export RTD_REQUIRE_GPU=1 RTD_TORCH_GPUS=2 NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+step() {  # name, seconds, command...
+  local name=$1 limit=$2; shift 2
+  local start=$(date +%s)
+  timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1
+  echo "== $name: exit $? in $(( $(date +%s) - start )) s"
+}
+run=("$here/tests/torch/run.sh" "$py" "$b/bin/dtrun" "$b/lib/rt_dist/python")
+step test_collectives 90 "${run[@]}" dtrun 2 collectives.py cuda
+step test_stream_order 60 "${run[@]}" dtrun 2 stream_order.py
+step test_train 90 "${run[@]}" dtrun 2 train.py cuda 20
+grep -hE "checks passed|stream order|train:|FAILED|Error" "$out"/test_*.log | head -20
+dt=("$b/bin/dtrun" --nproc-per-node=2 --env RTD_LOG=warn)
+step bench_torch 200 env BENCH_JSON="$out/bench_torch.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"
+grep -E "allreduce|step" "$out/bench_torch.log" | sed 's/^\[rank 0\]: //' | head -40
+for staged in 0 1; do
+  step bench_cpp_staged$staged 60 "${dt[@]}" --env RTD_CE_STAGED=$staged "$b/bin/collective_bench" \
+    --mode ours --ops all_reduce --dtypes float32 --min-bytes 4 --max-bytes 1G --factor 4 \
+    --json "$out/bench_cpp_staged$staged.json"
+  grep -E "^\[rank 0\]: +[0-9]" "$out/bench_cpp_staged$staged.log" | head -20
+done
+step bench_torch_deep 150 env H=2048 L=48 BACKENDS="nccl rtd" STEPS=10 \
+  BENCH_JSON="$out/bench_torch_deep.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"
+grep -E "step" "$out/bench_torch_deep.log" | sed 's/^\[rank 0\]: //' | head -20
