@@ -28,8 +28,9 @@ def log(*a):
 
 
 def main():
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dev = torch.device("cuda")
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
     dist.init_process_group("nccl", device_id=dev)
     n = dist.get_world_size()
     log("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "world", n)

@@ -20,6 +20,9 @@ expect = float(n * (n + 1) // 2)
 
 for count in (1024, 4 << 20):  # the plain path and, from 1 MiB, the copy-engine one
     t = torch.zeros(count, device="cuda")
+    # A size's first call sets its path up (collective; it may wait for the GPU).
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
     torch.cuda._sleep(2_000_000_000)  # about a second of spinning on the current stream
     t.fill_(rank + 1.0)  # written only after the spin
     work = dist.all_reduce(t, async_op=True)
