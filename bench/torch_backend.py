@@ -31,7 +31,7 @@ def main():
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
-    dist.init_process_group("nccl", device_id=dev)
+    dist.init_process_group("nccl")
     n = dist.get_world_size()
     log("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "world", n)
     groups = {}

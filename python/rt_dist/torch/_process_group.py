@@ -291,6 +291,15 @@ def _carried(t, what):
                     "(rt_dist moves float32, float64, int32, int64, bfloat16 and float16)")
 
 
+class _BackendInfo:
+    """What torch reads of a group's per-device backend."""
+
+    supports_splitting = False
+
+    def name(self):
+        return "rtd"
+
+
 class ProcessGroupRTD(dist.ProcessGroup):
     """torch.distributed's ProcessGroup over librt_dist (backend name "rtd")."""
 
@@ -333,6 +342,11 @@ class ProcessGroupRTD(dist.ProcessGroup):
     @property
     def group_desc(self):
         return getattr(self, "_group_desc", "")
+
+    def _get_backend(self, device):
+        # torch asks a group made with device_id whether its backend splits
+        # communicators (ncclCommSplit); this one makes each afresh.
+        return _BackendInfo()
 
     def shutdown(self):
         self._close()
