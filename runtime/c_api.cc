@@ -213,6 +213,10 @@ void rtd_comm_abort(rtd_comm* comm) {
   });
 }
 
+void* rtd_comm_stream(rtd_comm* comm) {
+  return guarded<void*>(nullptr, [&] { return checked(comm).comm->stream().cuda_stream; });
+}
+
 rtd_work* rtd_all_reduce(rtd_comm* comm, void* in, void* out, int64_t count, int dtype, int op,
                          int device, void* stream) {
   return guarded<rtd_work*>(nullptr, [&] {

@@ -65,8 +65,9 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<PersistentShardCollective> persistent_reduce_scatter(
       std::vector<BufferView> sources, ReduceOp op, PersistentOptions options) override;
 
-  // The communicator's own stream (for tests and benchmarks).
-  cudaStream_t stream() const { return stream_; }
+  // The communicator's own stream: every operation reads and writes the
+  // caller's buffers there (the staged copy-engine all-reduce included).
+  StreamRef stream() const override { return StreamRef{stream_}; }
   // Operations launched and not yet seen complete (for tests).
   std::size_t in_flight() const { return state_->in_flight(); }
 

@@ -99,6 +99,7 @@ def _declare(lib):
                                 i, ctypes.c_char_p, i64, i]),
         "rtd_comm_destroy": (None, [c]),
         "rtd_comm_abort": (None, [c]),
+        "rtd_comm_stream": (_p, [c]),
         "rtd_all_reduce": (w, [c, _p, _p, i64, i, i, i, _p]),
         "rtd_broadcast": (w, [c, _p, i64, i, i, i, _p]),
         "rtd_all_gather": (w, [c, _p, _p, i64, i, i, _p]),

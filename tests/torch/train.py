@@ -80,10 +80,14 @@ def train_fsdp(group, mixed):
 
 
 results = []
-for name, run in (("DDP", lambda g: train_ddp(g, False)),
-                  ("DDP with no_sync and a bf16 comm hook", lambda g: train_ddp(g, True)),
-                  ("FSDP2", lambda g: train_fsdp(g, False)),
-                  ("FSDP2 bf16 params, fp32 reduce", lambda g: train_fsdp(g, True))):
+# Tolerances: fp32 reductions may add in another order (1e-5); bf16 ones
+# (the compression hook) round each partial sum, so the order shows at bf16's
+# precision (a few 1e-3 of a gradient; after 20 steps about 1e-4 of a weight).
+for name, run, rtol, atol in (
+        ("DDP", lambda g: train_ddp(g, False), 1e-5, 1e-6),
+        ("DDP with no_sync and a bf16 comm hook", lambda g: train_ddp(g, True), 1e-2, 5e-4),
+        ("FSDP2", lambda g: train_fsdp(g, False), 1e-5, 1e-6),
+        ("FSDP2 bf16 params, fp32 reduce", lambda g: train_fsdp(g, True), 1e-5, 1e-6)):
     before = dist.group.WORLD.calls
     ours = run(dist.group.WORLD)
     if dist.group.WORLD.calls == before:
@@ -94,9 +98,11 @@ for name, run in (("DDP", lambda g: train_ddp(g, False)),
         start.parameters(), torch.split(ours, [p.numel() for p in start.parameters()])))
     if moved == 0:
         raise AssertionError(f"{name}: the parameters did not change")
-    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6,
+    torch.testing.assert_close(ours, theirs, rtol=rtol, atol=atol,
                                msg=lambda m: f"rank {rank}: {name}: rtd and reference differ: {m}")
-    results.append(f"{name}: same parameters as the reference ({ours.numel()} values)")
+    diff = (ours - theirs).abs().max().item()
+    results.append(f"{name}: same parameters as the reference ({ours.numel()} values, "
+                   f"largest difference {diff:.1e})")
 dist.barrier()
 if rank == 0:
     for line in results:

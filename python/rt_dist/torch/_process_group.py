@@ -132,9 +132,19 @@ class _Comm:
             raise pg._error("init", c.last_error())
         self.handle = handle
         self.side = torch.cuda.Stream(device) if self.cuda else None
-
-    def stream(self):
-        return torch.cuda.current_stream(self.device).cuda_stream if self.cuda else None
+        # Where the communicator reads and writes tensors: their blocks are
+        # recorded there, so the caching allocator reuses none of them while
+        # an operation still runs (as ProcessGroupNCCL does).
+        self.comm_stream = torch.cuda.ExternalStream(self.lib.rtd_comm_stream(handle),
+                                                     device=device) if self.cuda else None
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if not self.cuda:
+            self.stream = lambda: None
+        elif raw is not None:
+            index = self.device
+            self.stream = lambda: raw(index)
+        else:
+            self.stream = lambda: torch.cuda.current_stream(device).cuda_stream
 
     def close(self):
         if self.handle:
@@ -310,7 +320,6 @@ class ProcessGroupRTD(dist.ProcessGroup):
         self._copy_engines = _flag("RTD_TORCH_COPY_ENGINES", "1")
         self._label = f"rtd group of {size}"
         self._comms = {}
-        self._stash = deque()  # CUDA work not yet seen done, with its tensors
         self._futures = None
         self.calls = 0  # operations launched (for tests)
         self._lock = threading.Lock()
@@ -359,7 +368,6 @@ class ProcessGroupRTD(dist.ProcessGroup):
     def _close(self):
         with self._lock:
             comms, self._comms = list(self._comms.values()), {}
-            self._stash.clear()
         for comm in comms:
             comm.close()
 
@@ -379,7 +387,9 @@ class ProcessGroupRTD(dist.ProcessGroup):
         return self._futures
 
     def _comm(self, device):
-        key = "cuda" if device.type == "cuda" else "cpu"
+        key = device.type
+        if key not in ("cpu", "cuda"):
+            raise ValueError(f"rtd: tensors on {key} are not supported (cpu, cuda)")
         comm = self._comms.get(key)
         if comm is None:
             comm = _Comm(self, device)
@@ -401,29 +411,38 @@ class ProcessGroupRTD(dist.ProcessGroup):
         self.calls += 1
         if not handle:
             raise self._error(what, _capi().last_error())
-        work = _Work(self, comm, handle, what, tensors, result, after)
         if comm.cuda:
-            self._keep(work)
-        return work
-
-    def _keep(self, work):
-        stash = self._stash
-        while stash and stash[0].is_completed():
-            stash.popleft()
-        stash.append(work)
+            for t in tensors:
+                t.record_stream(comm.comm_stream)
+        return _Work(self, comm, handle, what, tensors, result, after)
 
     # -- collectives --------------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
-        op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
         if len(tensors) != 1:
             return self.allreduce_coalesced(tensors, opts)
+        op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "allreduce")
         t = tensors[0]
-        dt = _dtype(t, "allreduce")
-        return self._launch("allreduce", [t], [t], lambda c, s: c.lib.rtd_all_reduce(
-            c.handle, t.data_ptr(), t.data_ptr(), t.numel(), dt, op, c.device, s))
+        dt = _DTYPES.get(t.dtype)
+        if dt is None or not t.is_contiguous():
+            dt = _dtype(t, "allreduce")
+            _check_tensor(t, "allreduce")
+        comm = self._comms.get(t.device.type)
+        if comm is None or (comm.cuda and t.device.index != comm.device):
+            return self._launch("allreduce", [t], [t], lambda c, s: c.lib.rtd_all_reduce(
+                c.handle, t.data_ptr(), t.data_ptr(), t.numel(), dt, op, c.device, s))
+        # The common case, kept short: one contiguous tensor on a known device.
+        ptr = t.data_ptr()
+        handle = comm.lib.rtd_all_reduce(comm.handle, ptr, ptr, t.numel(), dt, op, comm.device,
+                                         comm.stream())
+        self.calls += 1
+        if not handle:
+            raise self._error("allreduce", _capi().last_error())
+        if comm.cuda:
+            t.record_stream(comm.comm_stream)
+        return _Work(self, comm, handle, "allreduce", [t], tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,

@@ -66,6 +66,9 @@ rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const c
 /* Fails every outstanding operation (not collective), then frees. */
 void rtd_comm_destroy(rtd_comm* comm);
 void rtd_comm_abort(rtd_comm* comm);
+/* The CUDA stream on which its operations read and write the caller's
+ * buffers (NULL for Gloo): see Communicator::stream(). */
+void* rtd_comm_stream(rtd_comm* comm);
 
 rtd_work* rtd_all_reduce(rtd_comm* comm, void* in, void* out, int64_t count, int dtype, int op,
                          int device, void* stream);

@@ -108,6 +108,12 @@ class Communicator {
   // Fails every outstanding and later operation, in bounded time. Not collective.
   virtual void abort() = 0;
 
+  // The stream on which this communicator's GPU operations read and write the
+  // caller's buffers ({} for CPU backends): a caller whose memory allocator
+  // reuses freed blocks per stream records their use there (torch's
+  // Tensor.record_stream), so that no block is reused while an operation runs.
+  virtual StreamRef stream() const { return {}; }
+
   // Device memory the backend moves data to and from directly: on NCCL,
   // allocated with ncclMemAlloc and registered with this communicator
   // (ncclCommRegister), so that transfers between the GPUs of one host skip

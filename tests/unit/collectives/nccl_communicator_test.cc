@@ -216,7 +216,7 @@ TEST_F(NcclWithFakes, InitThatNeverFinishesAbortsAndTimesOut) {
 
 TEST_F(NcclWithFakes, CollectiveIsOrderedAfterTheCallersStreamOnItsOwnStream) {
   auto comm = make();
-  std::string comm_stream = testing_util::handle_name(comm->stream(), 's');
+  std::string comm_stream = testing_util::handle_name(comm->stream().cuda_stream, 's');
   log_.clear();
   auto caller = reinterpret_cast<cudaStream_t>(0x99);
   auto work = base(*comm).all_reduce(device_view(10), ReduceOp::kSum, StreamRef{caller});
