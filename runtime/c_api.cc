@@ -200,8 +200,7 @@ rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const c
 
 void rtd_comm_destroy(rtd_comm* comm) {
   guarded<int>(0, [&] {
-    if (comm && comm->comm) comm->comm->abort();
-    delete comm;
+    delete comm;  // the communicator's destructor bounds its own wait
     return 0;
   });
 }

@@ -132,11 +132,13 @@ class _Comm:
             raise pg._error("init", c.last_error())
         self.handle = handle
         self.side = torch.cuda.Stream(device) if self.cuda else None
-        # Where the communicator reads and writes tensors: their blocks are
-        # recorded there, so the caching allocator reuses none of them while
-        # an operation still runs (as ProcessGroupNCCL does).
-        self.comm_stream = torch.cuda.ExternalStream(self.lib.rtd_comm_stream(handle),
-                                                     device=device) if self.cuda else None
+        # The tensors an operation uses are recorded on a stream of torch's
+        # that waits for each operation: the caching allocator then reuses
+        # none of their blocks while it runs (as under ProcessGroupNCCL), and
+        # the stream, being torch's, outlives every tensor recorded on it
+        # (the communicator's own is destroyed with it).
+        self.track = torch.cuda.Stream(device) if self.cuda else None
+        self.track_handle = self.track.cuda_stream if self.cuda else None
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         if not self.cuda:
             self.stream = lambda: None
@@ -145,6 +147,11 @@ class _Comm:
             self.stream = lambda: raw(index)
         else:
             self.stream = lambda: torch.cuda.current_stream(device).cuda_stream
+
+    def track_use(self, work, tensors):
+        self.lib.rtd_work_wait_stream(work, self.track_handle)
+        for t in tensors:
+            t.record_stream(self.track)
 
     def close(self):
         if self.handle:
@@ -412,8 +419,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
         if not handle:
             raise self._error(what, _capi().last_error())
         if comm.cuda:
-            for t in tensors:
-                t.record_stream(comm.comm_stream)
+            comm.track_use(handle, tensors)
         return _Work(self, comm, handle, what, tensors, result, after)
 
     # -- collectives --------------------------------------------------------------
@@ -441,7 +447,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
         if not handle:
             raise self._error("allreduce", _capi().last_error())
         if comm.cuda:
-            t.record_stream(comm.comm_stream)
+            comm.track_use(handle, tensors)
         return _Work(self, comm, handle, "allreduce", [t], tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):

@@ -63,7 +63,7 @@ typedef struct rtd_work rtd_work;
 rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const char* name, int rank,
                           int size, int device, const char* host, int64_t timeout_ms,
                           int copy_engines);
-/* Fails every outstanding operation (not collective), then frees. */
+/* Frees it (NCCL: finishes or, past the timeout, aborts what is queued). */
 void rtd_comm_destroy(rtd_comm* comm);
 void rtd_comm_abort(rtd_comm* comm);
 /* The CUDA stream on which its operations read and write the caller's
