@@ -486,12 +486,14 @@ class ProcessGroupRTD(dist.ProcessGroup):
                              f"not {self.size()} x {input.numel()}")
         if output.dtype != input.dtype:
             raise TypeError("rtd all_gather_into_tensor: input and output dtypes differ")
-        vi, dt = _carried(input, "all_gather_into_tensor")
-        vo, _ = _carried(output, "all_gather_into_tensor")
-        return self._launch("all_gather_into_tensor", [output, input], output,
-                            lambda c, s: c.lib.rtd_all_gather(
-                                c.handle, vi.data_ptr(), vo.data_ptr(), vi.numel(), dt,
-                                c.device, s))
+        return self._move("all_gather_into_tensor", output, input, "rtd_all_gather")
+
+    def _move(self, what, output, input, c_call):
+        """A collective that moves input's bytes into output (any dtype they carry)."""
+        vi, dt = _carried(input, what)
+        vo, _ = _carried(output, what)
+        return self._launch(what, [output, input], output, lambda c, s: getattr(c.lib, c_call)(
+            c.handle, vi.data_ptr(), vo.data_ptr(), vi.numel(), dt, c.device, s))
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         ops = []
@@ -578,12 +580,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
             if input.numel() % n or output.numel() != input.numel():
                 raise ValueError(f"rtd all_to_all_single: {input.numel()} elements do not "
                                  f"split evenly over {n} ranks")
-            vi, dt = _carried(input, "all_to_all_single")
-            vo, _ = _carried(output, "all_to_all_single")
-            return self._launch("all_to_all_single", [output, input], output,
-                                lambda c, s: c.lib.rtd_all_to_all(
-                                    c.handle, vi.data_ptr(), vo.data_ptr(), vi.numel(), dt,
-                                    c.device, s))
+            return self._move("all_to_all_single", output, input, "rtd_all_to_all")
         ins = self._split(input, input_split_sizes, "input")
         outs = self._split(output, output_split_sizes, "output")
         return self._exchange("all_to_all_single", ins, outs, [output, input], output)

@@ -1,0 +1,141 @@
+// The C interface (rt_dist/c_api.h) as a ctypes caller uses it: a Gloo
+// communicator over store callbacks, collectives on raw pointers, groups,
+// and failures reported through rtd_last_error, never thrown.
+#include "rt_dist/c_api.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rt_dist/store.h"
+
+namespace rtd {
+namespace {
+
+// The callbacks over one in-memory store that every rank's thread shares.
+struct Callbacks {
+  std::shared_ptr<Store> store = make_memory_store();
+  rtd_store_ops ops{};
+  Callbacks() {
+    ops.self = this;
+    ops.set = [](void* self, const char* key, const void* value, size_t len) {
+      static_cast<Callbacks*>(self)->store->set(key,
+                                                std::string(static_cast<const char*>(value), len));
+      return 0;
+    };
+    ops.get = [](void* self, const char* key, int64_t timeout_ms, void* reply) {
+      try {
+        std::string v =
+            static_cast<Callbacks*>(self)->store->get(key, std::chrono::milliseconds(timeout_ms));
+        rtd_store_reply(reply, v.data(), v.size());
+        return 0;
+      } catch (...) {
+        return 1;
+      }
+    };
+    ops.add = [](void* self, const char* key, int64_t delta, int64_t* result) {
+      *result = static_cast<Callbacks*>(self)->store->add(key, delta);
+      return 0;
+    };
+    ops.check = [](void* self, const char* key, int* exists) {
+      *exists = static_cast<Callbacks*>(self)->store->check({key}) ? 1 : 0;
+      return 0;
+    };
+    ops.remove = [](void* self, const char* key) {
+      static_cast<Callbacks*>(self)->store->remove(key);
+      return 0;
+    };
+  }
+};
+
+// Runs body(rank, comm) on `size` Gloo ranks, one thread each.
+template <typename Body>
+void on_ranks(int size, Body body) {
+  Callbacks cb;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      rtd_comm* comm = rtd_comm_create(&cb.ops, "gloo", "test", r, size, -1, "127.0.0.1", 20000, 0);
+      ASSERT_NE(comm, nullptr) << rtd_last_error();
+      body(r, comm);
+      rtd_comm_destroy(comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(CApi, VersionMatchesTheHeader) { EXPECT_EQ(rtd_c_api_version(), RTD_C_API_VERSION); }
+
+TEST(CApi, CollectivesOnRawPointers) {
+  on_ranks(2, [](int r, rtd_comm* comm) {
+    std::vector<float> x(5, float(r + 1));
+    rtd_work* w = rtd_all_reduce(comm, x.data(), x.data(), 5, RTD_FLOAT32, RTD_SUM, -1, nullptr);
+    ASSERT_NE(w, nullptr) << rtd_last_error();
+    EXPECT_EQ(rtd_work_wait(w, -1), 0) << rtd_last_error();
+    EXPECT_EQ(rtd_work_done(w), 1);
+    EXPECT_EQ(rtd_work_error(w), 0);
+    rtd_work_free(w);
+    EXPECT_EQ(x, std::vector<float>(5, 3.0f));
+
+    std::vector<int64_t> mine{r * 10, r * 10 + 1}, all(4);
+    w = rtd_all_gather(comm, mine.data(), all.data(), 2, RTD_INT64, -1, nullptr);
+    ASSERT_NE(w, nullptr) << rtd_last_error();
+    EXPECT_EQ(rtd_work_wait(w, 10000), 0) << rtd_last_error();
+    rtd_work_free(w);
+    EXPECT_EQ(all, (std::vector<int64_t>{0, 1, 10, 11}));
+
+    // A group: two all-reduces and a send/receive pair, one Work.
+    std::vector<double> a(3, 1.0), b(2, 2.0), token{double(r)}, got{-1};
+    rtd_op ops[4] = {
+        {RTD_OP_ALL_REDUCE, a.data(), a.data(), 3, RTD_FLOAT64, RTD_SUM, 0},
+        {RTD_OP_ALL_REDUCE, b.data(), b.data(), 2, RTD_FLOAT64, RTD_MAX, 0},
+        {RTD_OP_SEND, token.data(), nullptr, 1, RTD_FLOAT64, 0, 1 - r},
+        {RTD_OP_RECV, nullptr, got.data(), 1, RTD_FLOAT64, 0, 1 - r},
+    };
+    w = rtd_group(comm, ops, 4, -1, nullptr);
+    ASSERT_NE(w, nullptr) << rtd_last_error();
+    EXPECT_EQ(rtd_work_wait(w, 10000), 0) << rtd_last_error();
+    rtd_work_free(w);
+    EXPECT_EQ(a, std::vector<double>(3, 2.0));
+    EXPECT_EQ(b, std::vector<double>(2, 2.0));
+    EXPECT_EQ(got[0], double(1 - r));
+  });
+}
+
+TEST(CApi, BadArgumentsFailWithAMessageNotAnException) {
+  Callbacks cb;
+  EXPECT_EQ(rtd_comm_create(&cb.ops, "mpi", "x", 0, 1, -1, "127.0.0.1", 1000, 0), nullptr);
+  EXPECT_NE(std::string(rtd_last_error()).find("'mpi' is not gloo or nccl"), std::string::npos);
+  EXPECT_EQ(rtd_last_error_category(), 1);  // invalid argument
+  EXPECT_EQ(rtd_comm_create(nullptr, "gloo", "x", 0, 1, -1, "127.0.0.1", 1000, 0), nullptr);
+  EXPECT_EQ(rtd_comm_create(&cb.ops, "gloo", "x", 0, 1, -1, "127.0.0.1", 0, 0), nullptr);
+  EXPECT_NE(std::string(rtd_last_error()).find("timeout"), std::string::npos);
+
+  on_ranks(1, [](int, rtd_comm* comm) {
+    float x = 1;
+    EXPECT_EQ(rtd_all_reduce(comm, &x, &x, 1, 17, RTD_SUM, -1, nullptr), nullptr);
+    EXPECT_NE(std::string(rtd_last_error()).find("dtype 17"), std::string::npos);
+    EXPECT_EQ(rtd_all_reduce(comm, &x, &x, 1, RTD_FLOAT32, 9, -1, nullptr), nullptr);
+    EXPECT_NE(std::string(rtd_last_error()).find("reduction 9"), std::string::npos);
+    EXPECT_EQ(rtd_all_reduce(comm, &x, &x, -1, RTD_FLOAT32, RTD_SUM, -1, nullptr), nullptr);
+    EXPECT_EQ(rtd_broadcast(comm, &x, 1, RTD_FLOAT32, 5, -1, nullptr), nullptr);
+    EXPECT_EQ(rtd_last_error_category(), 1);
+    rtd_op bad{42, &x, &x, 1, RTD_FLOAT32, 0, 0};
+    EXPECT_EQ(rtd_group(comm, &bad, 1, -1, nullptr), nullptr);
+    EXPECT_NE(std::string(rtd_last_error()).find("kind 42"), std::string::npos);
+    // A success clears the thread's error.
+    rtd_work* w = rtd_all_reduce(comm, &x, &x, 1, RTD_FLOAT32, RTD_SUM, -1, nullptr);
+    ASSERT_NE(w, nullptr);
+    EXPECT_STREQ(rtd_last_error(), "");
+    EXPECT_EQ(rtd_work_wait(w, 1000), 0);
+    rtd_work_free(w);
+  });
+  EXPECT_EQ(rtd_all_reduce(nullptr, nullptr, nullptr, 1, RTD_FLOAT32, RTD_SUM, -1, nullptr),
+            nullptr);
+  EXPECT_NE(std::string(rtd_last_error()).find("communicator is gone"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rtd
