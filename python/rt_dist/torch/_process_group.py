@@ -270,14 +270,22 @@ class _Completer:
                 fut.set_exception(e)
 
 
+_REDUCE_OPS = {
+    int(dist.ReduceOp.RedOpType.SUM): 0,
+    int(dist.ReduceOp.RedOpType.AVG): 1,
+    int(dist.ReduceOp.RedOpType.MIN): 2,
+    int(dist.ReduceOp.RedOpType.MAX): 3,
+}
+
+
 def _reduce_op(op, what):
-    R = dist.ReduceOp
-    table = {R.SUM: 0, R.AVG: 1, R.MIN: 2, R.MAX: 3}
-    for k, v in table.items():
-        if op == k:
-            return v
-    raise ValueError(f"rtd {what}: the reduction {op} is not one of rt_dist's (SUM, AVG, MIN, "
-                     "MAX); for PRODUCT or bitwise ones, use a gloo group for that call")
+    # Options hold a ReduceOp, whose .op is its RedOpType; callers may pass
+    # either. (Hashing pybind's enums costs microseconds: their ints do not.)
+    code = _REDUCE_OPS.get(op.op.value if isinstance(op, dist.ReduceOp) else int(op))
+    if code is None:
+        raise ValueError(f"rtd {what}: the reduction {op} is not one of rt_dist's (SUM, AVG, "
+                         "MIN, MAX); for PRODUCT or bitwise ones, use a gloo group for that call")
+    return code
 
 
 def _check_tensor(t, what):
@@ -435,8 +443,8 @@ class ProcessGroupRTD(dist.ProcessGroup):
         if dt is None or not t.is_contiguous():
             dt = _dtype(t, "allreduce")
             _check_tensor(t, "allreduce")
-        comm = self._comms.get(t.device.type)
-        if comm is None or (comm.cuda and t.device.index != comm.device):
+        comm = self._comms.get("cuda" if t.is_cuda else "cpu" if t.is_cpu else None)
+        if comm is None or (comm.cuda and t.get_device() != comm.device):
             return self._launch("allreduce", [t], [t], lambda c, s: c.lib.rtd_all_reduce(
                 c.handle, t.data_ptr(), t.data_ptr(), t.numel(), dt, op, c.device, s))
         # The common case, kept short: one contiguous tensor on a known device.
