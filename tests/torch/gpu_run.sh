@@ -19,7 +19,11 @@ run=("$here/tests/torch/run.sh" "$py" "$b/bin/dtrun" "$b/lib/rt_dist/python")
 step test_collectives 90 "${run[@]}" dtrun 2 collectives.py cuda
 step test_stream_order 60 "${run[@]}" dtrun 2 stream_order.py
 step test_train 90 "${run[@]}" dtrun 2 train.py cuda 20
-grep -hE "checks passed|stream order|train:|FAILED|Error" "$out"/test_*.log | head -20
+step test_failure_missing 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure missing \
+  "rank 1 has not called it"
+step test_failure_mismatch 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure mismatch \
+  "ranks disagree" RTD_CHECK_COLLECTIVES=1
+grep -hE "checks passed|stream order|train:|^ok:|FAILED|Error" "$out"/test_*.log | head -20
 dt=("$b/bin/dtrun" --nproc-per-node=2 --env RTD_LOG=warn)
 step bench_torch 200 env BENCH_JSON="$out/bench_torch.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"
 grep -E "allreduce|step" "$out/bench_torch.log" | sed 's/^\[rank 0\]: //' | head -40

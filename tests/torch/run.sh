@@ -4,7 +4,8 @@
 # MODE: dtrun N SCRIPT ARGS   under dtrun (which puts rt_dist on PYTHONPATH itself)
 #       torchrun N SCRIPT ARGS  under torchrun (PYTHONPATH set here, as a user would)
 #       mpirun N SCRIPT ARGS    under mpirun (the script's ranks from Open MPI's variables)
-#       failure CASE EXPECT [env...]  tests/torch/failures.py: every rank must exit 3
+#       failure CASE EXPECT [env...]  tests/torch/failures.py (on $RTD_TORCH_DEVICE, default
+#                             cpu): every rank must exit 3
 #                             (an exception caught) and rank 0's message hold EXPECT
 # Exits 77 (skipped) when PYTHON has no torch (deploy/install_deps.sh installs it).
 set -u
@@ -42,7 +43,7 @@ case "$mode" in
     case_=$1 expect=$2; shift 2
     log=$(mktemp); trap 'rm -f "$log"' EXIT
     env "$@" timeout 120 "$dtrun" --nproc-per-node=2 "$python" "$here/failures.py" "$case_" \
-      >"$log" 2>&1
+      "${RTD_TORCH_DEVICE:-cpu}" >"$log" 2>&1
     rc=$?
     cat "$log"
     [ $rc -eq 124 ] && { echo "FAILED: the job hung"; exit 1; }
