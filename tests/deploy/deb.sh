@@ -32,7 +32,7 @@ cp "$deb" "$root/tmp/"
 mkdir -p "$root/src" && cp "$here/trainer/CMakeLists.txt" "$here/trainer/main.cc" "$root/src/"
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
 in_root sh -c "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-  --no-install-recommends /tmp/$(basename "$deb") g++ cmake make" >"$work/apt.log" 2>&1 ||
+  --no-install-recommends /tmp/$(basename "$deb") g++ cmake make python3" >"$work/apt.log" 2>&1 ||
   { echo "FAILED: apt-get install of the package"; tail -20 "$work/apt.log"; exit 1; }
 echo "ok: apt installed the package and its dependencies into a fresh Debian 12 root"
 in_root sh -c "cd /src && cmake -B b -DCMAKE_BUILD_TYPE=Release && cmake --build b" \
@@ -43,6 +43,15 @@ if echo "$out" | grep -q "sum of ranks 1 over 2 ranks"; then
   echo "ok: the packaged dtrun runs it on 2 workers (no NCCL in that root)"
 else
   echo "FAILED: the trainer under the packaged dtrun:"; echo "$out"; exit 1
+fi
+# The rt_dist Python package: dtrun puts it on the workers' path, and it finds
+# the packaged librt_dist (torch itself is not needed for that much).
+out=$(in_root dtrun --nproc-per-node=1 python3 -c \
+  "import rt_dist._capi as c; print('c api', c.lib.rtd_c_api_version(), c.lib._name)" 2>&1)
+if echo "$out" | grep -q "c api 1 .*librt_dist.so.0"; then
+  echo "ok: the packaged rt_dist Python package is on the workers' path and finds librt_dist"
+else
+  echo "FAILED: the rt_dist package under the packaged dtrun:"; echo "$out"; exit 1
 fi
 in_root dtrun doctor >"$work/doctor.log" 2>&1
 grep -q "NCCL  *info   not found" "$work/doctor.log" && echo "ok: dtrun doctor says NCCL is not there" ||
