@@ -2,7 +2,7 @@
 # On the GPU machine (2 GPUs): the rtd backend's GPU tests, then its benchmark
 # against nccl and against our C++ collective_bench, from a bundle
 # (deploy/bundle.sh) holding dtrun, collective_bench and lib/rt_dist/python:
-#   tests/torch/gpu_run.sh BUNDLE OUT [PYTHON]
+#   [NANOGPT_DIR=DIR] tests/torch/gpu_run.sh BUNDLE OUT [PYTHON]
 # Logs and JSON go to OUT; a line "== NAME: exit RC" per step.
 set -u
 b=$(cd "$1" && pwd) out=$2 py=${3:-python3}
@@ -36,3 +36,7 @@ done
 step bench_torch_deep 150 env H=2048 L=48 BACKENDS="nccl rtd" STEPS=10 \
   BENCH_JSON="$out/bench_torch_deep.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"
 grep -E "step" "$out/bench_torch_deep.log" | sed 's/^\[rank 0\]: //' | head -20
+# nanoGPT unchanged, with --backend=rtd against nccl (NANOGPT_DIR: a checkout carried along).
+if [ -n "${NANOGPT_DIR:-}" ]; then
+  "$here/bench/nanogpt.sh" "$NANOGPT_DIR" "$b" "$out" "$py" 2
+fi
