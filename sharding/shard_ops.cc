@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "rt_dist/error.h"
+#include "sharding/cpu_adamw.h"
 
 namespace rtd::shard {
 namespace {
@@ -35,18 +36,7 @@ void check_float(const BufferView& b, const char* what) {
 void adamw_async(const AdamWShard& s, StreamRef stream) {
   check_float(s.grad, "AdamW gradient");
   if (s.param.device == DeviceType::kCuda) return gpu::adamw_async(s, stream);
-  const AdamWOptions& o = s.options;
-  const float bc1 = 1.0f - std::pow(o.beta1, static_cast<float>(s.step));
-  const float bc2 = 1.0f - std::pow(o.beta2, static_cast<float>(s.step));
-  auto* p = static_cast<float*>(s.param.data);
-  for (std::size_t j = 0; j < s.param.count; ++j) {
-    const float g = load(s.grad, j) * s.grad_scale;
-    s.m[j] = o.beta1 * s.m[j] + (1.0f - o.beta1) * g;
-    s.v[j] = o.beta2 * s.v[j] + (1.0f - o.beta2) * g * g;
-    p[j] *= 1.0f - o.lr * o.weight_decay;
-    p[j] -= o.lr * (s.m[j] / bc1) / (std::sqrt(s.v[j] / bc2) + o.eps);
-    if (s.out.data) store(s.out, j, p[j]);
-  }
+  cpu::adamw(s, 1);  // vectorized where the CPU can (cpu_adamw.h)
 }
 
 void sum_squares_async(const BufferView& g, float* out, StreamRef stream) {

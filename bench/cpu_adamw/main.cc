@@ -1,0 +1,127 @@
+// cpu_adamw_bench: the host AdamW's bandwidth against a STREAM-like copy and
+// triad on the same machine, over 1..N threads. Prints a table (and JSON with
+// --json FILE); asserts nothing.
+//   cpu_adamw_bench [--elements 64M] [--threads 1,2,4] [--reps 5] [--json FILE]
+// AdamW's bytes per element: reads fp32 param, m, v and a bf16 gradient (14),
+// writes fp32 param, m, v and a bf16 output (14): 28.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sharding/cpu_adamw.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::size_t parse_count(const std::string& s) {
+  std::size_t mult = 1;
+  std::string digits = s;
+  if (!s.empty() && (s.back() == 'M' || s.back() == 'K')) {
+    mult = s.back() == 'M' ? (1u << 20) : (1u << 10);
+    digits.pop_back();
+  }
+  return std::stoull(digits) * mult;
+}
+
+// Runs body(begin, end) over n elements split across `threads` threads.
+template <typename Body>
+void split(std::size_t n, int threads, Body body) {
+  std::vector<std::thread> helpers;
+  const std::size_t step = (n + threads - 1) / threads;
+  for (int t = 1; t < threads; ++t)
+    helpers.emplace_back(body, std::min(n, t * step), std::min(n, (t + 1) * step));
+  body(0, std::min(n, step));
+  for (auto& h : helpers) h.join();
+}
+
+template <typename F>
+double best_seconds(int reps, F f) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::size_t n = 64u << 20;
+  std::vector<int> thread_counts;
+  int reps = 5;
+  std::string json;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--elements") {
+      n = parse_count(value);
+    } else if (flag == "--threads") {
+      for (std::size_t at = 0; at < value.size();) {
+        std::size_t comma = value.find(',', at);
+        thread_counts.push_back(std::stoi(value.substr(at, comma - at)));
+        at = comma == std::string::npos ? value.size() : comma + 1;
+      }
+    } else if (flag == "--reps") {
+      reps = std::stoi(value);
+    } else if (flag == "--json") {
+      json = value;
+    } else {
+      std::fprintf(stderr, "cpu_adamw_bench: unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  if (thread_counts.empty()) {
+    for (int t = 1; t <= static_cast<int>(std::thread::hardware_concurrency()); t *= 2)
+      thread_counts.push_back(t);
+  }
+  std::vector<float> p(n, 0.5f), m(n, 0.01f), v(n, 0.001f), a(n, 1.0f), b(n, 2.0f), c(n);
+  std::vector<std::uint16_t> g(n, rtd::float_to_bf16(0.25f)), out(n);
+  rtd::shard::AdamWShard s;
+  s.param = rtd::BufferView{.data = p.data(), .count = n, .dtype = rtd::DType::kFloat32};
+  s.grad = rtd::BufferView{.data = g.data(), .count = n, .dtype = rtd::DType::kBFloat16};
+  s.m = m.data();
+  s.v = v.data();
+  s.out = rtd::BufferView{.data = out.data(), .count = n, .dtype = rtd::DType::kBFloat16};
+  std::printf("# host AdamW (%s kernel), %zu elements (bf16 gradient and output), best of %d\n",
+              rtd::shard::cpu::adamw_kernel(), n, reps);
+  std::printf("%8s %14s %14s %14s %10s\n", "threads", "adamw_GB/s", "copy_GB/s", "triad_GB/s",
+              "adamw_ms");
+  std::string rows;
+  for (int t : thread_counts) {
+    const double adamw = best_seconds(reps, [&] { rtd::shard::cpu::adamw(s, t); });
+    const double copy = best_seconds(reps, [&] {
+      split(n, t, [&](std::size_t lo, std::size_t hi) {
+        std::memcpy(c.data() + lo, a.data() + lo, (hi - lo) * sizeof(float));
+      });
+    });
+    const double triad = best_seconds(reps, [&] {
+      split(n, t, [&](std::size_t lo, std::size_t hi) {
+        for (std::size_t j = lo; j < hi; ++j) c[j] = a[j] + 3.0f * b[j];
+      });
+    });
+    const double adamw_gbs = 28.0 * n / adamw / 1e9, copy_gbs = 8.0 * n / copy / 1e9,
+                 triad_gbs = 12.0 * n / triad / 1e9;
+    std::printf("%8d %14.1f %14.1f %14.1f %10.2f\n", t, adamw_gbs, copy_gbs, triad_gbs,
+                adamw * 1e3);
+    char row[256];
+    std::snprintf(row, sizeof(row),
+                  "%s{\"threads\": %d, \"adamw_gbs\": %.2f, \"copy_gbs\": %.2f, "
+                  "\"triad_gbs\": %.2f, \"adamw_ms\": %.3f}",
+                  rows.empty() ? "" : ", ", t, adamw_gbs, copy_gbs, triad_gbs, adamw * 1e3);
+    rows += row;
+  }
+  if (!json.empty()) {
+    if (FILE* f = std::fopen(json.c_str(), "w")) {
+      std::fprintf(f, "{\"kernel\": \"%s\", \"elements\": %zu, \"rows\": [%s]}\n",
+                   rtd::shard::cpu::adamw_kernel(), n, rows.c_str());
+      std::fclose(f);
+    }
+  }
+  return 0;
+}

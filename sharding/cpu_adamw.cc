@@ -1,0 +1,95 @@
+// The scalar AdamW, the choice of kernel, and the split over threads.
+#include "sharding/cpu_adamw.h"
+
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "rt_dist/error.h"
+
+namespace rtd::shard::cpu {
+namespace {
+
+float load(const BufferView& b, std::size_t j) {
+  if (b.dtype == DType::kFloat32) return static_cast<const float*>(b.data)[j];
+  const std::uint16_t bits = static_cast<const std::uint16_t*>(b.data)[j];
+  return b.dtype == DType::kBFloat16 ? bf16_to_float(bits) : f16_to_float(bits);
+}
+
+void store(const BufferView& b, std::size_t j, float value) {
+  if (b.dtype == DType::kFloat32)
+    static_cast<float*>(b.data)[j] = value;
+  else
+    static_cast<std::uint16_t*>(b.data)[j] =
+        b.dtype == DType::kBFloat16 ? float_to_bf16(value) : float_to_f16(value);
+}
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return has;
+#else
+  return false;
+#endif
+}
+
+// Chunks of this many elements go to one thread at least: below it a thread
+// costs more than it saves.
+constexpr std::size_t kMinPerThread = std::size_t(1) << 16;
+
+}  // namespace
+
+AdamWConstants adamw_constants(const AdamWShard& s) {
+  const AdamWOptions& o = s.options;
+  return AdamWConstants{1.0f - std::pow(o.beta1, static_cast<float>(s.step)),
+                        1.0f - std::pow(o.beta2, static_cast<float>(s.step)),
+                        1.0f - o.lr * o.weight_decay};
+}
+
+void adamw_scalar(const AdamWShard& s, const AdamWConstants& k, std::size_t begin,
+                  std::size_t end) {
+  const AdamWOptions& o = s.options;
+  auto* p = static_cast<float*>(s.param.data);
+  for (std::size_t j = begin; j < end; ++j) {
+    const float g = load(s.grad, j) * s.grad_scale;
+    const float m = o.beta1 * s.m[j] + (1.0f - o.beta1) * g;
+    const float v = o.beta2 * s.v[j] + (1.0f - o.beta2) * g * g;
+    float x = p[j] * k.decay;
+    x -= o.lr * (m / k.bc1) / (std::sqrt(v / k.bc2) + o.eps);
+    s.m[j] = m;
+    s.v[j] = v;
+    p[j] = x;
+    if (s.out.data) store(s.out, j, x);
+  }
+}
+
+const char* adamw_kernel() { return cpu_has_avx2() ? "avx2" : "scalar"; }
+
+void adamw(const AdamWShard& s, int threads) {
+  if (s.param.device != DeviceType::kCpu || s.grad.device != DeviceType::kCpu ||
+      (s.out.data && s.out.device != DeviceType::kCpu)) {
+    throw Error(ErrorCategory::kInternal, "cpu::adamw: a buffer is not in host memory");
+  }
+  const AdamWConstants k = adamw_constants(s);
+  const bool vector = cpu_has_avx2();
+  auto run = [&](std::size_t begin, std::size_t end) {
+    if (!vector || !adamw_avx2(s, k, begin, end)) adamw_scalar(s, k, begin, end);
+  };
+  const std::size_t n = s.param.count;
+  std::size_t parts = threads < 1 ? 1 : static_cast<std::size_t>(threads);
+  parts = std::max<std::size_t>(1, std::min(parts, n / kMinPerThread));
+  if (parts == 1) return run(0, n);
+  // Equal parts on 64-byte boundaries (16 floats), the last taking the rest.
+  const std::size_t step = (n / parts + 15) / 16 * 16;
+  std::vector<std::thread> helpers;
+  helpers.reserve(parts - 1);
+  for (std::size_t t = 1; t < parts; ++t) {
+    const std::size_t begin = std::min(n, t * step),
+                      end = t + 1 == parts ? n : std::min(n, (t + 1) * step);
+    if (begin < end) helpers.emplace_back(run, begin, end);
+  }
+  run(0, std::min(n, step));
+  for (auto& h : helpers) h.join();
+}
+
+}  // namespace rtd::shard::cpu
