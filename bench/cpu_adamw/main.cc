@@ -90,6 +90,12 @@ int main(int argc, char** argv) {
   s.out = rtd::BufferView{.data = out.data(), .count = n, .dtype = rtd::DType::kBFloat16};
   std::printf("# host AdamW (%s kernel), %zu elements (bf16 gradient and output), best of %d\n",
               rtd::shard::cpu::adamw_kernel(), n, reps);
+  {
+    const auto k = rtd::shard::cpu::adamw_constants(s);
+    const double scalar = best_seconds(reps, [&] { rtd::shard::cpu::adamw_scalar(s, k, 0, n); });
+    std::printf("# the scalar loop on one thread: %.1f GB/s (%.2f ms)\n", 28.0 * n / scalar / 1e9,
+                scalar * 1e3);
+  }
   std::printf("%8s %14s %14s %14s %10s\n", "threads", "adamw_GB/s", "copy_GB/s", "triad_GB/s",
               "adamw_ms");
   std::string rows;
