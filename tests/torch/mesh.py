@@ -6,7 +6,10 @@ Prints "mesh: ok" on rank 0."""
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+try:
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+except ImportError:  # torch < 2.5: DTensor under its first name
+    from torch.distributed._tensor import Replicate, Shard, distribute_tensor
 
 import rt_dist.torch  # noqa: F401
 

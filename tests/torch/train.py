@@ -14,7 +14,10 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+try:
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+except ImportError:  # torch < 2.6: FSDP2 under its first name
+    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import rt_dist.torch  # noqa: F401

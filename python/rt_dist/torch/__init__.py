@@ -11,6 +11,8 @@ package's entry point is visible (dtrun puts it on the workers' PYTHONPATH).
 See docs/torch.md.
 """
 
+import warnings
+
 import torch
 import torch.distributed as dist
 
@@ -25,10 +27,26 @@ def _create(store, rank, size, timeout):
     return ProcessGroupRTD(store, rank, size, timeout)
 
 
+# The torch this backend is tested with (docs/torch.md). On torch 2.4.1 its
+# collectives pass their tests but DDP hangs: that torch's C++ side loses a
+# Python Work's wait() once the Python object is freed.
+TESTED = (2, 11)
+
+
+def _version():
+    try:
+        return tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    except ValueError:
+        return TESTED
+
+
 def register():
     """Registers the backend with torch.distributed (once; later calls do nothing)."""
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
         return
+    if _version() < TESTED:
+        warnings.warn(f"rt_dist: the rtd backend is tested with torch {TESTED[0]}.{TESTED[1]}; "
+                      f"this is {torch.__version__} (on 2.4 DDP hangs; see docs/torch.md)")
     dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
 
 
