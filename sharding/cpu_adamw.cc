@@ -6,23 +6,10 @@
 #include <vector>
 
 #include "rt_dist/error.h"
+#include "sharding/host_values.h"
 
 namespace rtd::shard::cpu {
 namespace {
-
-float load(const BufferView& b, std::size_t j) {
-  if (b.dtype == DType::kFloat32) return static_cast<const float*>(b.data)[j];
-  const std::uint16_t bits = static_cast<const std::uint16_t*>(b.data)[j];
-  return b.dtype == DType::kBFloat16 ? bf16_to_float(bits) : f16_to_float(bits);
-}
-
-void store(const BufferView& b, std::size_t j, float value) {
-  if (b.dtype == DType::kFloat32)
-    static_cast<float*>(b.data)[j] = value;
-  else
-    static_cast<std::uint16_t*>(b.data)[j] =
-        b.dtype == DType::kBFloat16 ? float_to_bf16(value) : float_to_f16(value);
-}
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -51,7 +38,7 @@ void adamw_scalar(const AdamWShard& s, const AdamWConstants& k, std::size_t begi
   const AdamWOptions& o = s.options;
   auto* p = static_cast<float*>(s.param.data);
   for (std::size_t j = begin; j < end; ++j) {
-    const float g = load(s.grad, j) * s.grad_scale;
+    const float g = load_value(s.grad, j) * s.grad_scale;
     const float m = o.beta1 * s.m[j] + (1.0f - o.beta1) * g;
     const float v = o.beta2 * s.v[j] + (1.0f - o.beta2) * g * g;
     float x = p[j] * k.decay;
@@ -59,7 +46,7 @@ void adamw_scalar(const AdamWShard& s, const AdamWConstants& k, std::size_t begi
     s.m[j] = m;
     s.v[j] = v;
     p[j] = x;
-    if (s.out.data) store(s.out, j, x);
+    if (s.out.data) store_value(s.out, j, x);
   }
 }
 

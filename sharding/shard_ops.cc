@@ -7,22 +7,11 @@
 
 #include "rt_dist/error.h"
 #include "sharding/cpu_adamw.h"
+#include "sharding/host_values.h"
 
 namespace rtd::shard {
 namespace {
 
-float load(const BufferView& b, std::size_t j) {
-  if (b.dtype == DType::kFloat32) return static_cast<const float*>(b.data)[j];
-  const std::uint16_t bits = static_cast<const std::uint16_t*>(b.data)[j];
-  return b.dtype == DType::kBFloat16 ? bf16_to_float(bits) : f16_to_float(bits);
-}
-void store(const BufferView& b, std::size_t j, float value) {
-  if (b.dtype == DType::kFloat32)
-    static_cast<float*>(b.data)[j] = value;
-  else
-    static_cast<std::uint16_t*>(b.data)[j] =
-        b.dtype == DType::kBFloat16 ? float_to_bf16(value) : float_to_f16(value);
-}
 void check_float(const BufferView& b, const char* what) {
   if (!is_float_type(b.dtype)) {
     throw Error(ErrorCategory::kInvalidArgument, std::string(what) +
@@ -44,7 +33,7 @@ void sum_squares_async(const BufferView& g, float* out, StreamRef stream) {
   if (g.device == DeviceType::kCuda) return gpu::sum_squares_async(g, out, stream);
   double sum = 0.0;
   for (std::size_t j = 0; j < g.count; ++j) {
-    const double x = load(g, j);
+    const double x = load_value(g, j);
     sum += x * x;
   }
   *out = static_cast<float>(sum);
@@ -56,7 +45,8 @@ void add_into_async(const BufferView& dst, const BufferView& src, StreamRef stre
     throw Error(ErrorCategory::kInternal, "accumulation: buffers of different dtype or count");
   }
   if (dst.device == DeviceType::kCuda) return gpu::add_into_async(dst, src, stream);
-  for (std::size_t j = 0; j < dst.count; ++j) store(dst, j, load(dst, j) + load(src, j));
+  for (std::size_t j = 0; j < dst.count; ++j)
+    store_value(dst, j, load_value(dst, j) + load_value(src, j));
 }
 
 float read_float(const float* p, DeviceType device) {
