@@ -179,21 +179,17 @@ rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const c
     std::string listen = host && *host ? host : rtd::data_host(config, rtd::detect_world(config));
     auto handle = std::make_unique<rtd_comm>();
     handle->store = std::make_shared<CallbackStore>(*ops);
-    rtd::NcclSettings nccl = rtd::nccl_settings_from(config);
-    nccl.staged_copy_engines = copy_engines != 0;
-    handle->comm = rtd::make_communicator(rtd::CommunicatorOptions{
-        .backend = backend,
-        .store = handle->store,
-        .name = name && *name ? name : "torch",
-        .rank = rank,
-        .size = size,
-        .host = listen,
-        .device = device < 0 ? 0 : device,
-        .timeout = std::chrono::milliseconds(timeout_ms),
-        .flight = {.hang_warn = config.hang_warn, .dump_dir = config.flight_dir},
-        .check_collectives = config.check_collectives,
-        .nccl = nccl,
-    });
+    rtd::CommunicatorOptions o = rtd::communicator_defaults(config);
+    o.backend = backend;
+    o.store = handle->store;
+    o.name = name && *name ? name : "torch";
+    o.rank = rank;
+    o.size = size;
+    o.host = listen;
+    o.device = device < 0 ? 0 : device;
+    o.timeout = std::chrono::milliseconds(timeout_ms);
+    o.nccl.staged_copy_engines = copy_engines != 0;
+    handle->comm = rtd::make_communicator(o);
     return handle.release();
   });
 }
@@ -268,42 +264,64 @@ rtd_work* rtd_barrier(rtd_comm* comm, void* stream) {
 
 rtd_work* rtd_group(rtd_comm* comm, const rtd_op* ops, int n, int device, void* stream) {
   return guarded<rtd_work*>(nullptr, [&] {
-    rtd_comm& c = checked(comm);
+    rtd::Communicator& x = *checked(comm).comm;
     if (n < 0 || (n > 0 && !ops)) {
       throw rtd::Error(rtd::ErrorCategory::kInvalidArgument, "a group of no operations");
     }
-    rtd::Communicator& x = *c.comm;
-    const int size = x.size();
+    // Every operation's arguments are checked before the group starts, so a
+    // bad one launches nothing.
+    struct Planned {
+      int kind;
+      rtd::BufferView in, out;
+      rtd::ReduceOp op;
+      int peer;
+    };
+    const std::int64_t size = x.size();
+    std::vector<Planned> planned;
+    planned.reserve(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      const rtd_op& o = ops[i];
+      const bool reduces = o.kind == RTD_OP_ALL_REDUCE || o.kind == RTD_OP_REDUCE_SCATTER;
+      const std::int64_t in_count = o.kind == RTD_OP_REDUCE_SCATTER ? o.count * size : o.count;
+      const std::int64_t out_count = o.kind == RTD_OP_ALL_GATHER ? o.count * size : o.count;
+      switch (o.kind) {
+        case RTD_OP_ALL_REDUCE:
+        case RTD_OP_BROADCAST:
+        case RTD_OP_ALL_GATHER:
+        case RTD_OP_REDUCE_SCATTER:
+        case RTD_OP_SEND:
+        case RTD_OP_RECV:
+          break;
+        default:
+          throw rtd::Error(rtd::ErrorCategory::kInvalidArgument,
+                           "operation kind " + std::to_string(o.kind) + " is not one of rt_dist's");
+      }
+      planned.push_back(Planned{o.kind, view(o.in, in_count, o.dtype, device),
+                                view(o.out, out_count, o.dtype, device),
+                                reduces ? reduce_op(o.op) : rtd::ReduceOp::kSum, o.peer});
+    }
     const rtd::StreamRef s = stream_ref(stream);
     return wrap(x.group([&] {
-      for (int i = 0; i < n; ++i) {
-        const rtd_op& o = ops[i];
-        switch (o.kind) {
+      for (const Planned& p : planned) {
+        switch (p.kind) {
           case RTD_OP_ALL_REDUCE:
-            x.all_reduce(view(o.in, o.count, o.dtype, device),
-                         view(o.out, o.count, o.dtype, device), reduce_op(o.op), s);
+            x.all_reduce(p.in, p.out, p.op, s);
             break;
           case RTD_OP_BROADCAST:
-            x.broadcast(view(o.in, o.count, o.dtype, device), o.peer, s);
+            x.broadcast(p.in, p.peer, s);
             break;
           case RTD_OP_ALL_GATHER:
-            x.all_gather(view(o.in, o.count, o.dtype, device),
-                         view(o.out, o.count * size, o.dtype, device), s);
+            x.all_gather(p.in, p.out, s);
             break;
           case RTD_OP_REDUCE_SCATTER:
-            x.reduce_scatter(view(o.in, o.count * size, o.dtype, device),
-                             view(o.out, o.count, o.dtype, device), reduce_op(o.op), s);
+            x.reduce_scatter(p.in, p.out, p.op, s);
             break;
           case RTD_OP_SEND:
-            x.send(view(o.in, o.count, o.dtype, device), o.peer, 0, s);
+            x.send(p.in, p.peer, 0, s);
             break;
-          case RTD_OP_RECV:
-            x.recv(view(o.out, o.count, o.dtype, device), o.peer, 0, s);
+          default:  // RTD_OP_RECV
+            x.recv(p.out, p.peer, 0, s);
             break;
-          default:
-            throw rtd::Error(
-                rtd::ErrorCategory::kInvalidArgument,
-                "operation kind " + std::to_string(o.kind) + " is not one of rt_dist's");
         }
       }
     }));

@@ -104,18 +104,14 @@ std::shared_ptr<Context> init(const InitOptions& options) {
   StoreHosts hosts;
   auto store = connect_store(config, world, &hosts);
   std::string backend = choose_backend(config, options);
-  auto comm = make_communicator(CommunicatorOptions{
-      .backend = backend,
-      .store = make_prefix_store("comm/default", store),
-      .rank = world.rank,
-      .size = world.world_size,
-      .host = data_host(config, world),
-      .device = backend == "nccl" ? choose_device(world) : 0,
-      .timeout = config.timeout,
-      .flight = {.hang_warn = config.hang_warn, .dump_dir = config.flight_dir},
-      .check_collectives = config.check_collectives,
-      .nccl = nccl_settings_from(config, options.nccl),
-  });
+  CommunicatorOptions comm_options = communicator_defaults(config, options.nccl);
+  comm_options.backend = backend;
+  comm_options.store = make_prefix_store("comm/default", store);
+  comm_options.rank = world.rank;
+  comm_options.size = world.world_size;
+  comm_options.host = data_host(config, world);
+  comm_options.device = backend == "nccl" ? choose_device(world) : 0;
+  auto comm = make_communicator(comm_options);
   return std::make_shared<ContextImpl>(std::move(world), std::move(hosts), std::move(store),
                                        std::move(comm), config.timeout);
 }

@@ -106,4 +106,13 @@ NcclSettings nccl_settings_from(const Config& config, NcclSettings settings) {
   return settings;
 }
 
+CommunicatorOptions communicator_defaults(const Config& config, NcclSettings nccl) {
+  CommunicatorOptions o;
+  o.timeout = config.timeout;
+  o.flight = {.hang_warn = config.hang_warn, .dump_dir = config.flight_dir};
+  o.check_collectives = config.check_collectives;
+  o.nccl = nccl_settings_from(config, std::move(nccl));
+  return o;
+}
+
 }  // namespace rtd

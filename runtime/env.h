@@ -2,6 +2,7 @@
 // variables (dtrun/torchrun, then Open MPI, then Slurm; none: a world of one).
 #pragma once
 
+#include "collectives/factory.h"
 #include "rt_dist/context.h"
 #include "runtime/core/config.h"
 
@@ -17,5 +18,10 @@ std::string data_host(const Config& config, const WorldInfo& world);
 
 // The NCCL settings the trainer left unset, filled from RTD_NCCL_* and RTD_CE_*.
 NcclSettings nccl_settings_from(const Config& config, NcclSettings settings = {});
+
+// What the configuration says of every communicator this process makes: its
+// timeout, the flight recorder's options, the collective check and the NCCL
+// settings (those the caller left unset). The caller fills in the rest.
+CommunicatorOptions communicator_defaults(const Config& config, NcclSettings nccl = {});
 
 }  // namespace rtd

@@ -123,9 +123,19 @@ TEST(CApi, BadArgumentsFailWithAMessageNotAnException) {
     EXPECT_EQ(rtd_all_reduce(comm, &x, &x, -1, RTD_FLOAT32, RTD_SUM, -1, nullptr), nullptr);
     EXPECT_EQ(rtd_broadcast(comm, &x, 1, RTD_FLOAT32, 5, -1, nullptr), nullptr);
     EXPECT_EQ(rtd_last_error_category(), 1);
-    rtd_op bad{42, &x, &x, 1, RTD_FLOAT32, 0, 0};
-    EXPECT_EQ(rtd_group(comm, &bad, 1, -1, nullptr), nullptr);
+    // A bad operation anywhere in a group: nothing of it runs, and the
+    // communicator takes the next group as if none had been tried.
+    rtd_op ops[2] = {{RTD_OP_ALL_REDUCE, &x, &x, 1, RTD_FLOAT32, RTD_SUM, 0},
+                     {42, &x, &x, 1, RTD_FLOAT32, 0, 0}};
+    EXPECT_EQ(rtd_group(comm, ops, 2, -1, nullptr), nullptr);
     EXPECT_NE(std::string(rtd_last_error()).find("kind 42"), std::string::npos);
+    ops[1] = {RTD_OP_ALL_REDUCE, &x, &x, 1, RTD_FLOAT32, 9, 0};
+    EXPECT_EQ(rtd_group(comm, ops, 2, -1, nullptr), nullptr);
+    EXPECT_NE(std::string(rtd_last_error()).find("reduction 9"), std::string::npos);
+    rtd_work* g = rtd_group(comm, ops, 1, -1, nullptr);
+    ASSERT_NE(g, nullptr) << rtd_last_error();
+    EXPECT_EQ(rtd_work_wait(g, 1000), 0);
+    rtd_work_free(g);
     // A success clears the thread's error.
     rtd_work* w = rtd_all_reduce(comm, &x, &x, 1, RTD_FLOAT32, RTD_SUM, -1, nullptr);
     ASSERT_NE(w, nullptr);
