@@ -11,9 +11,9 @@ import os
 
 API_VERSION = 1
 
-FLOAT32, FLOAT64, INT32, INT64, BFLOAT16, FLOAT16 = range(6)
-SUM, AVG, MIN, MAX = range(4)
-OP_ALL_REDUCE, OP_BROADCAST, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_SEND, OP_RECV = range(6)
+from rt_dist._codes import (  # noqa: F401  (re-exported: the interface's numbers)
+    AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, OP_ALL_GATHER,
+    OP_ALL_REDUCE, OP_BROADCAST, OP_RECV, OP_REDUCE_SCATTER, OP_SEND, SUM)
 
 # rtd::ErrorCategory's order, plus one (0: no error).
 CATEGORIES = ("", "invalid argument", "configuration", "network", "timeout", "backend", "internal")

@@ -10,6 +10,7 @@ the current stream after it without blocking the host.
 """
 
 import atexit
+import ctypes
 import os
 import threading
 import weakref
@@ -19,17 +20,19 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from rt_dist import _codes as C
+
 _DTYPES = {
-    torch.float32: 0,
-    torch.float64: 1,
-    torch.int32: 2,
-    torch.int64: 3,
-    torch.bfloat16: 4,
-    torch.float16: 5,
+    torch.float32: C.FLOAT32,
+    torch.float64: C.FLOAT64,
+    torch.int32: C.INT32,
+    torch.int64: C.INT64,
+    torch.bfloat16: C.BFLOAT16,
+    torch.float16: C.FLOAT16,
 }
 # Operations that move bytes without arithmetic carry any dtype, as one of
-# the same width.
-_CARRIERS = ((4, torch.int32), (2, torch.float16), (8, torch.int64))
+# the same width (the widest that divides its size).
+_CARRIERS = ((4, torch.int32), (2, torch.float16))
 
 _LIVE = weakref.WeakSet()  # process groups to close before the interpreter goes
 
@@ -110,8 +113,6 @@ class _StoreBridge:
 
 
 def ctypes_bytes(ptr, size):
-    import ctypes
-
     return ctypes.string_at(ptr, size) if size else b""
 
 
@@ -201,8 +202,6 @@ class _Work(dist.Work):
         return self.is_completed() and not self._comm.lib.rtd_work_error(self._handle)
 
     def wait(self, timeout=None):
-        ms = -1 if timeout is None or timeout == timedelta(0) else int(
-            timeout.total_seconds() * 1000)
         if self._comm.cuda:
             self._raise_if_failed()
             # The caller's stream waits for the operation; the host does not.
@@ -212,7 +211,8 @@ class _Work(dist.Work):
                 self._after()
                 self._after = None
         else:
-            self._finish_host(ms)
+            no_limit = timeout is None or timeout == timedelta(0)
+            self._finish_host(-1 if no_limit else int(timeout.total_seconds() * 1000))
         return True
 
     def get_future(self):
@@ -271,10 +271,10 @@ class _Completer:
 
 
 _REDUCE_OPS = {
-    int(dist.ReduceOp.RedOpType.SUM): 0,
-    int(dist.ReduceOp.RedOpType.AVG): 1,
-    int(dist.ReduceOp.RedOpType.MIN): 2,
-    int(dist.ReduceOp.RedOpType.MAX): 3,
+    int(dist.ReduceOp.RedOpType.SUM): C.SUM,
+    int(dist.ReduceOp.RedOpType.AVG): C.AVG,
+    int(dist.ReduceOp.RedOpType.MIN): C.MIN,
+    int(dist.ReduceOp.RedOpType.MAX): C.MAX,
 }
 
 
@@ -422,7 +422,10 @@ class ProcessGroupRTD(dist.ProcessGroup):
         if any(t.device != device for t in tensors):
             raise ValueError(f"rtd {what}: every tensor must be on one device")
         comm = self._comm(device)
-        handle = call(comm, comm.stream())
+        return self._work(comm, call(comm, comm.stream()), what, tensors, result, after)
+
+    def _work(self, comm, handle, what, tensors, result, after=None):
+        """The Work of an operation just launched (handle NULL: it failed)."""
         self.calls += 1
         if not handle:
             raise self._error(what, _capi().last_error())
@@ -451,17 +454,12 @@ class ProcessGroupRTD(dist.ProcessGroup):
         ptr = t.data_ptr()
         handle = comm.lib.rtd_all_reduce(comm.handle, ptr, ptr, t.numel(), dt, op, comm.device,
                                          comm.stream())
-        self.calls += 1
-        if not handle:
-            raise self._error("allreduce", _capi().last_error())
-        if comm.cuda:
-            comm.track_use(handle, tensors)
-        return _Work(self, comm, handle, "allreduce", [t], tensors)
+        return self._work(comm, handle, "allreduce", [t], tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                         "allreduce_coalesced")
-        ops = [(_capi().OP_ALL_REDUCE, t, t, t.numel(), _dtype(t, "allreduce_coalesced"), op, 0)
+        ops = [(C.OP_ALL_REDUCE, t, t, t.numel(), _dtype(t, "allreduce_coalesced"), op, 0)
                for t in tensors]
         return self._group("allreduce_coalesced", tensors, list(tensors), ops)
 
@@ -511,7 +509,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
             if vo.numel() != vi.numel() * self.size():
                 raise ValueError("rtd all_gather_into_tensor_coalesced: an output is not "
                                  "size x its input")
-            ops.append((_capi().OP_ALL_GATHER, vi, vo, vi.numel(), dt, 0, 0))
+            ops.append((C.OP_ALL_GATHER, vi, vo, vi.numel(), dt, 0, 0))
         return self._group("all_gather_into_tensor_coalesced", list(outputs) + list(inputs),
                            list(outputs), ops)
 
@@ -558,7 +556,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
             if i.numel() != o.numel() * self.size():
                 raise ValueError("rtd reduce_scatter_tensor_coalesced: an input is not size x "
                                  "its output")
-            ops.append((_capi().OP_REDUCE_SCATTER, i, o, o.numel(),
+            ops.append((C.OP_REDUCE_SCATTER, i, o, o.numel(),
                         _dtype(i, "reduce_scatter_tensor_coalesced"), op, 0))
         return self._group("reduce_scatter_tensor_coalesced", list(outputs) + list(inputs),
                            list(outputs), ops)
@@ -612,7 +610,6 @@ class ProcessGroupRTD(dist.ProcessGroup):
 
     def _exchange(self, what, ins, outs, tensors, result):
         """Sends ins[j] to rank j and receives outs[j] from it, as one group."""
-        c = _capi()
         me = self.rank()
         ops = []
         staged = []
@@ -626,9 +623,9 @@ class ProcessGroupRTD(dist.ProcessGroup):
             if oc is not o:
                 staged.append((o, oc))
             if vi.numel():
-                ops.append((c.OP_SEND, vi, None, vi.numel(), dt, 0, j))
+                ops.append((C.OP_SEND, vi, None, vi.numel(), dt, 0, j))
             if vo.numel():
-                ops.append((c.OP_RECV, None, vo, vo.numel(), dt, 0, j))
+                ops.append((C.OP_RECV, None, vo, vo.numel(), dt, 0, j))
             tensors = tensors + [vi, vo]
         outs[me].copy_(ins[me])
 
