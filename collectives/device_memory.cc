@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "rt_dist/error.h"
@@ -30,6 +31,25 @@ DeviceBuffer::~DeviceBuffer() {
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : device_(other.device_), data_(std::exchange(other.data_, nullptr)), bytes_(other.bytes_) {}
+
+HostBuffer::HostBuffer(std::size_t bytes, bool pinned) : bytes_(bytes), pinned_(pinned) {
+  if (pinned) {
+    data_ = gpu::allocate_pinned(bytes);
+    std::memset(data_, 0, bytes);
+  } else {
+    data_ = std::calloc(bytes == 0 ? 1 : bytes, 1);
+    if (data_ == nullptr)
+      throw Error(ErrorCategory::kInternal,
+                  "out of host memory (" + std::to_string(bytes) + " bytes asked)");
+  }
+}
+
+HostBuffer::~HostBuffer() {
+  if (pinned_)
+    gpu::release_pinned(data_);
+  else
+    std::free(data_);
+}
 
 void zero_async(const BufferView& buf, StreamRef stream) {
   if (buf.device == DeviceType::kCuda) return gpu::zero_async(buf.data, buf.bytes(), stream);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "rt_dist/types.h"
 #include "rt_dist/work.h"
@@ -26,6 +27,24 @@ class DeviceBuffer {
   DeviceType device_;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+};
+
+// Host memory of the model states that are offloaded: pinned (page-locked, so
+// that copies to and from a GPU run asynchronously at the link's speed) when
+// `pinned`, else ordinary memory. Zeroed.
+class HostBuffer {
+ public:
+  HostBuffer(std::size_t bytes, bool pinned);
+  ~HostBuffer();
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  bool pinned_ = false;
 };
 
 void zero_async(const BufferView& buf, StreamRef stream);
@@ -51,32 +70,42 @@ void release_pinned(void* ptr);
 
 // Copies between host and GPU memory on a stream of their own on `device`,
 // ordered against the caller's streams by events, never by blocking the
-// caller's thread:
+// caller's thread. Events are numbered 0..events-1 (a unit's number, say):
 //   after(s)       the copies enqueued next start once the work queued on s so far is done;
-//   mark(k, s)     records marker k (0 or 1) on s: the work queued on s so far;
-//   after_mark(k)  the copies enqueued next start once marker k's work is done;
-//   before(s)      the work queued on s from now on waits for the copies enqueued so far;
-//   wait()         blocks the calling thread (polling) until they are done.
-// Host memory should be pinned for the copies to be asynchronous. Throws
+//   mark(k, s)     event k marks the work queued on s so far;
+//   after_mark(k)  the copies enqueued next start once event k's work is done;
+//   record(k)      event k marks the copies enqueued so far;
+//   order(k, s)    the work queued on s from now on waits for event k;
+//   sync(k)        blocks the calling thread (polling) until event k's copies are done;
+//   before(s)      the work queued on s from now on waits for every copy enqueued so far;
+//   wait()         blocks the calling thread (polling) until every copy is done.
+// One thread enqueues on a CopyStream; another may order() and sync() on an
+// event once it knows (by its own means) that the event was recorded. Host
+// memory should be pinned for the copies to be asynchronous. Throws
 // rtd::Error on a CUDA error.
 class CopyStream {
  public:
-  explicit CopyStream(int device);
+  CopyStream(int device, int events);
   ~CopyStream();
   CopyStream(const CopyStream&) = delete;
   CopyStream& operator=(const CopyStream&) = delete;
   void after(StreamRef stream);
-  void mark(int marker, StreamRef stream);
-  void after_mark(int marker);
+  void mark(int event, StreamRef stream);
+  void after_mark(int event);
   void to_host(const void* gpu_src, void* host_dst, std::size_t bytes);
   void to_device(const void* host_src, void* gpu_dst, std::size_t bytes);
+  void record(int event);
+  void order(int event, StreamRef stream);
+  void sync(int event);
   void before(StreamRef stream);
   void wait();
+  StreamRef stream() const { return StreamRef{stream_}; }
 
  private:
   int device_;
   void* stream_ = nullptr;
-  void* markers_[3] = {};  // 0 and 1 for mark(); 2 for after()
+  std::vector<void*> events_;
+  void* entry_ = nullptr;  // recorded on the caller's stream by after()
   void* done_ = nullptr;   // recorded on ours by before() and wait()
 };
 }  // namespace gpu

@@ -18,13 +18,16 @@ void copy_to_host(const void*, void*, std::size_t, int) { no_gpu(); }
 void copy_from_host(const void*, void*, std::size_t, int) { no_gpu(); }
 void* allocate_pinned(std::size_t) { no_gpu(); }
 void release_pinned(void*) {}
-CopyStream::CopyStream(int) { no_gpu(); }
+CopyStream::CopyStream(int, int) { no_gpu(); }
 CopyStream::~CopyStream() = default;
 void CopyStream::after(StreamRef) { no_gpu(); }
 void CopyStream::mark(int, StreamRef) { no_gpu(); }
 void CopyStream::after_mark(int) { no_gpu(); }
 void CopyStream::to_host(const void*, void*, std::size_t) { no_gpu(); }
 void CopyStream::to_device(const void*, void*, std::size_t) { no_gpu(); }
+void CopyStream::record(int) { no_gpu(); }
+void CopyStream::order(int, StreamRef) { no_gpu(); }
+void CopyStream::sync(int) { no_gpu(); }
 void CopyStream::before(StreamRef) { no_gpu(); }
 void CopyStream::wait() { no_gpu(); }
 }  // namespace rtd::gpu

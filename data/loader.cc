@@ -145,7 +145,7 @@ Loader::Loader(LoaderOptions options) : impl_(std::make_unique<Impl>()) {
   m.batch_bytes = static_cast<std::size_t>(m.o.batch_per_rank) * m.o.record_bytes;
   try {
     if (m.o.device_index >= 0) {
-      m.copies = std::make_unique<gpu::CopyStream>(m.o.device_index);
+      m.copies = std::make_unique<gpu::CopyStream>(m.o.device_index, 2);
       for (void*& d : m.on_device) d = gpu::allocate(m.o.device_index, m.batch_bytes);
     }
     for (int i = 0; i <= m.o.prefetch; ++i) {

@@ -8,13 +8,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "collectives/device_memory.h"
 #include "rt_dist/error.h"
 #include "rt_dist/trace.h"
 #include "runtime/core/log.h"
 #include "sharding/fsdp_plan.h"
+#include "sharding/host_optimizer.h"
 #include "sharding/rank_agreement.h"
 #include "sharding/shard_layout.h"
 #include "sharding/shard_ops.h"
@@ -41,7 +44,8 @@ std::string fingerprint(const std::vector<UnitLayout>& layouts, const FSDPOption
       << o.max_grad_norm << ", loss scale "
       << (o.loss_scale.dynamic ? std::to_string(o.loss_scale.initial) : "off")
       << (o.copy_engines ? ", copy engines" : "")
-      << (o.update_in_backward ? ", update in backward" : "");
+      << (o.update_in_backward ? ", update in backward" : "") << ", offload "
+      << to_string(o.offload);
   return out.str();
 }
 
@@ -59,6 +63,28 @@ std::string_view to_string(ShardStrategy s) {
       return "hybrid";
   }
   return "?";
+}
+
+std::string_view to_string(Offload o) {
+  switch (o) {
+    case Offload::kNone:
+      return "none";
+    case Offload::kOptimizer:
+      return "optimizer";
+    case Offload::kParameters:
+      return "params";
+  }
+  return "?";
+}
+
+bool parse_offload(std::string_view text, Offload* out) {
+  for (Offload o : {Offload::kNone, Offload::kOptimizer, Offload::kParameters}) {
+    if (text == to_string(o)) {
+      *out = o;
+      return true;
+    }
+  }
+  return false;
 }
 
 bool parse_shard_strategy(std::string_view text, ShardStrategy* out) {
@@ -97,6 +123,11 @@ struct FSDP::Impl {
   // full parameters (ZeRO-1/2, in place), reduce-scatters out of the full
   // gradients; set up once over those buffers.
   std::unique_ptr<PersistentShardCollective> gatherer, scatterer;
+  // Offload: the states in host memory and the CPU's steps; kParameters: the
+  // shards copied in for a gather (two slots, on a copy stream of their own).
+  std::unique_ptr<HostOptimizer> host;
+  std::unique_ptr<SlotPool> stage_slots;
+  std::unique_ptr<gpu::CopyStream> stage_lane;
   std::vector<std::shared_ptr<Work>> gather_work;  // per unit: parameters arriving
   std::vector<std::shared_ptr<Work>> reduce_work;  // per unit: this step's reduction
   std::vector<int> reduced;                        // per unit: micro-steps reduced
@@ -109,6 +140,7 @@ struct FSDP::Impl {
   // No collective may still read or write the buffers when they are freed
   // (peers read them too, with copy engines). Errors were the caller's to see.
   ~Impl() {
+    host.reset();  // its copies out write the engine's buffers
     for (auto* works : {&gather_work, &reduce_work})
       for (auto& w : *works) {
         try {
@@ -121,6 +153,20 @@ struct FSDP::Impl {
   bool shards_params() const {
     return o.strategy == ShardStrategy::kZero3 || o.strategy == ShardStrategy::kHybrid;
   }
+  bool offloads() const { return o.offload != Offload::kNone; }
+  bool params_on_host() const { return o.offload == Offload::kParameters; }
+  // Where unit u's new parameters go after the host's step: the compute-dtype
+  // shard (ZeRO-3), this rank's part of the full parameters (ZeRO-1/2), or
+  // nowhere (kParameters: they stay on the host).
+  BufferView host_update_dest(int u) const {
+    if (params_on_host()) return BufferView{};
+    if (shards_params()) return shard_of(*compute_shard, o.param_dtype, u);
+    return at(*full_params[u], o.param_dtype, layouts[u].shard * group_rank(), layouts[u].shard);
+  }
+  // The gathers' way to the full parameters after the host's steps (ZeRO-1/2
+  // gather in place; ZeRO-3 prefetches unit 0).
+  void after_host_steps(StreamRef stream);
+  bool offload_step(StreamRef stream, const std::vector<int>& missing);
   int unit_count() const { return static_cast<int>(layouts.size()); }
   int group_rank() const { return shard_comm->rank(); }
 
@@ -226,6 +272,10 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
   if (!is_float_type(o.param_dtype) || !is_float_type(o.reduce_dtype))
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP: param_dtype and reduce_dtype must be float32, bfloat16 or float16");
+  if (params_on_host() && !shards_params())
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP: offloading the parameters needs zero3 or hybrid (zero1 and zero2 keep "
+                "every unit's parameters on the GPU); offload the optimizer instead");
   int group = comm.size();
   if (o.strategy == ShardStrategy::kHybrid && o.shard_group_size > 0) group = o.shard_group_size;
   if (group > comm.size() || comm.size() % group != 0) {
@@ -259,12 +309,20 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
     shard_off.push_back(total_shard);
     total_shard += l.shard;
   }
-  master = allocate(total_shard, DType::kFloat32);
-  m = allocate(total_shard, DType::kFloat32);
-  v = allocate(total_shard, DType::kFloat32);
+  if (offloads()) {
+    HostOptimizerShape shape{device,        device_index,   shard_off,        {},
+                             o.param_dtype, o.reduce_dtype, o.offload_threads};
+    for (const UnitLayout& l : layouts) shape.shard.push_back(l.shard);
+    if (shape.threads <= 0) shape.threads = std::max(1u, std::thread::hardware_concurrency());
+    host = std::make_unique<HostOptimizer>(std::move(shape));
+  } else {
+    master = allocate(total_shard, DType::kFloat32);
+    m = allocate(total_shard, DType::kFloat32);
+    v = allocate(total_shard, DType::kFloat32);
+  }
   std::size_t largest_shard = 0;
   for (const UnitLayout& l : layouts) largest_shard = std::max(largest_shard, l.shard);
-  if (o.update_in_backward) {
+  if (o.update_in_backward || offloads()) {
     // One being reduced, one waiting for its update.
     reduced_slots = std::make_unique<SlotPool>(std::min(unit_count(), 2), unit_count(), [&] {
       return allocate(largest_shard, o.reduce_dtype);
@@ -276,19 +334,37 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
   for (int u = 0; u < unit_count(); ++u) {
     for (const ShardPiece& piece : pieces_in_shard(layouts[u], group_rank())) {
       const BufferView& p = units[u][piece.param];
-      cast_async(at(p.data, DType::kFloat32, piece.param_first, piece.count),
-                 at(*master, DType::kFloat32, shard_off[u] + piece.shard_offset, piece.count), {});
+      const BufferView src = at(p.data, DType::kFloat32, piece.param_first, piece.count);
+      if (!host) {
+        cast_async(
+            src, at(*master, DType::kFloat32, shard_off[u] + piece.shard_offset, piece.count), {});
+        continue;
+      }
+      float* dst = host->master() + shard_off[u] + piece.shard_offset;
+      if (device == DeviceType::kCuda)
+        gpu::copy_to_host(src.data, dst, src.bytes(), device_index);
+      else
+        std::memcpy(dst, src.data, src.bytes());
     }
   }
   std::size_t largest = 0;
   for (const UnitLayout& l : layouts) largest = std::max(largest, l.padded);
   const int units_n = unit_count();
   if (shards_params()) {
-    if (o.param_dtype != DType::kFloat32) {
+    if (params_on_host()) {
+      // The shards stay on the host; each gather copies its unit's in first.
+      stage_slots = std::make_unique<SlotPool>(
+          std::min(units_n, 2), units_n, [&] { return allocate(largest_shard, o.param_dtype); });
+      if (device == DeviceType::kCuda)
+        stage_lane = std::make_unique<gpu::CopyStream>(device_index, 1);
+    } else if (o.param_dtype != DType::kFloat32 || host) {
       compute_shard = allocate(total_shard, o.param_dtype);
-      cast_async(at(*master, DType::kFloat32, 0, total_shard),
-                 at(*compute_shard, o.param_dtype, 0, total_shard), {});
+      if (!host)
+        cast_async(at(*master, DType::kFloat32, 0, total_shard),
+                   at(*compute_shard, o.param_dtype, 0, total_shard), {});
     }
+    if (host)
+      for (int u = 0; u < units_n; ++u) host->publish(u, host_update_dest(u));
     // Reshard: the unit in use and the one prefetched. A released unit's slot
     // may be gathered into at once: the gather is ordered after the caller's
     // stream, so after the products that read the slot.
@@ -314,7 +390,10 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
                                             [&] { return allocate(largest, o.reduce_dtype); });
   }
   std::vector<BufferView> gather_sources, reduce_sources;
-  if (shards_params()) {
+  if (stage_slots) {
+    for (int slot = 0; slot < stage_slots->slots(); ++slot)
+      gather_sources.push_back(at(stage_slots->data(slot), o.param_dtype, 0, largest_shard));
+  } else if (shards_params()) {
     gather_sources.push_back(compute_shard ? at(*compute_shard, o.param_dtype, 0, total_shard)
                                            : at(*master, DType::kFloat32, 0, total_shard));
   }
@@ -335,7 +414,7 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
 
 void FSDP::Impl::check_fits(Store& store, const std::string& key,
                             const std::vector<std::vector<BufferView>>& units, int group) {
-  if (device != DeviceType::kCuda) return;
+  if (device != DeviceType::kCuda && !offloads()) return;
   std::vector<std::vector<std::size_t>> counts;
   for (const auto& unit : units) {
     counts.emplace_back();
@@ -344,7 +423,7 @@ void FSDP::Impl::check_fits(Store& store, const std::string& key,
   FSDPOptions planned = o;
   planned.shard_group_size = group;
   check_plan_fits(store, key, comm.rank(), comm.size(), FSDP::plan(counts, comm.size(), planned),
-                  device_index);
+                  device == DeviceType::kCuda ? device_index : -1);
 }
 
 void FSDP::Impl::gather(int u, StreamRef stream) {
@@ -356,7 +435,28 @@ void FSDP::Impl::gather(int u, StreamRef stream) {
                     " into; call post_forward/post_backward for the units done with");
   }
   BufferView out = at(param_slots->data(slot), o.param_dtype, 0, layouts[u].padded);
-  gather_work[u] = gatherer->run(gather_source(u), out, stream);
+  if (!stage_slots) {
+    gather_work[u] = gatherer->run(gather_source(u), out, stream);
+    return;
+  }
+  // kParameters: the shard comes in from the host (once its step has run)
+  // into a staging slot whose last gather is done, and the gather follows
+  // the copy on the copy stream, not the caller's.
+  host->wait_update(u);
+  const int st = stage_slots->acquire(u, device, stream);
+  const BufferView staged = at(stage_slots->data(st), o.param_dtype, 0, layouts[u].shard);
+  StreamRef after = stream;
+  if (stage_lane) {
+    trace::Scope copy("offload parameters to GPU", "fsdp");
+    stage_lane->after(stream);
+    stage_lane->to_device(host->params(u).data, staged.data, staged.bytes());
+    after = stage_lane->stream();
+  } else {
+    std::memcpy(staged.data, host->params(u).data, staged.bytes());
+  }
+  gather_work[u] = gatherer->run(staged, out, after);
+  stage_slots->set_busy(st, gather_work[u]);
+  stage_slots->release(u);
 }
 
 void FSDP::Impl::reduce(int u, StreamRef stream) {
@@ -365,6 +465,26 @@ void FSDP::Impl::reduce(int u, StreamRef stream) {
   BufferView in = full_grads.empty()
                       ? at(grad_slots->data(grad_slots->slot_of(u)), o.reduce_dtype, 0, l.padded)
                       : at(*full_grads[u], o.reduce_dtype, 0, l.padded);
+  if (host) {
+    // Into a slot whose last copy to the host is done; then out to the host,
+    // which accumulates the micro-steps.
+    host->gradients_read(stream);
+    if (reduced_slots->acquire(u, device, stream) < 0)
+      throw Error(ErrorCategory::kInternal,
+                  "FSDP: no free buffer for unit " + std::to_string(u) + "'s reduced gradient");
+    BufferView out = reduced_grad(u);
+    std::shared_ptr<Work> work = scatterer->run(in, out, stream);
+    if (grad_slots) grad_slots->set_busy(grad_slots->slot_of(u), work);
+    if (replica_comm) {
+      complete(*work, device, stream);
+      work = replica_comm->all_reduce(out, ReduceOp::kAvg, stream);
+    }
+    complete(*work, device, stream);
+    host->take_gradient(u, out, reduced[u] > 0, stream);
+    reduced_slots->release(u);
+    ++reduced[u];
+    return;
+  }
   const bool accumulate = reduced[u] > 0;
   if (accumulate && !accum) {
     std::size_t largest = 0;
@@ -515,7 +635,7 @@ void FSDP::post_backward(int u, StreamRef stream) {
   if (s.grad_slots && !s.grad_slots->holds(u))
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP::post_backward: unit " + std::to_string(u) + " had no pre_backward");
-  if (s.reduced_slots && s.reduced[u] > 0)
+  if (s.o.update_in_backward && s.reduced[u] > 0)
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP::post_backward: unit " + std::to_string(u) +
                     " was already reduced this step; update_in_backward takes one micro-step "
@@ -523,7 +643,9 @@ void FSDP::post_backward(int u, StreamRef stream) {
   s.reduce(u, stream);
   if (s.grad_slots) s.grad_slots->release(u);
   if (s.shards_params()) s.param_slots->release(u);
-  if (s.reduced_slots) {
+  if (s.host && s.o.update_in_backward) {
+    s.host->update_async(u, s.o.adamw, s.steps + 1, 1.0f, s.host_update_dest(u));
+  } else if (s.o.update_in_backward) {
     // The units reduced before this one have had its backward to finish.
     s.update_pending(stream);
     s.pending.push_back(u);
@@ -537,6 +659,7 @@ bool FSDP::step(StreamRef stream) {
   for (int u = 0; u < s.unit_count(); ++u) {
     if (s.reduced[u] == 0) missing.push_back(u);
   }
+  if (s.host) return s.offload_step(stream, missing);
   if (s.reduced_slots && missing.empty()) {
     s.update_pending(stream);
     std::fill(s.reduced.begin(), s.reduced.end(), 0);
@@ -581,6 +704,63 @@ bool FSDP::step(StreamRef stream) {
   return true;
 }
 
+void FSDP::Impl::after_host_steps(StreamRef stream) {
+  for (int u = 0; u < unit_count(); ++u) {
+    if (shards_params()) {
+      if (u == 0) prefetch(0, stream);
+      continue;
+    }
+    const UnitLayout& l = layouts[u];
+    const BufferView own = host_update_dest(u);
+    gather_work[u] = gatherer->run(own, at(*full_params[u], o.param_dtype, 0, l.padded), stream);
+  }
+}
+
+// step() with offload: the gradients are on the host (or on their way); the
+// CPU steps (those not already queued during backward), then the new
+// parameters to where the gathers read them.
+bool FSDP::Impl::offload_step(StreamRef stream, const std::vector<int>& missing) {
+  host->finish(stream);
+  std::fill(reduced.begin(), reduced.end(), 0);
+  if (!missing.empty()) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP::step: unit " + std::to_string(missing[0]) +
+                    " had no post_backward this step; every unit's gradients must be reduced");
+  }
+  if (o.update_in_backward) {  // queued as each unit's gradient came in
+    ++steps;
+    after_host_steps(stream);
+    return true;
+  }
+  float grad_scale = 1.0f / scale;
+  last_norm = 0.0f;
+  if (o.max_grad_norm > 0.0f || o.loss_scale.dynamic) {
+    auto* sum = static_cast<float*>(scalar->data());
+    host->put_float(host->gradient_sum_of_squares(), sum, stream);
+    shard_comm->all_reduce(at(*scalar, DType::kFloat32, 0, 1), ReduceOp::kSum, stream)->wait();
+    const float total = shard::read_float(sum, device);
+    if (!std::isfinite(total) && o.loss_scale.dynamic) {
+      log::get("fsdp")->info("FSDP: inf or nan in the gradients at loss scale {}; step skipped",
+                             scale);
+      scale *= o.loss_scale.backoff;
+      good_steps = 0;
+      return false;
+    }
+    last_norm = std::sqrt(total) / scale;
+    if (o.max_grad_norm > 0.0f) grad_scale *= std::min(1.0f, o.max_grad_norm / (last_norm + 1e-6f));
+  }
+  ++steps;
+  for (int u = 0; u < unit_count(); ++u)
+    host->update_async(u, o.adamw, steps, grad_scale, host_update_dest(u));
+  host->finish(stream);
+  after_host_steps(stream);
+  if (o.loss_scale.dynamic && ++good_steps == o.loss_scale.growth_interval) {
+    scale *= o.loss_scale.growth;
+    good_steps = 0;
+  }
+  return true;
+}
+
 ckpt::State FSDP::checkpoint_state(const std::vector<std::vector<ckpt::Tensor>>& params,
                                    bool for_save) {
   Impl& s = *impl_;
@@ -591,7 +771,18 @@ ckpt::State FSDP::checkpoint_state(const std::vector<std::vector<ckpt::Tensor>>&
   const bool saves = !for_save || !s.replica_comm || s.replica_comm->rank() == 0;
   ckpt::State state;
   const char* suffix[] = {"", ".exp_avg", ".exp_avg_sq"};
-  DeviceBuffer* buffers[] = {s.master.get(), s.m.get(), s.v.get()};
+  // With offload, the states are the host's.
+  const DeviceType where = s.host ? DeviceType::kCpu : s.device;
+  float* bases[3];
+  if (s.host) {
+    bases[0] = s.host->master();
+    bases[1] = s.host->exp_avg();
+    bases[2] = s.host->exp_avg_sq();
+  } else {
+    bases[0] = static_cast<float*>(s.master->data());
+    bases[1] = static_cast<float*>(s.m->data());
+    bases[2] = static_cast<float*>(s.v->data());
+  }
   for (int u = 0; u < s.unit_count(); ++u) {
     const UnitLayout& l = s.layouts[u];
     if (params[u].size() != l.counts.size())
@@ -616,11 +807,11 @@ ckpt::State FSDP::checkpoint_state(const std::vector<std::vector<ckpt::Tensor>>&
             ckpt::Tensor{params[u][i].name + suffix[k], DType::kFloat32, params[u][i].shape, {}});
       }
       if (!saves) continue;
-      auto* base = static_cast<float*>(buffers[k]->data()) + s.shard_off[u];
+      float* base = bases[k] + s.shard_off[u];
       for (const ShardPiece& piece : pieces_in_shard(l, s.group_rank())) {
         if (piece.count == 0) continue;
         state.tensors[index[piece.param]].ranges.push_back(ckpt::Range{
-            piece.param_first, piece.count, base + piece.shard_offset, s.device, s.device_index});
+            piece.param_first, piece.count, base + piece.shard_offset, where, s.device_index});
       }
     }
   }
@@ -646,8 +837,9 @@ void FSDP::after_load(const ckpt::State& loaded, StreamRef stream) {
   s.good_steps = static_cast<int>(number("fsdp.good_steps", s.good_steps));
   for (int u = 0; u < s.unit_count(); ++u) {
     const UnitLayout& l = s.layouts[u];
+    if (s.host) s.host->publish(u, s.host_update_dest(u));
     if (s.shards_params()) {
-      if (s.compute_shard)
+      if (s.compute_shard && !s.host)
         cast_async(s.shard_of(*s.master, DType::kFloat32, u),
                    s.shard_of(*s.compute_shard, s.o.param_dtype, u), stream);
       s.param_slots->release(u);  // gathered again, from the loaded shards
@@ -655,7 +847,7 @@ void FSDP::after_load(const ckpt::State& loaded, StreamRef stream) {
     }
     // ZeRO-1/2: the shard into its place in the full parameters, gathered in place.
     BufferView own = s.at(*s.full_params[u], s.o.param_dtype, l.shard * s.group_rank(), l.shard);
-    cast_async(s.shard_of(*s.master, DType::kFloat32, u), own, stream);
+    if (!s.host) cast_async(s.shard_of(*s.master, DType::kFloat32, u), own, stream);
     s.gather_work[u] =
         s.gatherer->run(own, s.at(*s.full_params[u], s.o.param_dtype, 0, l.padded), stream);
   }
@@ -665,6 +857,7 @@ float FSDP::loss_scale() const { return impl_->scale; }
 int FSDP::steps_taken() const { return impl_->steps; }
 float FSDP::last_grad_norm() const { return impl_->last_norm; }
 std::size_t FSDP::state_bytes() const { return impl_->bytes + scratch_bytes(); }
+std::size_t FSDP::host_state_bytes() const { return impl_->host ? impl_->host->bytes() : 0; }
 std::size_t FSDP::scratch_bytes() const {
   return impl_->gatherer->scratch_bytes() + impl_->scatterer->scratch_bytes();
 }
@@ -682,6 +875,9 @@ std::string FSDP::describe() const {
       << s.scatterer->method() << "), params " << to_string(s.o.param_dtype) << ", reduce "
       << to_string(s.o.reduce_dtype) << ", " << s.bytes / 1048576.0
       << " MiB of model state on this rank";
+  if (s.host)
+    out << " and " << s.host->bytes() / 1048576.0 << " MiB in host memory (offload "
+        << to_string(s.o.offload) << ")";
   return out.str();
 }
 

@@ -35,7 +35,13 @@ std::string size_text(std::size_t bytes) {
 
 std::size_t FSDPMemoryPlan::total() const {
   std::size_t sum = 0;
-  for (const Item& i : items) sum += i.bytes;
+  for (const Item& i : items) sum += i.host ? 0 : i.bytes;
+  return sum;
+}
+
+std::size_t FSDPMemoryPlan::host_total() const {
+  std::size_t sum = 0;
+  for (const Item& i : items) sum += i.host ? i.bytes : 0;
   return sum;
 }
 
@@ -44,10 +50,18 @@ std::string FSDPMemoryPlan::table() const {
   std::size_t width = 5;
   for (const Item& i : items) width = std::max(width, i.what.size());
   for (const Item& i : items)
-    out << "  " << i.what << std::string(width - i.what.size() + 2, ' ') << size_text(i.bytes)
-        << "\n";
+    if (!i.host)
+      out << "  " << i.what << std::string(width - i.what.size() + 2, ' ') << size_text(i.bytes)
+          << "\n";
   out << "  total" << std::string(width - 5 + 2, ' ') << size_text(total()) << " per rank ("
       << "sharded over " << shard_ranks << (shard_ranks == 1 ? " rank)\n" : " ranks)\n");
+  if (host_total() == 0) return out.str();
+  out << "in host memory (offload):\n";
+  for (const Item& i : items)
+    if (i.host)
+      out << "  " << i.what << std::string(width - i.what.size() + 2, ' ') << size_text(i.bytes)
+          << "\n";
+  out << "  total" << std::string(width - 5 + 2, ' ') << size_text(host_total()) << " per rank\n";
   return out.str();
 }
 
@@ -86,23 +100,38 @@ FSDPMemoryPlan FSDP::plan(const std::vector<std::vector<std::size_t>>& unit_coun
   const std::size_t param = dtype_size(o.param_dtype), reduce = dtype_size(o.reduce_dtype);
   const bool shards_params =
       o.strategy == ShardStrategy::kZero3 || o.strategy == ShardStrategy::kHybrid;
+  const bool offload = o.offload != Offload::kNone;
+  const bool params_on_host = o.offload == Offload::kParameters;
+  if (params_on_host && !shards_params) refuse("offloading the parameters needs zero3 or hybrid");
 
   FSDPMemoryPlan plan;
   plan.shard_ranks = group;
-  auto add = [&](std::string what, std::size_t bytes) {
-    plan.items.push_back({std::move(what), bytes});
+  auto add = [&](std::string what, std::size_t bytes, bool host = false) {
+    plan.items.push_back({std::move(what), bytes, host});
   };
-  add("fp32 master shards", total_shard * 4);
-  add("AdamW moments (2 x fp32)", 2 * total_shard * 4);
-  if (o.update_in_backward)
+  const std::string param_name(to_string(o.param_dtype));
+  if (offload) {  // as HostOptimizer allocates them
+    add("fp32 master shards", total_shard * 4, true);
+    add("AdamW moments (2 x fp32)", 2 * total_shard * 4, true);
+    add("reduced gradient shards (pinned)", total_shard * reduce, true);
+    add(param_name + " parameter shards (pinned)", total_shard * param, true);
+    add("gradient staging (2 x pinned)", 2 * largest_shard * reduce, true);
+  } else {
+    add("fp32 master shards", total_shard * 4);
+    add("AdamW moments (2 x fp32)", 2 * total_shard * 4);
+  }
+  if (o.update_in_backward || offload)
     add("reduced gradient shards (" + std::to_string(two) + " slots)",
         two * largest_shard * reduce);
   else
     add("reduced gradient shards", total_shard * reduce);
   add("loss-scale and norm scalar", 4);
   if (shards_params) {
-    if (o.param_dtype != DType::kFloat32)
-      add(std::string(to_string(o.param_dtype)) + " parameter shards", total_shard * param);
+    if (params_on_host)
+      add(param_name + " shards copied in (" + std::to_string(two) + " slots)",
+          two * largest_shard * param);
+    else if (o.param_dtype != DType::kFloat32 || offload)
+      add(param_name + " parameter shards", total_shard * param);
     const std::size_t slots = o.reshard_after_forward ? two : units;
     add("gathered parameters (" + std::to_string(slots) + " of " + std::to_string(units) +
             " units)",
@@ -120,20 +149,40 @@ FSDPMemoryPlan FSDP::plan(const std::vector<std::vector<std::size_t>>& unit_coun
 
 void check_plan_fits(Store& store, const std::string& key, int rank, int size,
                      const FSDPMemoryPlan& plan, int device_index) {
-  const std::size_t need = plan.total(), free = gpu::free_bytes(device_index);
   std::string problem;
-  if (need > free) {
-    problem = "GPU " + std::to_string(device_index) + " has " + size_text(free) +
-              " free, the model states need " + size_text(need);
-  } else if (need > free / 10 * 9) {
-    log::get("fsdp")->warn(
-        "FSDP: the model states take {} of GPU {}'s {} free: little is left for activations",
-        size_text(need), device_index, size_text(free));
+  if (device_index >= 0) {
+    const std::size_t need = plan.total(), free = gpu::free_bytes(device_index);
+    if (need > free) {
+      problem = "GPU " + std::to_string(device_index) + " has " + size_text(free) +
+                " free, the model states need " + size_text(need);
+    } else if (need > free / 10 * 9) {
+      log::get("fsdp")->warn(
+          "FSDP: the model states take {} of GPU {}'s {} free: little is left for activations",
+          size_text(need), device_index, size_text(free));
+    }
+  }
+  const std::size_t host_need = plan.host_total(), available = host_available_bytes();
+  if (host_need > 0 && available > 0 && host_need > available) {
+    problem += (problem.empty() ? "" : "; ") + std::string("the host has ") + size_text(available) +
+               " of memory available, the offloaded states need " + size_text(host_need) +
+               " (each rank on a host needs its own)";
   }
   check_every_rank_can(store, key, rank, size, problem, "FSDP: the model states do not fit",
-                       "shard more (ZeRO-3, or more ranks), compute in bfloat16, or update in "
-                       "backward; rtd-plan prints what each choice needs",
+                       "shard more (ZeRO-3, or more ranks), compute in bfloat16, update in "
+                       "backward, or offload to host memory; rtd-plan prints what each choice "
+                       "needs",
                        ErrorCategory::kConfig);
+}
+
+std::size_t host_available_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof(line), f))
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  std::fclose(f);
+  return static_cast<std::size_t>(kib) * 1024;
 }
 
 }  // namespace rtd

@@ -109,46 +109,63 @@ void release_pinned(void* ptr) {
   if (ptr) cudaFreeHost(ptr);
 }
 
-CopyStream::CopyStream(int device) : device_(device) {
+namespace {
+cudaStream_t cuda(StreamRef s) { return static_cast<cudaStream_t>(s.cuda_stream); }
+cudaEvent_t event(void* e) { return static_cast<cudaEvent_t>(e); }
+
+// Blocks the calling thread until e's work is done, polling, so that only
+// this thread waits (never a synchronize of a stream).
+void poll(void* e) {
+  cudaError_t rc;
+  while ((rc = cudaEventQuery(event(e))) == cudaErrorNotReady)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  check(rc, "copying between the GPU and the host");
+}
+}  // namespace
+
+CopyStream::CopyStream(int device, int events) : device_(device), events_(events, nullptr) {
   on_device(device, [&] {
     cudaStream_t s = nullptr;
     cudaError_t rc = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     stream_ = s;
     cudaEvent_t e = nullptr;
-    for (void*& event : markers_) {
+    for (void** slot : {&entry_, &done_}) {
       if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
-      if (rc == cudaSuccess) event = e;
+      if (rc == cudaSuccess) *slot = e;
     }
-    if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
-    if (rc == cudaSuccess) done_ = e;
+    for (void*& slot : events_) {
+      if (rc == cudaSuccess) rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+      if (rc == cudaSuccess) slot = e;
+    }
     return rc;
   });
 }
 
 CopyStream::~CopyStream() {
-  if (done_) cudaEventDestroy(static_cast<cudaEvent_t>(done_));
-  for (void* event : markers_)
-    if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  if (stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  for (void* e : events_)
+    if (e) cudaEventDestroy(event(e));
+  for (void* e : {entry_, done_})
+    if (e) cudaEventDestroy(event(e));
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
-namespace {
-cudaStream_t cuda(StreamRef s) { return static_cast<cudaStream_t>(s.cuda_stream); }
-cudaEvent_t event(void* e) { return static_cast<cudaEvent_t>(e); }
-}  // namespace
-
 void CopyStream::after(StreamRef stream) {
-  mark(2, stream);
-  after_mark(2);
-}
-
-void CopyStream::mark(int marker, StreamRef stream) {
-  on_device(device_, [&] { return cudaEventRecord(event(markers_[marker]), cuda(stream)); });
-}
-
-void CopyStream::after_mark(int marker) {
   on_device(device_, [&] {
-    return cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), event(markers_[marker]), 0);
+    cudaError_t rc = cudaEventRecord(event(entry_), cuda(stream));
+    return rc == cudaSuccess
+               ? cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), event(entry_), 0)
+               : rc;
+  });
+}
+
+void CopyStream::mark(int k, StreamRef stream) {
+  on_device(device_, [&] { return cudaEventRecord(event(events_.at(k)), cuda(stream)); });
+}
+
+void CopyStream::after_mark(int k) {
+  on_device(device_, [&] {
+    return cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), event(events_.at(k)), 0);
   });
 }
 
@@ -166,6 +183,18 @@ void CopyStream::to_device(const void* host_src, void* gpu_dst, std::size_t byte
   });
 }
 
+void CopyStream::record(int k) {
+  on_device(device_, [&] {
+    return cudaEventRecord(event(events_.at(k)), static_cast<cudaStream_t>(stream_));
+  });
+}
+
+void CopyStream::order(int k, StreamRef stream) {
+  on_device(device_, [&] { return cudaStreamWaitEvent(cuda(stream), event(events_.at(k)), 0); });
+}
+
+void CopyStream::sync(int k) { poll(events_.at(k)); }
+
 void CopyStream::before(StreamRef stream) {
   on_device(device_, [&] {
     cudaError_t rc = cudaEventRecord(event(done_), static_cast<cudaStream_t>(stream_));
@@ -176,11 +205,7 @@ void CopyStream::before(StreamRef stream) {
 void CopyStream::wait() {
   on_device(device_,
             [&] { return cudaEventRecord(event(done_), static_cast<cudaStream_t>(stream_)); });
-  // Polled, so that only this thread waits (never a synchronize of a stream).
-  cudaError_t rc;
-  while ((rc = cudaEventQuery(event(done_))) == cudaErrorNotReady)
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  check(rc, "copying between the GPU and the host");
+  poll(done_);
 }
 
 void zero_async(void* ptr, std::size_t bytes, StreamRef stream) {

@@ -250,7 +250,7 @@ void Checkpointer::save_async(std::int64_t step, const State& state, StreamRef s
     for (const Range& r : t.ranges) {
       total += r.count * dtype_size(t.dtype);
       if (r.device == DeviceType::kCuda && !m.copies[r.device_index])
-        m.copies[r.device_index] = std::make_unique<gpu::CopyStream>(r.device_index);
+        m.copies[r.device_index] = std::make_unique<gpu::CopyStream>(r.device_index, 0);
     }
   }
   m.arena.reserve(total, !m.copies.empty());

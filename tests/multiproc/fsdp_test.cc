@@ -238,18 +238,27 @@ TEST_F(FSDPTest, ThePlanIsWhatTheEngineAllocates) {
     for (bool reshard : {true, false}) {
       for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
         for (bool in_backward : {false, true}) {
-          FSDPOptions o = options_for(s, n);
-          o.reshard_after_forward = reshard;
-          o.param_dtype = dtype;
-          o.reduce_dtype = in_backward ? DType::kFloat16 : dtype;
-          o.update_in_backward = in_backward;
-          FSDP f = make(o);
-          const FSDPMemoryPlan plan = FSDP::plan(kUnits, n, o);
-          EXPECT_EQ(f.state_bytes(), plan.total() + f.scratch_bytes())
-              << to_string(s) << (reshard ? "" : " without reshard") << ", " << to_string(dtype)
-              << (in_backward ? ", updating in backward" : "") << ":\n"
-              << plan.table();
-          EXPECT_EQ(plan.shard_ranks, s == ShardStrategy::kHybrid ? o.shard_group_size : n);
+          for (Offload where : {Offload::kNone, Offload::kOptimizer, Offload::kParameters}) {
+            FSDPOptions o = options_for(s, n);
+            if (where == Offload::kParameters &&
+                (s == ShardStrategy::kZero1 || s == ShardStrategy::kZero2))
+              continue;
+            o.reshard_after_forward = reshard;
+            o.param_dtype = dtype;
+            o.reduce_dtype = in_backward ? DType::kFloat16 : dtype;
+            o.update_in_backward = in_backward;
+            o.offload = where;
+            FSDP f = make(o);
+            const FSDPMemoryPlan plan = FSDP::plan(kUnits, n, o);
+            EXPECT_EQ(f.state_bytes(), plan.total() + f.scratch_bytes())
+                << to_string(s) << (reshard ? "" : " without reshard") << ", " << to_string(dtype)
+                << (in_backward ? ", updating in backward" : "") << ", offload " << to_string(where)
+                << ":\n"
+                << plan.table();
+            EXPECT_EQ(f.host_state_bytes(), plan.host_total()) << plan.table();
+            EXPECT_EQ(plan.host_total() > 0, where != Offload::kNone);
+            EXPECT_EQ(plan.shard_ranks, s == ShardStrategy::kHybrid ? o.shard_group_size : n);
+          }
         }
       }
     }
@@ -306,49 +315,81 @@ TEST_F(FSDPTest, ModelStatesThatDoNotFitStopEveryRankBeforeAnyAllocation) {
 // A checkpoint of one strategy's shards (weights and AdamW's moments, on the
 // host or the GPU) resumes in every strategy: 2 steps, save, load into a
 // fresh engine, 2 more steps equal 4 steps of the reference.
-TEST_F(FSDPTest, ACheckpointOfEveryStrategyResumesInEveryStrategy) {
-  const int n = comm().size();
-  Store& store = test_context()->store();
-  std::vector<std::vector<ckpt::Tensor>> names;
-  for (std::size_t u = 0; u < kUnits.size(); ++u) {
-    names.emplace_back();
-    for (std::size_t i = 0; i < kUnits[u].size(); ++i)
-      names[u].push_back(ckpt::Tensor{"u" + std::to_string(u) + ".p" + std::to_string(i),
-                                      DType::kFloat32,
-                                      {static_cast<std::int64_t>(kUnits[u][i])},
-                                      {}});
+class FSDPCheckpointTest : public FSDPTest {
+ protected:
+  void SetUp() override {
+    FSDPTest::SetUp();
+    if (IsSkipped()) return;
+    for (std::size_t u = 0; u < kUnits.size(); ++u) {
+      names_.emplace_back();
+      for (std::size_t i = 0; i < kUnits[u].size(); ++i)
+        names_[u].push_back(ckpt::Tensor{"u" + std::to_string(u) + ".p" + std::to_string(i),
+                                         DType::kFloat32,
+                                         {static_cast<std::int64_t>(kUnits[u][i])},
+                                         {}});
+    }
+    ref_.o.lr = 1e-2f;
+    for (int step = 0; step < 4; ++step) ref_.step(1000 * step, comm().size() * kSamplesPerRank);
   }
-  Reference ref;
-  ref.o.lr = 1e-2f;
-  for (int step = 0; step < 4; ++step) ref.step(1000 * step, n * kSamplesPerRank);
-  int round = 0;
-  for (ShardStrategy a : kAll) {
+  // Saved by an engine with options a, resumed by engines with each of bs.
+  void save_then_resume(const FSDPOptions& a, const std::vector<FSDPOptions>& bs,
+                        const std::string& what) {
+    const int n = comm().size();
+    Store& store = test_context()->store();
     // Every rank the same directory: rank 0 names it.
-    const std::string key = "fsdp_ckpt_dir/" + std::to_string(round++);
+    const std::string key = "fsdp_ckpt_dir/" + std::to_string(round_++);
     if (comm().rank() == 0)
       store.set(key, ::testing::TempDir() + "rtd_fsdp_ckpt_" + std::to_string(getpid()) + "_" +
-                         std::string(to_string(a)));
+                         std::to_string(round_));
     const std::string dir = store.get(key, std::chrono::seconds(30));
     {
-      FSDP f = make(options_for(a, n));
+      FSDP f = make(a);
       for (int step = 0; step < 2; ++step) ASSERT_TRUE(train_step(f, 1000 * step, 1));
       ckpt::Checkpointer(store, comm().rank(), n, {.dir = dir})
-          .save(2, f.checkpoint_state(names, true));
+          .save(2, f.checkpoint_state(names_, true));
     }
-    for (ShardStrategy b : kAll) {
-      FSDP g = make(options_for(b, n));
-      ckpt::State state = g.checkpoint_state(names, false);
+    for (const FSDPOptions& b : bs) {
+      FSDP g = make(b);
+      ckpt::State state = g.checkpoint_state(names_, false);
       auto step = ckpt::Checkpointer(store, comm().rank(), n, {.dir = dir}).load(state, false);
       ASSERT_EQ(step, std::optional<std::int64_t>(2));
       g.after_load(state);
       EXPECT_EQ(g.steps_taken(), 2);
       for (int s2 = 2; s2 < 4; ++s2) ASSERT_TRUE(train_step(g, 1000 * s2, 1));
-      expect_close(params_of(g), ref.p, 2e-5,
-                   std::string(to_string(a)) + " saved, " + std::string(to_string(b)) + " resumed");
+      expect_close(params_of(g), ref_.p, 2e-5,
+                   what + " saved, " + std::string(to_string(b.strategy)) + " offload " +
+                       std::string(to_string(b.offload)) + " resumed");
     }
     comm().barrier()->wait();
     if (comm().rank() == 0) std::filesystem::remove_all(dir);
   }
+
+  std::vector<std::vector<ckpt::Tensor>> names_;
+  Reference ref_;
+  int round_ = 0;
+};
+
+TEST_F(FSDPCheckpointTest, ACheckpointOfEveryStrategyResumesInEveryStrategy) {
+  const int n = comm().size();
+  std::vector<FSDPOptions> every;
+  for (ShardStrategy b : kAll) every.push_back(options_for(b, n));
+  for (ShardStrategy a : kAll)
+    save_then_resume(options_for(a, n), every, std::string(to_string(a)));
+}
+
+// The offloaded states are checkpoints like any: an offloaded run resumes in
+// one that keeps them on the device, and back.
+TEST_F(FSDPCheckpointTest, AnOffloadedRunResumesOnTheDeviceAndBack) {
+  const int n = comm().size();
+  FSDPOptions resident = options_for(ShardStrategy::kZero3, n);
+  FSDPOptions optimizer = resident, params = resident;
+  optimizer.offload = Offload::kOptimizer;
+  params.offload = Offload::kParameters;
+  FSDPOptions zero2 = options_for(ShardStrategy::kZero2, n);
+  zero2.offload = Offload::kOptimizer;
+  save_then_resume(optimizer, {resident, params, zero2}, "zero3 offload optimizer");
+  save_then_resume(resident, {optimizer, params}, "zero3 on the device");
+  save_then_resume(params, {resident, zero2}, "zero3 offload params");
 }
 
 // Updating each unit during backward, as soon as its gradient is reduced,
@@ -398,61 +439,135 @@ TEST_F(FSDPTest, UpdatingInBackwardRefusesWhatNeedsEveryGradientFirst) {
   comm().barrier()->wait();
 }
 
+// Offload (the optimizer, or the parameters too) gives the parameters that
+// keeping the states on the device gives, step for step: exactly on the host
+// (the host AdamW is the CPU engine's own), within float rounding on a GPU
+// (its AdamW kernel and the host's round the same operations apart only
+// where the compiler contracts them).
+TEST_F(FSDPTest, OffloadingEqualsKeepingTheStatesOnTheDevice) {
+  const int n = comm().size();
+  const double tol = test_memory().device() == DeviceType::kCpu ? 0.0 : 1e-5;
+  for (ShardStrategy s : kAll) {
+    for (Offload where : {Offload::kOptimizer, Offload::kParameters}) {
+      if (where == Offload::kParameters &&
+          (s == ShardStrategy::kZero1 || s == ShardStrategy::kZero2))
+        continue;
+      for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+        for (bool in_backward : {false, true}) {
+          FSDPOptions o = options_for(s, n);
+          o.param_dtype = o.reduce_dtype = dtype;
+          o.update_in_backward = in_backward;
+          FSDP kept = make(o);
+          o.offload = where;
+          o.offload_threads = 2;
+          FSDP offloaded = make(o);
+          const std::string what = std::string(to_string(s)) + " offload " +
+                                   std::string(to_string(where)) + ", " + std::string(to_string(dtype)) +
+                                   (in_backward ? ", updating in backward" : "");
+          for (int step = 0; step < 3; ++step) {
+            ASSERT_TRUE(train_step(kept, 1000 * step, 1));
+            ASSERT_TRUE(train_step(offloaded, 1000 * step, 1));
+            expect_close(params_of(offloaded), params_of(kept), tol,
+                         what + ", step " + std::to_string(step + 1));
+          }
+          EXPECT_EQ(offloaded.steps_taken(), 3);
+          EXPECT_GT(offloaded.host_state_bytes(), 0u);
+          EXPECT_EQ(kept.host_state_bytes(), 0u);
+          EXPECT_LT(offloaded.state_bytes(), kept.state_bytes()) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(FSDPTest, OffloadingTheParametersNeedsThemSharded) {
+  for (ShardStrategy s : {ShardStrategy::kZero1, ShardStrategy::kZero2}) {
+    FSDPOptions o = options_for(s, comm().size());
+    o.offload = Offload::kParameters;
+    try {
+      make(o);
+      ADD_FAILURE() << "offloading the parameters of " << to_string(s);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("zero3 or hybrid"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(FSDP::plan(kUnits, comm().size(), o), Error);
+  }
+  Offload parsed = Offload::kNone;
+  EXPECT_TRUE(parse_offload("params", &parsed));
+  EXPECT_EQ(parsed, Offload::kParameters);
+  EXPECT_FALSE(parse_offload("nvme ", &parsed));
+  EXPECT_FALSE(parse_offload("", &parsed));
+}
+
 TEST_F(FSDPTest, MicroStepsAccumulateIntoOneStep) {
   const int n = comm().size(), micro = 3;
   for (ShardStrategy s : kAll) {
-    FSDP f = make(options_for(s, n));
-    Reference ref;
-    ref.o.lr = 1e-2f;
-    for (int step = 0; step < 2; ++step) {
-      train_step(f, 1000 * step, micro);
-      ref.step(1000 * step, micro * n * kSamplesPerRank);
+    for (Offload where : {Offload::kNone, Offload::kOptimizer}) {
+      FSDPOptions o = options_for(s, n);
+      o.offload = where;
+      FSDP f = make(o);
+      Reference ref;
+      ref.o.lr = 1e-2f;
+      for (int step = 0; step < 2; ++step) {
+        train_step(f, 1000 * step, micro);
+        ref.step(1000 * step, micro * n * kSamplesPerRank);
+      }
+      expect_close(
+          params_of(f), ref.p, 1e-4,
+          std::string(to_string(s)) + " accumulating, offload " + std::string(to_string(where)));
     }
-    expect_close(params_of(f), ref.p, 1e-4, std::string(to_string(s)) + " accumulating");
   }
 }
 
 TEST_F(FSDPTest, ClippingEqualsClippingTheUnshardedGradients) {
   const int n = comm().size();
-  for (ShardStrategy s : kAll) {
-    FSDPOptions o = options_for(s, n);
-    o.max_grad_norm = 0.5f;
-    FSDP f = make(o);
-    Reference ref;
-    ref.o.lr = 1e-2f;
-    ref.max_norm = 0.5f;
-    for (int step = 0; step < 3; ++step) {
-      train_step(f, 1000 * step, 1);
-      ref.step(1000 * step, n * kSamplesPerRank);
-      ASSERT_GT(ref.last_norm, 0.5f) << "the test must actually clip";
-      EXPECT_NEAR(f.last_grad_norm(), ref.last_norm, 1e-4 * ref.last_norm);
+  for (ShardStrategy s : kAll)
+    for (Offload where : {Offload::kNone, Offload::kOptimizer}) {
+      FSDPOptions o = options_for(s, n);
+      o.offload = where;
+      o.max_grad_norm = 0.5f;
+      FSDP f = make(o);
+      Reference ref;
+      ref.o.lr = 1e-2f;
+      ref.max_norm = 0.5f;
+      for (int step = 0; step < 3; ++step) {
+        train_step(f, 1000 * step, 1);
+        ref.step(1000 * step, n * kSamplesPerRank);
+        ASSERT_GT(ref.last_norm, 0.5f) << "the test must actually clip";
+        EXPECT_NEAR(f.last_grad_norm(), ref.last_norm, 1e-4 * ref.last_norm);
+      }
+      expect_close(
+          params_of(f), ref.p, 2e-5,
+          std::string(to_string(s)) + " clipped, offload " + std::string(to_string(where)));
     }
-    expect_close(params_of(f), ref.p, 2e-5, std::string(to_string(s)) + " clipped");
-  }
 }
 
 TEST_F(FSDPTest, AnInfOnOneRankSkipsTheStepOnEveryRankAndBacksOff) {
   const int n = comm().size();
-  for (ShardStrategy s : kAll) {
-    FSDPOptions o = options_for(s, n);
-    o.loss_scale = {.dynamic = true, .initial = 1024.0f, .growth_interval = 2};
-    FSDP f = make(o);
-    Reference ref;
-    ref.o.lr = 1e-2f;
-    ASSERT_TRUE(train_step(f, 0, 1));
-    ref.step(0, n * kSamplesPerRank);
-    const Params before = params_of(f);
-    EXPECT_FALSE(train_step(f, 1000, 1, /*poison_rank=*/n - 1)) << "the step must be skipped";
-    EXPECT_EQ(f.loss_scale(), 512.0f);
-    expect_close(params_of(f), before, 0.0, std::string(to_string(s)) + " after the skipped step");
-    ASSERT_TRUE(train_step(f, 2000, 1));
-    ref.step(2000, n * kSamplesPerRank);
-    ASSERT_TRUE(train_step(f, 3000, 1));
-    ref.step(3000, n * kSamplesPerRank);
-    EXPECT_EQ(f.loss_scale(), 1024.0f) << "two good steps in a row grow it back";
-    EXPECT_EQ(f.steps_taken(), 3);
-    expect_close(params_of(f), ref.p, 2e-5, std::string(to_string(s)) + " unscaled");
-  }
+  for (ShardStrategy s : kAll)
+    for (Offload where : {Offload::kNone, Offload::kOptimizer}) {
+      FSDPOptions o = options_for(s, n);
+      o.offload = where;
+      o.loss_scale = {.dynamic = true, .initial = 1024.0f, .growth_interval = 2};
+      FSDP f = make(o);
+      Reference ref;
+      ref.o.lr = 1e-2f;
+      ASSERT_TRUE(train_step(f, 0, 1));
+      ref.step(0, n * kSamplesPerRank);
+      const Params before = params_of(f);
+      EXPECT_FALSE(train_step(f, 1000, 1, /*poison_rank=*/n - 1)) << "the step must be skipped";
+      EXPECT_EQ(f.loss_scale(), 512.0f);
+      expect_close(params_of(f), before, 0.0,
+                   std::string(to_string(s)) + " after the skipped step");
+      ASSERT_TRUE(train_step(f, 2000, 1));
+      ref.step(2000, n * kSamplesPerRank);
+      ASSERT_TRUE(train_step(f, 3000, 1));
+      ref.step(3000, n * kSamplesPerRank);
+      EXPECT_EQ(f.loss_scale(), 1024.0f) << "two good steps in a row grow it back";
+      EXPECT_EQ(f.steps_taken(), 3);
+      expect_close(params_of(f), ref.p, 2e-5, std::string(to_string(s)) + " unscaled");
+    }
 }
 
 TEST_F(FSDPTest, Bf16ParametersAndReductionStayCloseToFloat32) {

@@ -44,6 +44,16 @@ std::string_view to_string(ShardStrategy strategy);
 // "zero1", "zero2", "zero3", "hybrid"; false for anything else.
 bool parse_shard_strategy(std::string_view text, ShardStrategy* out);
 
+// Where the model states live (docs/sharding.md "Offload"). kOptimizer: the
+// fp32 master shards, AdamW's moments and the reduced gradient shards in host
+// memory, AdamW stepped on the CPU; the GPU keeps the parameter shards in the
+// compute dtype. kParameters (kZero3, kHybrid): those parameter shards on the
+// host too, copied in for each gather.
+enum class Offload { kNone, kOptimizer, kParameters };
+std::string_view to_string(Offload offload);
+// "none", "optimizer", "params"; false for anything else.
+bool parse_offload(std::string_view text, Offload* out);
+
 struct AdamWOptions {
   float lr = 1e-4f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
 };
@@ -90,6 +100,10 @@ struct FSDPOptions {
   // reduce-scatter with copy engines, leaving the SMs to forward and backward
   // (persistent_all_gather / persistent_reduce_scatter). Every rank the same.
   bool copy_engines = true;
+  // Offload (every rank the same). With update_in_backward, each unit's CPU
+  // step runs while backward goes on; otherwise all of them in step().
+  Offload offload = Offload::kNone;
+  int offload_threads = 0;  // the host AdamW's threads; 0: one per core
 };
 
 // [Memory plan] What an FSDP engine allocates for the model states on each
@@ -104,10 +118,12 @@ struct FSDPMemoryPlan {
   struct Item {
     std::string what;  // "fp32 master shards"
     std::size_t bytes = 0;
+    bool host = false;  // in host memory (offload), not the engine's device
   };
   std::vector<Item> items;
-  int shard_ranks = 1;  // the ranks a unit is sharded over
-  std::size_t total() const;
+  int shard_ranks = 1;             // the ranks a unit is sharded over
+  std::size_t total() const;       // of the items on the engine's device
+  std::size_t host_total() const;  // of the items in host memory
   // A line per item ("  fp32 master shards      128.0 MiB") and the total.
   std::string table() const;
 };
@@ -175,6 +191,8 @@ class FSDP {
   // master shards, moments, gradient shards and buffers, gathered parameters,
   // and the collectives' scratch.
   std::size_t state_bytes() const;
+  // Bytes of host memory the engine holds with offload (FSDP::plan's host_total).
+  std::size_t host_state_bytes() const;
   // Of state_bytes(), the gathers' and reductions' own scratch (0 but with
   // copy engines); the rest is FSDP::plan's total.
   std::size_t scratch_bytes() const;

@@ -1,0 +1,165 @@
+#include "sharding/host_optimizer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "rt_dist/error.h"
+#include "rt_dist/trace.h"
+#include "sharding/cpu_adamw.h"
+#include "sharding/shard_ops.h"
+
+namespace rtd {
+namespace {
+
+std::size_t total_of(const HostOptimizerShape& s) {
+  return s.shard.empty() ? 0 : s.shard_off.back() + s.shard.back();
+}
+std::size_t largest_of(const HostOptimizerShape& s) {
+  return s.shard.empty() ? 0 : *std::max_element(s.shard.begin(), s.shard.end());
+}
+
+}  // namespace
+
+// The fp32 states are touched by the CPU alone: ordinary memory. What the GPU
+// copies to and from is pinned.
+HostOptimizer::HostOptimizer(HostOptimizerShape shape)
+    : s_(std::move(shape)),
+      total_(total_of(s_)),
+      largest_(largest_of(s_)),
+      master_(total_ * 4, false),
+      m_(total_ * 4, false),
+      v_(total_ * 4, false),
+      grads_(total_ * dtype_size(s_.reduce_dtype), on_gpu()),
+      params_(total_ * dtype_size(s_.param_dtype), on_gpu()),
+      staging_{HostBuffer(largest_ * dtype_size(s_.reduce_dtype), on_gpu()),
+               HostBuffer(largest_ * dtype_size(s_.reduce_dtype), on_gpu())},
+      scalar_(4, on_gpu()),
+      update_ticket_(s_.shard.size(), 0) {
+  for (const HostBuffer* b : {&master_, &m_, &v_, &grads_, &params_, &staging_[0], &staging_[1]})
+    bytes_ += b->bytes();
+  if (on_gpu()) {
+    // Events: one per unit, then one per staging buffer.
+    const int events = static_cast<int>(s_.shard.size()) + 2;
+    in_ = std::make_unique<gpu::CopyStream>(s_.device_index, events);
+    out_ = std::make_unique<gpu::CopyStream>(s_.device_index, events);
+  }
+}
+
+HostOptimizer::~HostOptimizer() {
+  try {
+    worker_.wait_all();
+    if (in_) in_->wait();
+    if (out_) out_->wait();
+  } catch (const std::exception&) {
+  }
+}
+
+BufferView HostOptimizer::host(const HostBuffer& buf, DType dtype, int u) const {
+  return BufferView{static_cast<char*>(buf.data()) + s_.shard_off[u] * dtype_size(dtype),
+                    s_.shard[u], dtype, DeviceType::kCpu, 0};
+}
+BufferView HostOptimizer::master(int u) const { return host(master_, DType::kFloat32, u); }
+BufferView HostOptimizer::params(int u) const { return host(params_, s_.param_dtype, u); }
+
+void HostOptimizer::copy_in(const BufferView& src, void* host_dst, StreamRef stream) {
+  if (!on_gpu()) {
+    std::memcpy(host_dst, src.data, src.bytes());
+    return;
+  }
+  in_->after(stream);
+  in_->to_host(src.data, host_dst, src.bytes());
+}
+
+void HostOptimizer::take_gradient(int u, const BufferView& reduced, bool accumulate,
+                                  StreamRef stream) {
+  trace::Scope scope("offload gradient to host", "fsdp");
+  const BufferView dst = host(grads_, s_.reduce_dtype, u);
+  if (!accumulate) {
+    copy_in(reduced, dst.data, stream);
+    if (on_gpu()) in_->record(u);
+    return;
+  }
+  // A later micro-step: into a staging buffer whose last addition has run,
+  // then added on the worker (after the copies before it, the first included).
+  const int k = next_staging_;
+  next_staging_ ^= 1;
+  worker_.wait(staging_ticket_[k]);
+  copy_in(reduced, staging_[k].data(), stream);
+  const int event = static_cast<int>(s_.shard.size()) + k;
+  if (on_gpu()) in_->record(event);
+  const BufferView staged{staging_[k].data(), reduced.count, s_.reduce_dtype, DeviceType::kCpu, 0};
+  staging_ticket_[k] = worker_.post([this, event, dst, staged] {
+    if (on_gpu()) in_->sync(event);
+    shard::add_into_async(dst, staged, {});
+  });
+}
+
+void HostOptimizer::gradients_read(StreamRef stream) {
+  if (on_gpu()) in_->before(stream);
+}
+
+void HostOptimizer::update_async(int u, const AdamWOptions& options, int step, float grad_scale,
+                                 const BufferView& dest) {
+  shard::AdamWShard a;
+  a.param = master(u);
+  a.grad = host(grads_, s_.reduce_dtype, u);
+  a.m = exp_avg() + s_.shard_off[u];
+  a.v = exp_avg_sq() + s_.shard_off[u];
+  a.out = params(u);
+  a.options = options;
+  a.step = step;
+  a.grad_scale = grad_scale;
+  update_ticket_[u] = worker_.post([this, u, a, dest] {
+    if (on_gpu()) in_->sync(u);  // the first micro-step's copy in (later ones were added before)
+    {
+      trace::Scope scope("offload host AdamW", "fsdp");
+      shard::cpu::adamw(a, s_.threads);
+    }
+    if (!dest.data) return;
+    if (!on_gpu()) {
+      std::memcpy(dest.data, a.out.data, a.out.bytes());
+      return;
+    }
+    out_->to_device(a.out.data, dest.data, a.out.bytes());
+  });
+}
+
+void HostOptimizer::wait_update(int u) { worker_.wait(update_ticket_[u]); }
+
+void HostOptimizer::finish(StreamRef stream) {
+  trace::Scope scope("offload wait for host steps", "fsdp");
+  worker_.wait_all();
+  if (on_gpu()) out_->before(stream);  // the worker is idle: this thread may enqueue on out_
+}
+
+float HostOptimizer::gradient_sum_of_squares() const {
+  float sum = 0.0f;
+  shard::sum_squares_async(BufferView{grads_.data(), total_, s_.reduce_dtype, DeviceType::kCpu, 0},
+                           &sum, {});
+  return sum;
+}
+
+void HostOptimizer::put_float(float value, float* dst, StreamRef stream) {
+  if (!on_gpu()) {
+    *dst = value;
+    return;
+  }
+  worker_.wait_all();  // out_ is the worker's while it steps
+  out_->wait();        // the scalar's last copy has read it
+  *static_cast<float*>(scalar_.data()) = value;
+  out_->to_device(scalar_.data(), dst, 4);
+  out_->before(stream);
+}
+
+void HostOptimizer::publish(int u, const BufferView& dest) {
+  worker_.wait_all();
+  cast_async(master(u), params(u), {});
+  if (!dest.data) return;
+  if (on_gpu())
+    gpu::copy_from_host(params(u).data, dest.data, dest.bytes(), s_.device_index);
+  else
+    std::memcpy(dest.data, params(u).data, dest.bytes());
+}
+
+}  // namespace rtd

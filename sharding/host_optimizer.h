@@ -1,0 +1,96 @@
+// HostOptimizer: the offloaded part of rtd::FSDP (FSDPOptions::offload,
+// docs/sharding.md "Offload"). It holds in host memory the fp32 master
+// shards, AdamW's moments, the reduced gradient shards and the parameter
+// shards in the compute dtype; it copies each unit's reduced gradient in from
+// the GPU as soon as its reduction is done, steps AdamW for the unit on the
+// CPU on a thread of its own (the caller goes on queueing backward), and
+// copies the unit's new parameters out to where the gathers read them.
+//
+// GPU engines copy on two streams of their own (gradients in: the caller's
+// thread; parameters out: the worker's), ordered by events, never by
+// blocking the caller, except finish(). On a CPU engine the "device" buffers
+// are host memory and the copies are memcpy; the arithmetic is the same.
+// Not thread-safe: one thread (the engine's) calls it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "collectives/device_memory.h"
+#include "rt_dist/fsdp.h"
+#include "rt_dist/types.h"
+#include "sharding/host_worker.h"
+
+namespace rtd {
+
+struct HostOptimizerShape {
+  DeviceType device = DeviceType::kCpu;  // the engine's buffers'
+  int device_index = 0;
+  std::vector<std::size_t> shard_off, shard;  // per unit, in the shard space
+  DType param_dtype = DType::kFloat32, reduce_dtype = DType::kFloat32;
+  int threads = 1;  // the host AdamW's
+};
+
+class HostOptimizer {
+ public:
+  explicit HostOptimizer(HostOptimizerShape shape);
+  ~HostOptimizer();  // waits for the host steps and the copies; their errors are dropped
+  HostOptimizer(const HostOptimizer&) = delete;
+  HostOptimizer& operator=(const HostOptimizer&) = delete;
+
+  // Host memory this holds (pinned for a GPU engine: gradients, parameters).
+  std::size_t bytes() const { return bytes_; }
+  // Bases of the fp32 shard spaces (master weights, first and second moments).
+  float* master() const { return static_cast<float*>(master_.data()); }
+  float* exp_avg() const { return static_cast<float*>(m_.data()); }
+  float* exp_avg_sq() const { return static_cast<float*>(v_.data()); }
+  BufferView master(int u) const;  // unit u's fp32 master shard
+  BufferView params(int u) const;  // unit u's shard in the compute dtype
+
+  // Unit u's reduced gradient shard `reduced` (the engine's memory, reduce
+  // dtype) once the work queued on stream so far is done: copied to the host,
+  // or added to what the host holds for u (a later micro-step).
+  void take_gradient(int u, const BufferView& reduced, bool accumulate, StreamRef stream);
+  // The work queued on stream from now on waits until every gradient copied
+  // so far has been read out of the engine's buffers (before they are reused).
+  void gradients_read(StreamRef stream);
+  // Unit u's AdamW step on the host, after its gradients have arrived; then
+  // the new parameters (compute dtype) are copied to dest (the engine's
+  // memory; data null: they stay in params(u)).
+  void update_async(int u, const AdamWOptions& options, int step, float grad_scale,
+                    const BufferView& dest);
+  // Blocks until unit u's queued step has run (its params(u) are new).
+  void wait_update(int u);
+  // Blocks until every queued step has run; the work queued on stream from
+  // now on waits for their copies out. Rethrows a host step's error.
+  void finish(StreamRef stream);
+  // The sum of squares of every gradient on the host (after finish()).
+  float gradient_sum_of_squares() const;
+  // *dst = value (one float in the engine's memory), ordered before the work
+  // queued on stream from now on.
+  void put_float(float value, float* dst, StreamRef stream);
+  // The parameters from the master shard (params(u) = cast of master(u)),
+  // copied to dest as update_async does; blocks. After a load, at the start.
+  void publish(int u, const BufferView& dest);
+
+ private:
+  BufferView host(const HostBuffer& buf, DType dtype, int u) const;
+  bool on_gpu() const { return s_.device == DeviceType::kCuda; }
+  void copy_in(const BufferView& src, void* host_dst, StreamRef stream);
+
+  HostOptimizerShape s_;
+  std::size_t total_ = 0, largest_ = 0, bytes_ = 0;
+  HostBuffer master_, m_, v_;
+  HostBuffer grads_, params_;                  // reduce dtype; compute dtype
+  HostBuffer staging_[2];                      // a later micro-step's gradient, before it is added
+  HostBuffer scalar_;                          // put_float's
+  std::unique_ptr<gpu::CopyStream> in_, out_;  // GPU engines; out_: the worker's
+  std::vector<std::uint64_t> update_ticket_;   // per unit: its last step's
+  std::uint64_t staging_ticket_[2] = {0, 0};   // the last add out of each staging buffer
+  int next_staging_ = 0;
+  HostWorker worker_;  // last: destroyed (joined) first
+};
+
+}  // namespace rtd
