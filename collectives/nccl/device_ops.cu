@@ -142,7 +142,11 @@ CopyStream::CopyStream(int device, int events) : device_(device), events_(events
 }
 
 CopyStream::~CopyStream() {
-  if (stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  // No copy may still run into or out of memory its owner is about to free.
+  if (stream_ && done_ &&
+      cudaEventRecord(event(done_), static_cast<cudaStream_t>(stream_)) == cudaSuccess)
+    while (cudaEventQuery(event(done_)) == cudaErrorNotReady)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
   for (void* e : events_)
     if (e) cudaEventDestroy(event(e));
   for (void* e : {entry_, done_})

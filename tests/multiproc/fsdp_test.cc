@@ -461,9 +461,9 @@ TEST_F(FSDPTest, OffloadingEqualsKeepingTheStatesOnTheDevice) {
           o.offload = where;
           o.offload_threads = 2;
           FSDP offloaded = make(o);
-          const std::string what = std::string(to_string(s)) + " offload " +
-                                   std::string(to_string(where)) + ", " + std::string(to_string(dtype)) +
-                                   (in_backward ? ", updating in backward" : "");
+          const std::string what =
+              std::string(to_string(s)) + " offload " + std::string(to_string(where)) + ", " +
+              std::string(to_string(dtype)) + (in_backward ? ", updating in backward" : "");
           for (int step = 0; step < 3; ++step) {
             ASSERT_TRUE(train_step(kept, 1000 * step, 1));
             ASSERT_TRUE(train_step(offloaded, 1000 * step, 1));
