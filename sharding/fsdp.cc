@@ -857,6 +857,11 @@ float FSDP::loss_scale() const { return impl_->scale; }
 int FSDP::steps_taken() const { return impl_->steps; }
 float FSDP::last_grad_norm() const { return impl_->last_norm; }
 std::size_t FSDP::state_bytes() const { return impl_->bytes + scratch_bytes(); }
+FSDP::OffloadTimes FSDP::offload_times() const {
+  if (!impl_->host) return {};
+  return {impl_->host->adamw_seconds(), impl_->host->wait_seconds()};
+}
+
 std::size_t FSDP::host_state_bytes() const { return impl_->host ? impl_->host->bytes() : 0; }
 std::size_t FSDP::scratch_bytes() const {
   return impl_->gatherer->scratch_bytes() + impl_->scatterer->scratch_bytes();

@@ -1,6 +1,7 @@
 #include "sharding/host_optimizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -114,7 +115,11 @@ void HostOptimizer::update_async(int u, const AdamWOptions& options, int step, f
     if (on_gpu()) in_->sync(u);  // the first micro-step's copy in (later ones were added before)
     {
       trace::Scope scope("offload host AdamW", "fsdp");
+      const auto start = std::chrono::steady_clock::now();
       shard::cpu::adamw(a, s_.threads);
+      adamw_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
     }
     if (!dest.data) return;
     if (!on_gpu()) {
@@ -129,7 +134,11 @@ void HostOptimizer::wait_update(int u) { worker_.wait(update_ticket_[u]); }
 
 void HostOptimizer::finish(StreamRef stream) {
   trace::Scope scope("offload wait for host steps", "fsdp");
+  const auto start = std::chrono::steady_clock::now();
   worker_.wait_all();
+  wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
   if (on_gpu()) out_->before(stream);  // the worker is idle: this thread may enqueue on out_
 }
 

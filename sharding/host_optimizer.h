@@ -13,6 +13,7 @@
 // Not thread-safe: one thread (the engine's) calls it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -71,6 +72,10 @@ class HostOptimizer {
   // *dst = value (one float in the engine's memory), ordered before the work
   // queued on stream from now on.
   void put_float(float value, float* dst, StreamRef stream);
+  // Seconds so far of the host's AdamW steps (on the worker), and of the
+  // caller's waits for them in finish().
+  double adamw_seconds() const { return adamw_ns_.load() * 1e-9; }
+  double wait_seconds() const { return wait_ns_ * 1e-9; }
   // The parameters from the master shard (params(u) = cast of master(u)),
   // copied to dest as update_async does; blocks. After a load, at the start.
   void publish(int u, const BufferView& dest);
@@ -90,6 +95,8 @@ class HostOptimizer {
   std::vector<std::uint64_t> update_ticket_;   // per unit: its last step's
   std::uint64_t staging_ticket_[2] = {0, 0};   // the last add out of each staging buffer
   int next_staging_ = 0;
+  std::atomic<long long> adamw_ns_{0};
+  long long wait_ns_ = 0;
   HostWorker worker_;  // last: destroyed (joined) first
 };
 

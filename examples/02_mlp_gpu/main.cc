@@ -167,6 +167,12 @@ void train_sharded(rtd::Context& ctx, mlp::MlpConfig config, rtd::FSDPOptions op
   if (ctx.rank() == 0 && config.fp16)
     std::printf("loss scale %.0f, %d of %d steps skipped (overflow)\n", fsdp.loss_scale(), skipped,
                 steps);
+  if (ctx.rank() == 0 && options.offload != rtd::Offload::kNone) {
+    const rtd::FSDP::OffloadTimes t = fsdp.offload_times();
+    const int n = steps - first_step + 1;
+    std::printf("offload: host AdamW %.1f ms per step, step() waited %.1f ms per step for it\n",
+                1e3 * t.host_adamw_s / n, 1e3 * t.step_wait_s / n);
+  }
 }
 
 }  // namespace
@@ -178,6 +184,7 @@ int main(int argc, char** argv) {
   bool reduce_given = false;
   rtd::FSDPOptions shard_options;
   bool sharded = false;
+  int update_in_backward = -1;  // -1: as --offload and --fp16 say
   CkptFlags ck;
   std::string make_data;
   long long records = 65536;
@@ -207,6 +214,9 @@ int main(int argc, char** argv) {
       sharded = value != "ddp";
     } else if (flag == "--reshard" && (value == "0" || value == "1")) {
       shard_options.reshard_after_forward = value == "1";
+    } else if (flag == "--offload" && rtd::parse_offload(value, &shard_options.offload)) {
+    } else if (flag == "--update-in-backward" && (value == "0" || value == "1")) {
+      update_in_backward = value == "1";
     } else if (flag == "--ckpt-dir" && !value.empty()) {
       ck.dir = value;
     } else if (flag == "--ckpt-every" && std::atoi(value.c_str()) > 0) {
@@ -225,6 +235,7 @@ int main(int argc, char** argv) {
                    "[--log-every K] [--bucket-mb MB] [--grads fp32|bf16] [--reduce fp32|bf16]\n"
                    "               [--shard ddp|zero1|zero2|zero3|hybrid] [--reshard 0|1] "
                    "[--fp16 0|1]\n"
+                   "               [--offload none|optimizer|params] [--update-in-backward 0|1]\n"
                    "               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async 0|1]]\n"
                    "               [--data DIR | --make-data DIR --records N]\n"
                    "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n"
@@ -232,6 +243,10 @@ int main(int argc, char** argv) {
                    "  gradients in the --reduce dtype); --reshard 0 keeps gathered weights\n"
                    "  from forward to backward; --fp16 1 (with --shard): float16 products and\n"
                    "  weights, dynamic loss scaling, float16 gradients with --reduce bf16\n"
+                   "  --offload (with --shard): AdamW and its states in host memory, the\n"
+                   "  parameter shards too with params (zero3); --update-in-backward: step\n"
+                   "  each layer as soon as its gradient is reduced (default: 1 with\n"
+                   "  --offload, unless --fp16 1)\n"
                    "  --ckpt-dir: resume from the latest valid checkpoint there (saved by any\n"
                    "  strategy and number of GPUs); --ckpt-every K: save every K steps\n"
                    "  --data: inputs (hidden bfloat16 values per token) from shard files\n");
@@ -257,6 +272,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mlp_gpu: --ckpt-every needs --ckpt-dir\n");
     return 2;
   }
+  if (shard_options.offload != rtd::Offload::kNone && !sharded) {
+    std::fprintf(stderr, "mlp_gpu: --offload needs --shard zero1|zero2|zero3|hybrid\n");
+    return 2;
+  }
+  shard_options.update_in_backward =
+      update_in_backward >= 0 ? update_in_backward == 1
+                              : shard_options.offload != rtd::Offload::kNone && !config.fp16;
   if (config.fp16 && !sharded) {
     std::fprintf(stderr, "mlp_gpu: --fp16 needs --shard (FSDP scales the loss)\n");
     return 2;

@@ -2,11 +2,16 @@
 // before any GPU is asked (FSDP::plan, the engine's own arithmetic).
 //   rtd-plan --world 8 --params 7B --units 32 --param-dtype bf16
 //   rtd-plan --world 4 --strategy zero2 4096x4096,4096 8*11008x4096
+//   rtd-plan --world 1 --offload optimizer --params 7B --units 104 --param-dtype bf16
+//   rtd-plan --world 1 --largest 8192x8192 --gpu-gib 60 --host-gib 120 --param-dtype bf16
+// --largest UNIT: how many such units (and parameters) the GPU and host memory
+// given hold, model states only, with each offload setting.
 // A unit is a comma list of parameter sizes (a size may be a product, AxB,
 // with K, M, B suffixes); N*UNIT repeats it. Exit status: 0 fine, 1 a plan
 // the engine would refuse (or, with --gpu-gib, one that does not fit), 2 bad
 // usage.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -88,6 +93,43 @@ bool parse_dtype(const std::string& text, rtd::DType* out) {
   return true;
 }
 
+// Whether `units` copies of `unit` fit: 0 yes, 1 not on the GPU, 2 not on the host.
+int misfit(const std::vector<std::size_t>& unit, std::size_t units, int world,
+           const rtd::FSDPOptions& o, double gpu_gib, double host_gib) {
+  const rtd::FSDPMemoryPlan plan = rtd::FSDP::plan(Units(units, unit), world, o);
+  if (plan.total() / 1073741824.0 >= gpu_gib) return 1;
+  if (plan.host_total() / 1073741824.0 >= host_gib) return 2;
+  return 0;
+}
+
+int print_largest(const std::vector<std::size_t>& unit, int world, rtd::FSDPOptions o,
+                  double gpu_gib, double host_gib) {
+  std::size_t per_unit = 0;
+  for (std::size_t c : unit) per_unit += c;
+  std::printf("the most units of %zu parameters whose model states fit %.3g GiB of GPU and "
+              "%.3g GiB of host memory per rank, %s over %d ranks (activations not counted):\n",
+              per_unit, gpu_gib, host_gib, std::string(rtd::to_string(o.strategy)).c_str(),
+              world);
+  for (rtd::Offload where :
+       {rtd::Offload::kNone, rtd::Offload::kOptimizer, rtd::Offload::kParameters}) {
+    o.offload = where;
+    const bool sharded = o.strategy == rtd::ShardStrategy::kZero3 ||
+                         o.strategy == rtd::ShardStrategy::kHybrid;
+    if (where == rtd::Offload::kParameters && !sharded) continue;
+    // The largest n that fits, by bisection (memory grows with n).
+    std::size_t lo = 0, hi = 1;
+    while (hi < 1000000 && misfit(unit, hi, world, o, gpu_gib, host_gib) == 0) lo = hi, hi *= 2;
+    while (hi - lo > 1) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      (misfit(unit, mid, world, o, gpu_gib, host_gib) == 0 ? lo : hi) = mid;
+    }
+    const char* limit = misfit(unit, lo + 1, world, o, gpu_gib, host_gib) == 1 ? "GPU" : "host";
+    std::printf("  offload %-9s %6zu units, %8.3gB parameters (then the %s memory is full)\n",
+                std::string(rtd::to_string(where)).c_str(), lo, lo * per_unit / 1e9, limit);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,7 +138,8 @@ int main(int argc, char** argv) {
   std::string params_text, strategy = "all", param_dtype = "fp32", reduce_dtype;
   std::vector<std::string> specs;
   bool no_reshard = false, in_backward = false;
-  double gpu_gib = 0;
+  double gpu_gib = 0, host_gib = 0;
+  std::string offload_text = "none", largest;
   app.add_option("--world", world, "ranks in the job")->required()->check(CLI::Range(1, 1 << 20));
   app.add_option("--strategy", strategy, "zero1, zero2, zero3, hybrid or all");
   app.add_option("--group", group, "hybrid: ranks per shard group (the GPUs of a node)")
@@ -113,6 +156,13 @@ int main(int argc, char** argv) {
   app.add_flag("--update-in-backward", in_backward, "update each unit as its gradient is reduced");
   app.add_option("--gpu-gib", gpu_gib, "GPU memory: say what is left for everything else")
       ->check(CLI::PositiveNumber);
+  app.add_option("--offload", offload_text,
+                 "none, optimizer or params: the states kept in host memory");
+  app.add_option("--host-gib", host_gib, "host memory per rank for the offloaded states")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--largest", largest,
+                 "a unit (A,B,...): the most such units that fit --gpu-gib and --host-gib, "
+                 "with each offload setting");
   app.add_option("units", specs, "units: sizes A,B,... (a size may be AxB; N*UNIT repeats)");
   try {
     app.parse(argc, argv);
@@ -126,6 +176,19 @@ int main(int argc, char** argv) {
     o.reshard_after_forward = !no_reshard;
     o.update_in_backward = in_backward;
     o.shard_group_size = group;
+    if (!rtd::parse_offload(offload_text, &o.offload))
+      bad("--offload " + offload_text + ": none, optimizer or params");
+    if (!largest.empty()) {
+      if (gpu_gib <= 0 || host_gib <= 0) bad("--largest needs --gpu-gib and --host-gib");
+      if (!specs.empty() || !params_text.empty()) bad("--largest takes its unit alone");
+      if (strategy == "all") strategy = "zero3";
+      if (!rtd::parse_shard_strategy(strategy, &o.strategy))
+        bad("--strategy " + strategy + ": zero1, zero2, zero3 or hybrid");
+      Units one;
+      add_units(largest, one);
+      if (one.size() != 1) bad("--largest takes one unit (no N*)");
+      return print_largest(one[0], world, o, gpu_gib, host_gib);
+    }
     Units units;
     if (!params_text.empty()) {
       if (units_n == 0) bad("--params needs --units (how many layers share them)");
@@ -177,6 +240,13 @@ int main(int argc, char** argv) {
           std::printf("  DOES NOT FIT: %.3g GiB more than the GPU's %.3g GiB\n", need - gpu_gib,
                       gpu_gib);
         fits = fits && need < gpu_gib;
+      }
+      if (host_gib > 0 && plans[k].host_total() > 0) {
+        const double need = plans[k].host_total() / 1073741824.0;
+        std::printf(need < host_gib ? "  host: fits, %.3g GiB of %.3g left\n"
+                                    : "  host: DOES NOT FIT: %.3g GiB more than %.3g\n",
+                    std::fabs(host_gib - need), host_gib);
+        fits = fits && need < host_gib;
       }
     }
     return fits ? 0 : 1;

@@ -193,6 +193,14 @@ class FSDP {
   std::size_t state_bytes() const;
   // Bytes of host memory the engine holds with offload (FSDP::plan's host_total).
   std::size_t host_state_bytes() const;
+  // With offload, since the engine was built: seconds of AdamW on the host
+  // (on its own thread, mostly while backward ran), and seconds the caller's
+  // thread waited in step() for host steps still running (exposed, unless
+  // the GPU still had queued work to do). Zero without offload.
+  struct OffloadTimes {
+    double host_adamw_s = 0.0, step_wait_s = 0.0;
+  };
+  OffloadTimes offload_times() const;
   // Of state_bytes(), the gathers' and reductions' own scratch (0 but with
   // copy engines); the rest is FSDP::plan's total.
   std::size_t scratch_bytes() const;
