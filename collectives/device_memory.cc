@@ -1,11 +1,16 @@
 // DeviceBuffer and the host halves of zero/cast; GPU halves in gpu::.
 #include "collectives/device_memory.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "rt_dist/error.h"
 
@@ -37,11 +42,41 @@ HostBuffer::HostBuffer(std::size_t bytes, bool pinned) : bytes_(bytes), pinned_(
     data_ = gpu::allocate_pinned(bytes);
     std::memset(data_, 0, bytes);
   } else {
-    data_ = std::calloc(bytes == 0 ? 1 : bytes, 1);
-    if (data_ == nullptr)
+    data_ = allocate_touched(bytes);
+  }
+}
+
+// Host states of many GiB: 2 MiB-aligned, so that transparent huge pages can
+// back them, and written once now by a thread per core, so that the first
+// training step does not fault in every page on its own (a 2B-parameter
+// model's first offloaded step took 7 s longer).
+void* HostBuffer::allocate_touched(std::size_t bytes) {
+  constexpr std::size_t kHuge = std::size_t(2) << 20;
+  if (bytes < 32 * kHuge) {
+    void* p = std::calloc(bytes == 0 ? 1 : bytes, 1);
+    if (p == nullptr)
       throw Error(ErrorCategory::kInternal,
                   "out of host memory (" + std::to_string(bytes) + " bytes asked)");
+    return p;
   }
+  const std::size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, rounded);
+  if (p == nullptr)
+    throw Error(ErrorCategory::kInternal,
+                "out of host memory (" + std::to_string(bytes) + " bytes asked)");
+  madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without it, 4 KiB pages
+  const std::size_t threads = std::max<std::size_t>(
+      1, std::min<std::size_t>(std::thread::hardware_concurrency(), rounded / (16 * kHuge)));
+  const std::size_t chunk = (rounded / threads + kHuge - 1) / kHuge * kHuge;
+  std::vector<std::thread> helpers;
+  for (std::size_t t = 0; t < threads; ++t) {
+    const std::size_t first = t * chunk;
+    if (first >= rounded) break;
+    helpers.emplace_back(
+        [=] { std::memset(static_cast<char*>(p) + first, 0, std::min(chunk, rounded - first)); });
+  }
+  for (auto& h : helpers) h.join();
+  return p;
 }
 
 HostBuffer::~HostBuffer() {

@@ -42,6 +42,8 @@ class HostBuffer {
   std::size_t bytes() const { return bytes_; }
 
  private:
+  static void* allocate_touched(std::size_t bytes);
+
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
   bool pinned_ = false;

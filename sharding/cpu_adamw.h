@@ -2,7 +2,8 @@
 // vectorized (AVX2 with F16C where the CPU has them, chosen at run time) and
 // spread over threads. Every kernel does the scalar loop's operations in the
 // scalar loop's order, with no fused multiply-adds, so all of them give the
-// same bits (and the GPU kernel's arithmetic, shard_ops_gpu.cu, is the same).
+// same bits (and the GPU kernel's arithmetic, shard_ops_gpu.cu, is the same),
+// except that adamw() treats denormal floats as zero (cpu_adamw.cc says why).
 // The offloaded optimizer steps with it while backward goes on.
 #pragma once
 

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -67,8 +68,11 @@ inline std::uint64_t weights_checksum(rtd::Context& ctx, const rtd::ckpt::State&
     if (tensor.name.find(".weight") + 7 != tensor.name.size()) continue;
     for (const rtd::ckpt::Range& r : tensor.ranges) {
       host.resize(r.count);
-      if (cudaError_t rc = cudaMemcpy(host.data(), r.data, r.count * 4, cudaMemcpyDeviceToHost);
-          rc != cudaSuccess)
+      if (r.device == rtd::DeviceType::kCpu)  // offloaded states live in host memory
+        std::memcpy(host.data(), r.data, r.count * 4);
+      else if (cudaError_t rc =
+                   cudaMemcpy(host.data(), r.data, r.count * 4, cudaMemcpyDeviceToHost);
+               rc != cudaSuccess)
         throw std::runtime_error(std::string("weights checksum: copying '") + tensor.name +
                                  "' to the host failed: " + cudaGetErrorString(rc));
       for (std::size_t i = 0; i < r.count; ++i)

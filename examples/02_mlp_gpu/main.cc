@@ -215,6 +215,8 @@ int main(int argc, char** argv) {
     } else if (flag == "--reshard" && (value == "0" || value == "1")) {
       shard_options.reshard_after_forward = value == "1";
     } else if (flag == "--offload" && rtd::parse_offload(value, &shard_options.offload)) {
+    } else if (flag == "--offload-threads" && std::atoi(value.c_str()) > 0) {
+      shard_options.offload_threads = std::atoi(value.c_str());
     } else if (flag == "--update-in-backward" && (value == "0" || value == "1")) {
       update_in_backward = value == "1";
     } else if (flag == "--ckpt-dir" && !value.empty()) {
@@ -235,7 +237,8 @@ int main(int argc, char** argv) {
                    "[--log-every K] [--bucket-mb MB] [--grads fp32|bf16] [--reduce fp32|bf16]\n"
                    "               [--shard ddp|zero1|zero2|zero3|hybrid] [--reshard 0|1] "
                    "[--fp16 0|1]\n"
-                   "               [--offload none|optimizer|params] [--update-in-backward 0|1]\n"
+                   "               [--offload none|optimizer|params] [--offload-threads N]\n"
+                   "               [--update-in-backward 0|1]\n"
                    "               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async 0|1]]\n"
                    "               [--data DIR | --make-data DIR --records N]\n"
                    "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n"

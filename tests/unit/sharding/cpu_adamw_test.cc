@@ -130,6 +130,30 @@ TEST(CpuAdamW, SpecialValuesGiveTheSameBitsToo) {
   }
 }
 
+// Gradients of 1e-20 square into denormals, which the host kernel flushes to
+// zero (x86 runs them a hundred times slower): the moments may differ below
+// 1.2e-38, the parameters by no more than rounding, since eps hides them.
+TEST(CpuAdamW, DenormalsFlushedChangeNothingThatEpsDoesNotHide) {
+  const std::size_t n = 1000;
+  Case want = make(n, DType::kFloat32, DType::kFloat32, false, 5);
+  for (std::size_t j = 0; j < n; ++j) {
+    put(want.g, DType::kFloat32, j, (j % 2 ? 1e-20f : -3e-21f));
+    want.m[j] = want.v[j] = 0.0f;  // a first step: the moments are the gradients'
+  }
+  Case got = want;
+  for (int step = 1; step <= 3; ++step) {
+    AdamWShard a = shard_of(want, step);
+    cpu::adamw_scalar(a, cpu::adamw_constants(a), 0, n);
+    cpu::adamw(shard_of(got, step), 2);
+  }
+  ASSERT_TRUE(std::fpclassify(want.v[1]) == FP_SUBNORMAL) << "the test must make denormals";
+  for (std::size_t j = 0; j < n; ++j) {
+    EXPECT_NEAR(got.v[j], want.v[j], 1.2e-38f) << j;
+    EXPECT_EQ(got.m[j], want.m[j]) << j;
+    EXPECT_NEAR(got.p[j], want.p[j], 1e-7f * std::fabs(want.p[j])) << j;
+  }
+}
+
 TEST(CpuAdamW, RefusesDeviceBuffers) {
   Case c = make(4, DType::kFloat32, DType::kFloat32, false, 1);
   AdamWShard s = shard_of(c, 1);

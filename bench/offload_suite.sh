@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The offload measurements on one GPU, in one run: the three floors of an
+# offloaded step (the GPU alone: the same model kept on the GPU; the host
+# AdamW alone: cpu_adamw_bench; the link alone: bench/pcie_copy.py), then
+# rtd::FSDP with the optimizer offloaded (updating in backward, and at the
+# step) against PyTorch FSDP2 with CPUOffloadPolicy on the same model, then
+# the large models. Env: PY (python with torch), H, B, MID (layers of the
+# model that also fits on the GPU), BIG (layers of the large one), STEPS,
+# PARTS ("mid big" by default: the floors and the model that fits, then the
+# large one).
+#   bench/offload_suite.sh BUNDLE OUT_DIR
+set -u
+bundle=$1 out=$2
+bin=$bundle/bin
+py=${PY:-python3}
+H=${H:-8192} B=${B:-8192} MID=${MID:-30} BIG=${BIG:-104} STEPS=${STEPS:-5}
+parts=" ${PARTS:-mid big} "
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+export RTD_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
+nvidia-smi -L
+free -g | head -2
+run() {  # name, limit, command...
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc in $((SECONDS - start)) s"
+  grep -E "^RESULT|step $STEPS |offload:|memory plan|MiB in host|^  *(threads|avx|[0-9]+ +[0-9])" \
+    "$out/$name.log" | tail -6
+}
+dt=("$bin/dtrun" --nproc-per-node=1 --env RTD_LOG=warn)
+mlp=("$bin/mlp_gpu" --hidden "$H" --batch "$B" --steps "$STEPS" --log-every "$STEPS" --grads bf16
+     --shard zero3)
+if [[ $parts == *" mid "* ]]; then
+run pcie 120 "$py" "$here/pcie_copy.py"
+run cpu_adamw 300 env LD_LIBRARY_PATH="$bundle/lib" "$bin/cpu_adamw_bench" --elements 512M --threads 1,8,16 --reps 3 \
+  --json "$out/cpu_adamw.json"
+run gpu_alone_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID"
+run ours_optimizer_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload optimizer
+run ours_optimizer_at_step_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload optimizer \
+  --update-in-backward 0
+run ours_params_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload params
+for reduce in bf16 fp32; do
+  run fsdp2_offload_${reduce}_L$MID 400 env H="$H" B="$B" L="$MID" STEPS="$STEPS" WARM=1 \
+    REDUCE=$reduce "$py" -m torch.distributed.run --nproc-per-node=1 "$here/torch_offload.py"
+done
+fi
+if [[ $parts == *" big "* ]]; then
+run ours_optimizer_L$BIG 600 "${dt[@]}" "${mlp[@]}" --layers "$BIG" --offload optimizer
+run fsdp2_offload_bf16_L$BIG 600 env H="$H" B="$B" L="$BIG" STEPS=2 WARM=1 REDUCE=bf16 \
+  "$py" -m torch.distributed.run --nproc-per-node=1 "$here/torch_offload.py"
+fi
+exit 0

@@ -1,0 +1,79 @@
+# PyTorch FSDP2 with CPU offload (CPUOffloadPolicy) on the reference MLP: the
+# configuration that rtd::FSDP's offload is measured against, in the same run.
+# One process per GPU (torchrun or dtrun); env H, L, B change the MLP, STEPS
+# and WARM the measured and warm-up steps, REDUCE=bf16 the gradients' dtype
+# (fp32 by default), FUSED=0 the for-loop AdamW, OFFLOAD=0 keeps everything
+# on the GPU (FSDP2 full shard). Prints one "RESULT {json}" line: step_ms,
+# the GPU's peak memory and the host's peak resident memory.
+#   torchrun --nproc-per-node=1 bench/torch_offload.py
+import json
+import os
+import resource
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def main():
+    dist.init_process_group(os.environ.get("BACKEND", "nccl"))
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dev = torch.device("cuda")
+    H = int(os.environ.get("H", "8192"))
+    L = int(os.environ.get("L", "8"))
+    B = int(os.environ.get("B", "8192"))
+    steps = int(os.environ.get("STEPS", "5"))
+    warm = int(os.environ.get("WARM", "2"))
+    offload = os.environ.get("OFFLOAD", "1") == "1"
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    torch.manual_seed(0)
+    # Built on the meta device and materialized by FSDP2 where it keeps them
+    # (pinned host memory with offload), so that no full fp32 copy lands on the GPU.
+    with torch.device("meta"):
+        model = nn.Sequential(
+            *[m for _ in range(L) for m in (nn.Linear(H, H, bias=False), nn.GELU())])
+    reduce = torch.bfloat16 if os.environ.get("REDUCE", "fp32") == "bf16" else torch.float32
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
+    kw = dict(mp_policy=mp)
+    if offload:
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    model.to_empty(device="cpu" if offload else dev)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 1.0 / H**0.5)
+    # fused: PyTorch's fastest AdamW, on the GPU and (since 2.4) on the CPU.
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                            fused=os.environ.get("FUSED", "1") == "1")
+    x = torch.randn(B, H, device=dev)
+    torch.cuda.reset_peak_memory_stats()
+    t0 = None
+    for i in range(warm + steps):
+        if i == warm:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - t0) / steps * 1e3
+    res = dict(torch=torch.__version__, H=H, L=L, B=B, params=L * H * H, offload=offload,
+               reduce=str(reduce).split(".")[-1],
+               world=dist.get_world_size(), step_ms=ms, loss=loss.item(),
+               gpu_peak_gib=torch.cuda.max_memory_allocated() / 2**30,
+               host_peak_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+               threads=torch.get_num_threads())
+    if dist.get_rank() == 0:
+        print("RESULT " + json.dumps(res), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
