@@ -136,9 +136,9 @@ void HostOptimizer::finish(StreamRef stream) {
   trace::Scope scope("offload wait for host steps", "fsdp");
   const auto start = std::chrono::steady_clock::now();
   worker_.wait_all();
-  wait_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  std::chrono::steady_clock::now() - start)
-                  .count();
+  wait_ns_ +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
   if (on_gpu()) out_->before(stream);  // the worker is idle: this thread may enqueue on out_
 }
 

@@ -106,15 +106,15 @@ int print_largest(const std::vector<std::size_t>& unit, int world, rtd::FSDPOpti
                   double gpu_gib, double host_gib) {
   std::size_t per_unit = 0;
   for (std::size_t c : unit) per_unit += c;
-  std::printf("the most units of %zu parameters whose model states fit %.3g GiB of GPU and "
-              "%.3g GiB of host memory per rank, %s over %d ranks (activations not counted):\n",
-              per_unit, gpu_gib, host_gib, std::string(rtd::to_string(o.strategy)).c_str(),
-              world);
+  std::printf(
+      "the most units of %zu parameters whose model states fit %.3g GiB of GPU and "
+      "%.3g GiB of host memory per rank, %s over %d ranks (activations not counted):\n",
+      per_unit, gpu_gib, host_gib, std::string(rtd::to_string(o.strategy)).c_str(), world);
   for (rtd::Offload where :
        {rtd::Offload::kNone, rtd::Offload::kOptimizer, rtd::Offload::kParameters}) {
     o.offload = where;
-    const bool sharded = o.strategy == rtd::ShardStrategy::kZero3 ||
-                         o.strategy == rtd::ShardStrategy::kHybrid;
+    const bool sharded =
+        o.strategy == rtd::ShardStrategy::kZero3 || o.strategy == rtd::ShardStrategy::kHybrid;
     if (where == rtd::Offload::kParameters && !sharded) continue;
     // The largest n that fits, by bisection (memory grows with n).
     std::size_t lo = 0, hi = 1;
