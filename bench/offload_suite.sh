@@ -5,7 +5,7 @@
 # rtd::FSDP with the optimizer offloaded (updating in backward, and at the
 # step) against PyTorch FSDP2 with CPUOffloadPolicy on the same model, then
 # the large models. Env: PY (python with torch), H, B, MID (layers of the
-# model that also fits on the GPU), BIG (layers of the large one), STEPS,
+# model that also fits on the GPU), BIG (layers of the large ones), STEPS,
 # PARTS ("mid big" by default: the floors and the model that fits, then the
 # large one).
 #   bench/offload_suite.sh BUNDLE OUT_DIR
@@ -30,7 +30,7 @@ run() {  # name, limit, command...
     "$out/$name.log" | tail -6
 }
 dt=("$bin/dtrun" --nproc-per-node=1 --env RTD_LOG=warn)
-mlp=("$bin/mlp_gpu" --hidden "$H" --batch "$B" --steps "$STEPS" --log-every "$STEPS" --grads bf16
+mlp=("$bin/mlp_gpu" --hidden "$H" --batch "$B" --steps "$STEPS" --log-every 1 --grads bf16
      --shard zero3)
 if [[ $parts == *" mid "* ]]; then
 run pcie 120 "$py" "$here/pcie_copy.py"
@@ -42,13 +42,19 @@ run ours_optimizer_at_step_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --of
   --update-in-backward 0
 run ours_params_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload params
 for reduce in bf16 fp32; do
-  run fsdp2_offload_${reduce}_L$MID 400 env H="$H" B="$B" L="$MID" STEPS="$STEPS" WARM=1 \
-    REDUCE=$reduce "$py" -m torch.distributed.run --nproc-per-node=1 "$here/torch_offload.py"
+  for flush in 0 1; do
+    run fsdp2_offload_${reduce}_flush${flush}_L$MID 400 env H="$H" B="$B" L="$MID" STEPS="$STEPS" \
+      WARM=1 REDUCE=$reduce FLUSH_DENORMAL=$flush "$py" -m torch.distributed.run \
+      --nproc-per-node=1 "$here/torch_offload.py"
+  done
 done
 fi
 if [[ $parts == *" big "* ]]; then
-run ours_optimizer_L$BIG 600 "${dt[@]}" "${mlp[@]}" --layers "$BIG" --offload optimizer
-run fsdp2_offload_bf16_L$BIG 600 env H="$H" B="$B" L="$BIG" STEPS=2 WARM=1 REDUCE=bf16 \
-  "$py" -m torch.distributed.run --nproc-per-node=1 "$here/torch_offload.py"
+for L in $BIG; do  # BIG may list several sizes: the largest that trains
+  run ours_optimizer_L$L 300 "${dt[@]}" "${mlp[@]}" --layers "$L" --offload optimizer
+  run fsdp2_offload_bf16_L$L 300 env H="$H" B="$B" L="$L" STEPS=2 WARM=1 REDUCE=bf16 FLUSH_DENORMAL=1 \
+    "$py" -m torch.distributed.run --nproc-per-node=1 "$here/torch_offload.py"
+  free -g | sed -n 2p
+done
 fi
 exit 0

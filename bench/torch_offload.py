@@ -2,7 +2,8 @@
 # configuration that rtd::FSDP's offload is measured against, in the same run.
 # One process per GPU (torchrun or dtrun); env H, L, B change the MLP, STEPS
 # and WARM the measured and warm-up steps, REDUCE=bf16 the gradients' dtype
-# (fp32 by default), FUSED=0 the for-loop AdamW, OFFLOAD=0 keeps everything
+# (fp32 by default), FUSED=0 the for-loop AdamW, FLUSH_DENORMAL=1 denormals
+# as zero on the CPU, OFFLOAD=0 keeps everything
 # on the GPU (FSDP2 full shard). Prints one "RESULT {json}" line: step_ms,
 # the GPU's peak memory and the host's peak resident memory.
 #   torchrun --nproc-per-node=1 bench/torch_offload.py
@@ -26,6 +27,10 @@ def main():
     steps = int(os.environ.get("STEPS", "5"))
     warm = int(os.environ.get("WARM", "2"))
     offload = os.environ.get("OFFLOAD", "1") == "1"
+    # FLUSH_DENORMAL=1: the CPU treats denormal floats as zero, as our host
+    # AdamW does (tiny gradients square into them, and x86 runs them slowly).
+    flush = os.environ.get("FLUSH_DENORMAL", "0") == "1"
+    torch.set_flush_denormal(flush)
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(0)
@@ -65,7 +70,7 @@ def main():
     torch.cuda.synchronize()
     ms = (time.perf_counter() - t0) / steps * 1e3
     res = dict(torch=torch.__version__, H=H, L=L, B=B, params=L * H * H, offload=offload,
-               reduce=str(reduce).split(".")[-1],
+               reduce=str(reduce).split(".")[-1], flush_denormal=flush,
                world=dist.get_world_size(), step_ms=ms, loss=loss.item(),
                gpu_peak_gib=torch.cuda.max_memory_allocated() / 2**30,
                host_peak_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,

@@ -313,6 +313,8 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
     HostOptimizerShape shape{device,        device_index,   shard_off,        {},
                              o.param_dtype, o.reduce_dtype, o.offload_threads};
     for (const UnitLayout& l : layouts) shape.shard.push_back(l.shard);
+    shape.every_gradient = !o.update_in_backward;
+    shape.keep_parameters = params_on_host();
     if (shape.threads <= 0) shape.threads = std::max(1u, std::thread::hardware_concurrency());
     host = std::make_unique<HostOptimizer>(std::move(shape));
   } else {

@@ -12,6 +12,7 @@
 #include "collectives/device_memory.h"
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
+#include "sharding/host_optimizer.h"
 #include "sharding/rank_agreement.h"
 #include "sharding/shard_layout.h"
 
@@ -111,11 +112,20 @@ FSDPMemoryPlan FSDP::plan(const std::vector<std::vector<std::size_t>>& unit_coun
   };
   const std::string param_name(to_string(o.param_dtype));
   if (offload) {  // as HostOptimizer allocates them
+    const std::size_t slots = host_slots(units);
+    const std::string in_flight = " in flight (" + std::to_string(slots) + " pinned slots)";
     add("fp32 master shards", total_shard * 4, true);
     add("AdamW moments (2 x fp32)", 2 * total_shard * 4, true);
-    add("reduced gradient shards (pinned)", total_shard * reduce, true);
-    add(param_name + " parameter shards (pinned)", total_shard * param, true);
-    add("gradient staging (2 x pinned)", 2 * largest_shard * reduce, true);
+    if (o.update_in_backward) {
+      add("reduced gradient shards" + in_flight, slots * largest_shard * reduce, true);
+    } else {
+      add("reduced gradient shards (pinned)", total_shard * reduce, true);
+      add("gradient staging (2 x pinned)", 2 * largest_shard * reduce, true);
+    }
+    if (params_on_host)
+      add(param_name + " parameter shards (pinned)", total_shard * param, true);
+    else
+      add(param_name + " parameter shards" + in_flight, slots * largest_shard * param, true);
   } else {
     add("fp32 master shards", total_shard * 4);
     add("AdamW moments (2 x fp32)", 2 * total_shard * 4);

@@ -31,17 +31,27 @@ HostOptimizer::HostOptimizer(HostOptimizerShape shape)
       master_(total_ * 4, false),
       m_(total_ * 4, false),
       v_(total_ * 4, false),
-      grads_(total_ * dtype_size(s_.reduce_dtype), on_gpu()),
-      params_(total_ * dtype_size(s_.param_dtype), on_gpu()),
-      staging_{HostBuffer(largest_ * dtype_size(s_.reduce_dtype), on_gpu()),
-               HostBuffer(largest_ * dtype_size(s_.reduce_dtype), on_gpu())},
+      grads_((s_.every_gradient ? total_ : host_slots(s_.shard.size()) * largest_) *
+                 dtype_size(s_.reduce_dtype),
+             on_gpu()),
+      params_((s_.keep_parameters ? total_ : host_slots(s_.shard.size()) * largest_) *
+                  dtype_size(s_.param_dtype),
+              on_gpu()),
+      // Only micro-steps after the first add through them.
+      staging_{
+          HostBuffer((s_.every_gradient ? largest_ : 0) * dtype_size(s_.reduce_dtype), on_gpu()),
+          HostBuffer((s_.every_gradient ? largest_ : 0) * dtype_size(s_.reduce_dtype), on_gpu())},
       scalar_(4, on_gpu()),
-      update_ticket_(s_.shard.size(), 0) {
+      update_ticket_(s_.shard.size(), 0),
+      slots_(host_slots(s_.shard.size())),
+      grad_slot_(s_.shard.size(), 0),
+      grad_ticket_(slots_, 0),
+      out_pending_(slots_, false) {
   for (const HostBuffer* b : {&master_, &m_, &v_, &grads_, &params_, &staging_[0], &staging_[1]})
     bytes_ += b->bytes();
   if (on_gpu()) {
-    // Events: one per unit, then one per staging buffer.
-    const int events = static_cast<int>(s_.shard.size()) + 2;
+    // Events: one per unit, one per staging buffer, one per slot.
+    const int events = static_cast<int>(s_.shard.size()) + 2 + slots_;
     in_ = std::make_unique<gpu::CopyStream>(s_.device_index, events);
     out_ = std::make_unique<gpu::CopyStream>(s_.device_index, events);
   }
@@ -61,7 +71,18 @@ BufferView HostOptimizer::host(const HostBuffer& buf, DType dtype, int u) const 
                     s_.shard[u], dtype, DeviceType::kCpu, 0};
 }
 BufferView HostOptimizer::master(int u) const { return host(master_, DType::kFloat32, u); }
-BufferView HostOptimizer::params(int u) const { return host(params_, s_.param_dtype, u); }
+BufferView HostOptimizer::params(int u) const {
+  if (!s_.keep_parameters) throw Error(ErrorCategory::kInternal, "HostOptimizer: no parameters");
+  return host(params_, s_.param_dtype, u);
+}
+BufferView HostOptimizer::slot(const HostBuffer& buf, DType dtype, int k, std::size_t count) const {
+  return BufferView{static_cast<char*>(buf.data()) + k * largest_ * dtype_size(dtype), count, dtype,
+                    DeviceType::kCpu, 0};
+}
+BufferView HostOptimizer::gradient(int u) const {
+  if (s_.every_gradient) return host(grads_, s_.reduce_dtype, u);
+  return slot(grads_, s_.reduce_dtype, grad_slot_[u], s_.shard[u]);
+}
 
 void HostOptimizer::copy_in(const BufferView& src, void* host_dst, StreamRef stream) {
   if (!on_gpu()) {
@@ -75,7 +96,16 @@ void HostOptimizer::copy_in(const BufferView& src, void* host_dst, StreamRef str
 void HostOptimizer::take_gradient(int u, const BufferView& reduced, bool accumulate,
                                   StreamRef stream) {
   trace::Scope scope("offload gradient to host", "fsdp");
-  const BufferView dst = host(grads_, s_.reduce_dtype, u);
+  if (!s_.every_gradient) {
+    if (accumulate)
+      throw Error(ErrorCategory::kInternal, "HostOptimizer: a second micro-step, stepping early");
+    // The next slot, once the step that last read it has run.
+    const int k = next_grad_;
+    next_grad_ = (next_grad_ + 1) % slots_;
+    worker_.wait(grad_ticket_[k]);
+    grad_slot_[u] = k;
+  }
+  const BufferView dst = gradient(u);
   if (!accumulate) {
     copy_in(reduced, dst.data, stream);
     if (on_gpu()) in_->record(u);
@@ -104,15 +134,24 @@ void HostOptimizer::update_async(int u, const AdamWOptions& options, int step, f
                                  const BufferView& dest) {
   shard::AdamWShard a;
   a.param = master(u);
-  a.grad = host(grads_, s_.reduce_dtype, u);
+  a.grad = gradient(u);
   a.m = exp_avg() + s_.shard_off[u];
   a.v = exp_avg_sq() + s_.shard_off[u];
-  a.out = params(u);
+  if (s_.keep_parameters) a.out = params(u);
   a.options = options;
   a.step = step;
   a.grad_scale = grad_scale;
-  update_ticket_[u] = worker_.post([this, u, a, dest] {
+  update_ticket_[u] = worker_.post([this, u, a, dest]() mutable {
     if (on_gpu()) in_->sync(u);  // the first micro-step's copy in (later ones were added before)
+    int out_slot = -1;
+    if (!s_.keep_parameters) {  // the next out slot, once its last copy out has read it
+      out_slot = next_out_;
+      next_out_ = (next_out_ + 1) % slots_;
+      const int event = static_cast<int>(s_.shard.size()) + 2 + out_slot;
+      if (out_pending_[out_slot] && on_gpu()) out_->sync(event);
+      out_pending_[out_slot] = false;
+      a.out = slot(params_, s_.param_dtype, out_slot, s_.shard[u]);
+    }
     {
       trace::Scope scope("offload host AdamW", "fsdp");
       const auto start = std::chrono::steady_clock::now();
@@ -127,7 +166,12 @@ void HostOptimizer::update_async(int u, const AdamWOptions& options, int step, f
       return;
     }
     out_->to_device(a.out.data, dest.data, a.out.bytes());
+    if (out_slot >= 0) {
+      out_->record(static_cast<int>(s_.shard.size()) + 2 + out_slot);
+      out_pending_[out_slot] = true;
+    }
   });
+  if (!s_.every_gradient) grad_ticket_[grad_slot_[u]] = update_ticket_[u];
 }
 
 void HostOptimizer::wait_update(int u) { worker_.wait(update_ticket_[u]); }
@@ -163,12 +207,14 @@ void HostOptimizer::put_float(float value, float* dst, StreamRef stream) {
 
 void HostOptimizer::publish(int u, const BufferView& dest) {
   worker_.wait_all();
-  cast_async(master(u), params(u), {});
+  BufferView cast = s_.keep_parameters ? params(u) : slot(params_, s_.param_dtype, 0, s_.shard[u]);
+  if (!s_.keep_parameters && on_gpu()) out_->wait();  // no copy out still reads the slot
+  cast_async(master(u), cast, {});
   if (!dest.data) return;
   if (on_gpu())
-    gpu::copy_from_host(params(u).data, dest.data, dest.bytes(), s_.device_index);
+    gpu::copy_from_host(cast.data, dest.data, dest.bytes(), s_.device_index);
   else
-    std::memcpy(dest.data, params(u).data, dest.bytes());
+    std::memcpy(dest.data, cast.data, dest.bytes());
 }
 
 }  // namespace rtd

@@ -32,7 +32,18 @@ struct HostOptimizerShape {
   std::vector<std::size_t> shard_off, shard;  // per unit, in the shard space
   DType param_dtype = DType::kFloat32, reduce_dtype = DType::kFloat32;
   int threads = 1;  // the host AdamW's
+  // Every unit's gradient held until step() (clipping, loss scaling, micro-
+  // steps); false: each unit is stepped as its gradient arrives, so a few
+  // slots hold the gradients in flight.
+  bool every_gradient = true;
+  // Every unit's compute-dtype shard kept on the host (kParameters); false:
+  // a few slots hold the new parameters on their way to the GPU.
+  bool keep_parameters = true;
 };
+
+// Host slots for the gradients and parameters in flight when the shape does
+// not keep them all (FSDP::plan counts them too).
+inline int host_slots(std::size_t units) { return units < 3 ? static_cast<int>(units) : 3; }
 
 class HostOptimizer {
  public:
@@ -48,7 +59,8 @@ class HostOptimizer {
   float* exp_avg() const { return static_cast<float*>(m_.data()); }
   float* exp_avg_sq() const { return static_cast<float*>(v_.data()); }
   BufferView master(int u) const;  // unit u's fp32 master shard
-  BufferView params(int u) const;  // unit u's shard in the compute dtype
+  // Unit u's shard in the compute dtype (keep_parameters only).
+  BufferView params(int u) const;
 
   // Unit u's reduced gradient shard `reduced` (the engine's memory, reduce
   // dtype) once the work queued on stream so far is done: copied to the host,
@@ -82,6 +94,8 @@ class HostOptimizer {
 
  private:
   BufferView host(const HostBuffer& buf, DType dtype, int u) const;
+  BufferView slot(const HostBuffer& buf, DType dtype, int k, std::size_t count) const;
+  BufferView gradient(int u) const;
   bool on_gpu() const { return s_.device == DeviceType::kCuda; }
   void copy_in(const BufferView& src, void* host_dst, StreamRef stream);
 
@@ -95,6 +109,12 @@ class HostOptimizer {
   std::vector<std::uint64_t> update_ticket_;   // per unit: its last step's
   std::uint64_t staging_ticket_[2] = {0, 0};   // the last add out of each staging buffer
   int next_staging_ = 0;
+  int slots_ = 0;                           // without every_gradient / keep_parameters
+  std::vector<int> grad_slot_;              // per unit: its gradient's slot
+  std::vector<std::uint64_t> grad_ticket_;  // per slot: the last step that read it
+  int next_grad_ = 0;
+  int next_out_ = 0;               // the worker's
+  std::vector<bool> out_pending_;  // per slot: a copy out may still read it
   std::atomic<long long> adamw_ns_{0};
   long long wait_ns_ = 0;
   HostWorker worker_;  // last: destroyed (joined) first

@@ -37,17 +37,21 @@ expect "an unknown strategy" 2 "--strategy zero4" --world 2 --strategy zero4 10
 # Offload by hand, 1 rank, ZeRO-3, one 4096-element fp32 unit. GPU: 16 KiB each
 # of reduced gradient slot, parameter shard, gathered parameters and gradients
 # in full, and the 4 B scalar. Host: 16 KiB master, 32 KiB moments, 16 KiB
-# gradients, 16 KiB parameters, 32 KiB of staging.
-expect "offload by hand: the GPU" 0 "total                               64.0 KiB per rank" \
+# gradients, 32 KiB of staging, 16 KiB of parameters on their way out.
+expect "offload by hand: the GPU" 0 "total                                                64.0 KiB per rank" \
   --world 1 --strategy zero3 --offload optimizer 4096
-expect "offload by hand: the host" 0 "total                               112.0 KiB per rank" \
+expect "offload by hand: the host" 0 "total                                                112.0 KiB per rank" \
   --world 1 --strategy zero3 --offload optimizer 4096
+# Stepping in backward, 3 units of 4096: gradients and parameters in 3 slots
+# each (48 KiB each), no staging; 48 KiB master, 96 KiB moments.
+expect "offload in backward by hand: the host" 0 "total                                                240.0 KiB per rank" \
+  --world 1 --strategy zero3 --offload optimizer --update-in-backward 3*4096
 expect "offload: the host does not fit" 1 "host: DOES NOT FIT" \
   --world 1 --strategy zero3 --offload optimizer --params 7B --units 100 --host-gib 64
 expect "parameters offloaded need zero3" 1 "offloading the parameters needs zero3 or hybrid" \
   --world 1 --strategy zero2 --offload params 4096
 expect "an unknown offload" 2 "--offload nvme: none, optimizer or params" --world 1 --offload nvme 10
-expect "the largest model per offload setting" 0 "offload optimizer    114 units,     7.65B parameters (then the host memory is full)" \
+expect "the largest model per offload setting" 0 "offload optimizer    152 units,     10.2B parameters (then the host memory is full)" \
   --world 1 --largest 8192x8192 --gpu-gib 70 --host-gib 115 --param-dtype bf16 --update-in-backward
 expect "the largest model without offload" 0 "offload none          79 units,      5.3B parameters (then the GPU memory is full)" \
   --world 1 --largest 8192x8192 --gpu-gib 70 --host-gib 115 --param-dtype bf16 --update-in-backward
