@@ -186,7 +186,10 @@ void HostOptimizer::finish(StreamRef stream) {
   if (on_gpu()) out_->before(stream);  // the worker is idle: this thread may enqueue on out_
 }
 
-float HostOptimizer::gradient_sum_of_squares() const {
+float HostOptimizer::gradient_sum_of_squares() {
+  // The first micro-step's gradients come in without a host task: finish()
+  // did not wait for them.
+  if (on_gpu()) in_->wait();
   float sum = 0.0f;
   shard::sum_squares_async(BufferView{grads_.data(), total_, s_.reduce_dtype, DeviceType::kCpu, 0},
                            &sum, {});

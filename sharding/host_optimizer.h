@@ -79,8 +79,9 @@ class HostOptimizer {
   // Blocks until every queued step has run; the work queued on stream from
   // now on waits for their copies out. Rethrows a host step's error.
   void finish(StreamRef stream);
-  // The sum of squares of every gradient on the host (after finish()).
-  float gradient_sum_of_squares() const;
+  // The sum of squares of every gradient on the host (every_gradient, after
+  // finish()); waits for the copies in first.
+  float gradient_sum_of_squares();
   // *dst = value (one float in the engine's memory), ordered before the work
   // queued on stream from now on.
   void put_float(float value, float* dst, StreamRef stream);
