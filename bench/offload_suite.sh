@@ -7,7 +7,8 @@
 # the large models. Env: PY (python with torch), H, B, MID (layers of the
 # model that also fits on the GPU), BIG (layers of the large ones), STEPS,
 # PARTS ("mid big" by default: the floors and the model that fits, then the
-# large one).
+# large one), DELAYED=1 (also the delayed parameter update), NO_TORCH=1 (the
+# large ones without FSDP2).
 #   bench/offload_suite.sh BUNDLE OUT_DIR
 set -u
 bundle=$1 out=$2
@@ -52,6 +53,9 @@ fi
 if [[ $parts == *" big "* ]]; then
 for L in $BIG; do  # BIG may list several sizes: the largest that trains
   run ours_optimizer_L$L 300 "${dt[@]}" "${mlp[@]}" --layers "$L" --offload optimizer
+  [ -n "${DELAYED:-}" ] && run ours_optimizer_delayed_L$L 300 "${dt[@]}" "${mlp[@]}" --layers "$L" \
+    --offload optimizer --delayed-update 1
+  [ -n "${NO_TORCH:-}" ] && continue
   run fsdp2_offload_bf16_L$L 300 env H="$H" B="$B" L="$L" STEPS=2 WARM=1 REDUCE=bf16 FLUSH_DENORMAL=1 \
     "$py" -m torch.distributed.run --nproc-per-node=1 "$here/torch_offload.py"
   free -g | sed -n 2p

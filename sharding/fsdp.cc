@@ -45,7 +45,7 @@ std::string fingerprint(const std::vector<UnitLayout>& layouts, const FSDPOption
       << (o.loss_scale.dynamic ? std::to_string(o.loss_scale.initial) : "off")
       << (o.copy_engines ? ", copy engines" : "")
       << (o.update_in_backward ? ", update in backward" : "") << ", offload "
-      << to_string(o.offload);
+      << to_string(o.offload) << (o.delayed_update ? ", delayed update" : "");
   return out.str();
 }
 
@@ -112,6 +112,10 @@ struct FSDP::Impl {
   std::size_t bytes = 0;
 
   std::unique_ptr<DeviceBuffer> master, m, v, grad_shard, compute_shard, scalar, accum;
+  // delayed_update: the second compute-dtype shard. Step k (1-based) reads and
+  // its host steps write compute_shards(k % 2); the two alternate.
+  std::unique_ptr<DeviceBuffer> compute_shard_odd;
+  std::uint64_t previous_step_ticket = 0;  // delayed_update: the last host step of the step before
   std::vector<std::unique_ptr<DeviceBuffer>> full_params;  // ZeRO-1/2: per unit
   std::vector<std::unique_ptr<DeviceBuffer>> full_grads;   // ZeRO-1: per unit
   std::unique_ptr<SlotPool> param_slots, grad_slots;       // ZeRO-3/hybrid; ZeRO-2/3 grads
@@ -160,13 +164,17 @@ struct FSDP::Impl {
   // nowhere (kParameters: they stay on the host).
   BufferView host_update_dest(int u) const {
     if (params_on_host()) return BufferView{};
-    if (shards_params()) return shard_of(*compute_shard, o.param_dtype, u);
+    if (shards_params()) return shard_of(current_compute(), o.param_dtype, u);
     return at(*full_params[u], o.param_dtype, layouts[u].shard * group_rank(), layouts[u].shard);
   }
   // The gathers' way to the full parameters after the host's steps (ZeRO-1/2
   // gather in place; ZeRO-3 prefetches unit 0).
   void after_host_steps(StreamRef stream);
   bool offload_step(StreamRef stream, const std::vector<int>& missing);
+  // The compute-dtype shards this step's gathers read (and, delayed, its host steps write).
+  const DeviceBuffer& current_compute() const {
+    return compute_shard_odd && (steps + 1) % 2 == 1 ? *compute_shard_odd : *compute_shard;
+  }
   int unit_count() const { return static_cast<int>(layouts.size()); }
   int group_rank() const { return shard_comm->rank(); }
 
@@ -197,7 +205,7 @@ struct FSDP::Impl {
   }
   // Where the gathers of unit u read from: the compute-dtype shard.
   BufferView gather_source(int u) const {
-    return compute_shard ? shard_of(*compute_shard, o.param_dtype, u)
+    return compute_shard ? shard_of(current_compute(), o.param_dtype, u)
                          : shard_of(*master, DType::kFloat32, u);
   }
   // Unit u's layout, after checking that u and its parameter i exist.
@@ -272,6 +280,11 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
   if (!is_float_type(o.param_dtype) || !is_float_type(o.reduce_dtype))
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP: param_dtype and reduce_dtype must be float32, bfloat16 or float16");
+  if (o.delayed_update &&
+      (o.offload != Offload::kOptimizer || !o.update_in_backward || !shards_params()))
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP: delayed_update needs offload = optimizer, update_in_backward and zero3 "
+                "or hybrid");
   if (params_on_host() && !shards_params())
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP: offloading the parameters needs zero3 or hybrid (zero1 and zero2 keep "
@@ -361,12 +374,17 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
         stage_lane = std::make_unique<gpu::CopyStream>(device_index, 1);
     } else if (o.param_dtype != DType::kFloat32 || host) {
       compute_shard = allocate(total_shard, o.param_dtype);
+      if (o.delayed_update) compute_shard_odd = allocate(total_shard, o.param_dtype);
       if (!host)
         cast_async(at(*master, DType::kFloat32, 0, total_shard),
                    at(*compute_shard, o.param_dtype, 0, total_shard), {});
     }
-    if (host)
-      for (int u = 0; u < units_n; ++u) host->publish(u, host_update_dest(u));
+    if (host) {
+      for (int u = 0; u < units_n; ++u) {
+        host->publish(u, host_update_dest(u));
+        if (compute_shard_odd) host->publish(u, shard_of(*compute_shard, o.param_dtype, u));
+      }
+    }
     // Reshard: the unit in use and the one prefetched. A released unit's slot
     // may be gathered into at once: the gather is ordered after the caller's
     // stream, so after the products that read the slot.
@@ -398,6 +416,8 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
   } else if (shards_params()) {
     gather_sources.push_back(compute_shard ? at(*compute_shard, o.param_dtype, 0, total_shard)
                                            : at(*master, DType::kFloat32, 0, total_shard));
+    if (compute_shard_odd)
+      gather_sources.push_back(at(*compute_shard_odd, o.param_dtype, 0, total_shard));
   }
   for (int u = 0; u < static_cast<int>(full_params.size()); ++u)
     gather_sources.push_back(at(*full_params[u], o.param_dtype, 0, layouts[u].padded));
@@ -722,6 +742,16 @@ void FSDP::Impl::after_host_steps(StreamRef stream) {
 // CPU steps (those not already queued during backward), then the new
 // parameters to where the gathers read them.
 bool FSDP::Impl::offload_step(StreamRef stream, const std::vector<int>& missing) {
+  if (o.delayed_update && missing.empty()) {
+    // The next step reads what the step before this one wrote: wait for
+    // those host steps only; this step's run on under the next forward.
+    host->finish_until(previous_step_ticket, stream);
+    previous_step_ticket = host->last_ticket();
+    std::fill(reduced.begin(), reduced.end(), 0);
+    ++steps;
+    after_host_steps(stream);
+    return true;
+  }
   host->finish(stream);
   std::fill(reduced.begin(), reduced.end(), 0);
   if (!missing.empty()) {
@@ -766,6 +796,7 @@ bool FSDP::Impl::offload_step(StreamRef stream, const std::vector<int>& missing)
 ckpt::State FSDP::checkpoint_state(const std::vector<std::vector<ckpt::Tensor>>& params,
                                    bool for_save) {
   Impl& s = *impl_;
+  if (s.host) s.host->wait_steps();  // delayed_update: the last step's may still run
   if (static_cast<int>(params.size()) != s.unit_count())
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP::checkpoint_state: names for " + std::to_string(params.size()) +
@@ -840,6 +871,11 @@ void FSDP::after_load(const ckpt::State& loaded, StreamRef stream) {
   for (int u = 0; u < s.unit_count(); ++u) {
     const UnitLayout& l = s.layouts[u];
     if (s.host) s.host->publish(u, s.host_update_dest(u));
+    if (s.compute_shard_odd)  // both: a resumed run starts its delay again
+      s.host->publish(
+          u, s.shard_of(s.compute_shard_odd.get() == &s.current_compute() ? *s.compute_shard
+                                                                          : *s.compute_shard_odd,
+                        s.o.param_dtype, u));
     if (s.shards_params()) {
       if (s.compute_shard && !s.host)
         cast_async(s.shard_of(*s.master, DType::kFloat32, u),

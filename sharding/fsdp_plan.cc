@@ -104,6 +104,9 @@ FSDPMemoryPlan FSDP::plan(const std::vector<std::vector<std::size_t>>& unit_coun
   const bool offload = o.offload != Offload::kNone;
   const bool params_on_host = o.offload == Offload::kParameters;
   if (params_on_host && !shards_params) refuse("offloading the parameters needs zero3 or hybrid");
+  if (o.delayed_update &&
+      (o.offload != Offload::kOptimizer || !o.update_in_backward || !shards_params))
+    refuse("delayed_update needs offload = optimizer, update_in_backward and zero3 or hybrid");
 
   FSDPMemoryPlan plan;
   plan.shard_ranks = group;
@@ -142,6 +145,8 @@ FSDPMemoryPlan FSDP::plan(const std::vector<std::vector<std::size_t>>& unit_coun
           two * largest_shard * param);
     else if (o.param_dtype != DType::kFloat32 || offload)
       add(param_name + " parameter shards", total_shard * param);
+    if (o.delayed_update && o.offload == Offload::kOptimizer)
+      add(param_name + " parameter shards, the other step's (delayed update)", total_shard * param);
     const std::size_t slots = o.reshard_after_forward ? two : units;
     add("gathered parameters (" + std::to_string(slots) + " of " + std::to_string(units) +
             " units)",

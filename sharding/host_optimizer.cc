@@ -173,6 +173,19 @@ void HostOptimizer::update_async(int u, const AdamWOptions& options, int step, f
     }
   });
   if (!s_.every_gradient) grad_ticket_[grad_slot_[u]] = update_ticket_[u];
+  last_ticket_ = update_ticket_[u];
+}
+
+void HostOptimizer::finish_until(std::uint64_t ticket, StreamRef stream) {
+  trace::Scope scope("offload wait for host steps", "fsdp");
+  const auto start = std::chrono::steady_clock::now();
+  worker_.wait(ticket);
+  wait_ns_ +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+  // The worker may be queueing copies out meanwhile: before() orders stream
+  // after those too, which costs only their time.
+  if (on_gpu()) out_->before(stream);
 }
 
 void HostOptimizer::wait_update(int u) { worker_.wait(update_ticket_[u]); }

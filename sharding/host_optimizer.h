@@ -76,6 +76,13 @@ class HostOptimizer {
                     const BufferView& dest);
   // Blocks until unit u's queued step has run (its params(u) are new).
   void wait_update(int u);
+  // The ticket of the last step queued so far; finish_until(t, stream)
+  // blocks until the steps up to ticket t have run and orders stream's work
+  // from now on after their copies out (and any queued since).
+  std::uint64_t last_ticket() const { return last_ticket_; }
+  void finish_until(std::uint64_t ticket, StreamRef stream);
+  // Blocks until every queued step has run (the host's states are final).
+  void wait_steps() { worker_.wait_all(); }
   // Blocks until every queued step has run; the work queued on stream from
   // now on waits for their copies out. Rethrows a host step's error.
   void finish(StreamRef stream);
@@ -108,7 +115,8 @@ class HostOptimizer {
   HostBuffer scalar_;                          // put_float's
   std::unique_ptr<gpu::CopyStream> in_, out_;  // GPU engines; out_: the worker's
   std::vector<std::uint64_t> update_ticket_;   // per unit: its last step's
-  std::uint64_t staging_ticket_[2] = {0, 0};   // the last add out of each staging buffer
+  std::uint64_t last_ticket_ = 0;
+  std::uint64_t staging_ticket_[2] = {0, 0};  // the last add out of each staging buffer
   int next_staging_ = 0;
   int slots_ = 0;                           // without every_gradient / keep_parameters
   std::vector<int> grad_slot_;              // per unit: its gradient's slot

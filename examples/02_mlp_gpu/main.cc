@@ -217,6 +217,8 @@ int main(int argc, char** argv) {
     } else if (flag == "--offload" && rtd::parse_offload(value, &shard_options.offload)) {
     } else if (flag == "--offload-threads" && std::atoi(value.c_str()) > 0) {
       shard_options.offload_threads = std::atoi(value.c_str());
+    } else if (flag == "--delayed-update" && (value == "0" || value == "1")) {
+      shard_options.delayed_update = value == "1";
     } else if (flag == "--update-in-backward" && (value == "0" || value == "1")) {
       update_in_backward = value == "1";
     } else if (flag == "--ckpt-dir" && !value.empty()) {
@@ -238,7 +240,7 @@ int main(int argc, char** argv) {
                    "               [--shard ddp|zero1|zero2|zero3|hybrid] [--reshard 0|1] "
                    "[--fp16 0|1]\n"
                    "               [--offload none|optimizer|params] [--offload-threads N]\n"
-                   "               [--update-in-backward 0|1]\n"
+                   "               [--update-in-backward 0|1] [--delayed-update 0|1]\n"
                    "               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async 0|1]]\n"
                    "               [--data DIR | --make-data DIR --records N]\n"
                    "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n"
@@ -249,7 +251,9 @@ int main(int argc, char** argv) {
                    "  --offload (with --shard): AdamW and its states in host memory, the\n"
                    "  parameter shards too with params (zero3); --update-in-backward: step\n"
                    "  each layer as soon as its gradient is reduced (default: 1 with\n"
-                   "  --offload, unless --fp16 1)\n"
+                   "  --offload, unless --fp16 1); --delayed-update 1: each step computes\n"
+                   "  with the weights of the step before last, so that the host's steps\n"
+                   "  run under the next forward (--offload optimizer, zero3)\n"
                    "  --ckpt-dir: resume from the latest valid checkpoint there (saved by any\n"
                    "  strategy and number of GPUs); --ckpt-every K: save every K steps\n"
                    "  --data: inputs (hidden bfloat16 values per token) from shard files\n");

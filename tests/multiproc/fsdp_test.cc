@@ -69,12 +69,13 @@ struct Reference {
       for (auto& x : unit) std::fill(x.begin(), x.end(), 0.0f);
     v = m;
   }
-  void step(int first, int n) {
+  // at: the parameters the gradients are taken at (the delayed update's); null: p.
+  void step(int first, int n, const Params* at = nullptr) {
     Params g = p;
     double sum = 0.0;
     for (std::size_t u = 0; u < p.size(); ++u)
       for (std::size_t i = 0; i < p[u].size(); ++i) {
-        g[u][i] = mean_grad(u, i, p[u][i], first, n, 1.0f);
+        g[u][i] = mean_grad(u, i, at ? (*at)[u][i] : p[u][i], first, n, 1.0f);
         for (float x : g[u][i]) sum += double(x) * x;
       }
     last_norm = static_cast<float>(std::sqrt(sum));
@@ -478,6 +479,60 @@ TEST_F(FSDPTest, OffloadingEqualsKeepingTheStatesOnTheDevice) {
       }
     }
   }
+}
+
+// The delayed parameter update: step k computes its gradients at the
+// parameters of step k-2 (the initial ones for the first two), and AdamW
+// applies them to the newest; a checkpoint holds the newest.
+TEST_F(FSDPTest, TheDelayedUpdateTakesGradientsAtParametersOneStepOld) {
+  const int n = comm().size();
+  for (ShardStrategy s : {ShardStrategy::kZero3, ShardStrategy::kHybrid}) {
+    FSDPOptions o = options_for(s, n);
+    o.offload = Offload::kOptimizer;
+    o.update_in_backward = true;
+    o.delayed_update = true;
+    FSDP f = make(o);
+    const FSDPMemoryPlan plan = FSDP::plan(kUnits, n, o);
+    EXPECT_EQ(f.state_bytes(), plan.total() + f.scratch_bytes()) << plan.table();
+    EXPECT_EQ(f.host_state_bytes(), plan.host_total());
+    Reference ref;
+    ref.o.lr = 1e-2f;
+    Params older = ref.p, old = ref.p;  // p(k-2), p(k-1)
+    for (int step = 0; step < 4; ++step) {
+      ASSERT_TRUE(train_step(f, 1000 * step, 1));
+      ref.step(1000 * step, n * kSamplesPerRank, &older);
+      older = old;
+      old = ref.p;
+    }
+    const std::string what = std::string(to_string(s)) + " with the delayed update";
+    expect_close(params_of(f), older, 2e-5, what + ": the next step computes with p(3)");
+    std::vector<std::vector<ckpt::Tensor>> names;
+    for (std::size_t u = 0; u < kUnits.size(); ++u) {
+      names.emplace_back();
+      for (std::size_t i = 0; i < kUnits[u].size(); ++i)
+        names[u].push_back({"p", DType::kFloat32, {static_cast<std::int64_t>(kUnits[u][i])}, {}});
+    }
+    // The weights of (u, i) come first in unit u's block of 3 x its parameters.
+    const ckpt::State state = f.checkpoint_state(names, false);
+    std::size_t block = 0;
+    for (int u = 0; u < f.unit_count(); ++u) {
+      for (std::size_t i = 0; i < kUnits[u].size(); ++i)
+        for (const ckpt::Range& r : state.tensors[block + i].ranges)
+          for (std::size_t j = 0; j < r.count; ++j)
+            ASSERT_NEAR(static_cast<const float*>(r.data)[j], ref.p[u][i][r.first + j],
+                        2e-5 * (std::fabs(ref.p[u][i][r.first + j]) + 1.0))
+                << what << ": the checkpoint holds p(4)";
+      block += 3 * kUnits[u].size();
+    }
+  }
+  FSDPOptions bad = options_for(ShardStrategy::kZero2, n);
+  bad.offload = Offload::kOptimizer;
+  bad.update_in_backward = bad.delayed_update = true;
+  EXPECT_THROW(make(bad), Error);
+  EXPECT_THROW(FSDP::plan(kUnits, n, bad), Error);
+  bad.strategy = ShardStrategy::kZero3;
+  bad.update_in_backward = false;
+  EXPECT_THROW(make(bad), Error);
 }
 
 TEST_F(FSDPTest, OffloadingTheParametersNeedsThemSharded) {

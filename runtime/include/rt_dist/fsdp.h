@@ -104,6 +104,12 @@ struct FSDPOptions {
   // step runs while backward goes on; otherwise all of them in step().
   Offload offload = Offload::kNone;
   int offload_threads = 0;  // the host AdamW's threads; 0: one per core
+  // Delayed parameter update (kOptimizer, update_in_backward, kZero3 or
+  // kHybrid): step t+1's forward and backward compute with the parameters of
+  // step t-1, so that the host's steps of step t run under them instead of
+  // before the next forward. The GPU holds a second compute-dtype shard. Off
+  // by default: it changes the trajectory (gradients one step stale).
+  bool delayed_update = false;
 };
 
 // [Memory plan] What an FSDP engine allocates for the model states on each
