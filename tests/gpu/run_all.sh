@@ -33,7 +33,13 @@ if want collectives; then
   [ "$ngpu" -lt 2 ] ||
     step collectives_np$ngpu 240 "${dt[@]}" --nproc-per-node="$ngpu" "$bin/gpu_collectives_test"
 fi
-want ce_shared && step ce_shared_np2 120 "${dt[@]}" --nproc-per-node=2 "$bin/gpu_ce_shared_test"
+# With a trace directory, as CTest's gpu.ce_shared.np2 runs it: its second case checks the spans.
+if want ce_shared; then
+  trace_dir=$(mktemp -d)
+  step ce_shared_np2 120 "${dt[@]}" --nproc-per-node=2 --env RTD_TRACE_DIR="$trace_dir" \
+    "$bin/gpu_ce_shared_test"
+  rm -rf "$trace_dir"
+fi
 want trace && step trace_copies 240 "$here/trace_copies.sh" "$bin/dtrun" "$bin/mlp_gpu"
 want resume && step checkpoint_resume 300 "$here/checkpoint_resume.sh" "$bin/dtrun" "$bin/mlp_gpu" "$ngpu"
 if want doctor; then
