@@ -3,6 +3,10 @@
 // the gradient shards of every unit lie in one flat "shard space" each (unit
 // u at shard_off[u]); parameters and gradients in full live per unit
 // (ZeRO-1/2) or in small pools of slots that units borrow (ZeRO-3, hybrid).
+// One file past 700 lines on purpose: every hook reads and writes the one
+// Impl, whose state would otherwise need a private header shared by the
+// parts; what stands apart lives apart (the plan in fsdp_plan.cc, the
+// offloaded host side in host_optimizer.cc, the layout in shard_layout.cc).
 #include "rt_dist/fsdp.h"
 
 #include <algorithm>
@@ -174,6 +178,17 @@ struct FSDP::Impl {
   // The compute-dtype shards this step's gathers read (and, delayed, its host steps write).
   const DeviceBuffer& current_compute() const {
     return compute_shard_odd && (steps + 1) % 2 == 1 ? *compute_shard_odd : *compute_shard;
+  }
+  // Unit u's compute-dtype shard from the host's master shard, where the
+  // gathers read it (with the delay: into both shards; a resumed run starts
+  // its delay again).
+  void publish(int u) {
+    host->publish(u, host_update_dest(u));
+    if (compute_shard_odd) {
+      const DeviceBuffer& other =
+          &current_compute() == compute_shard.get() ? *compute_shard_odd : *compute_shard;
+      host->publish(u, shard_of(other, o.param_dtype, u));
+    }
   }
   int unit_count() const { return static_cast<int>(layouts.size()); }
   int group_rank() const { return shard_comm->rank(); }
@@ -379,12 +394,8 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
         cast_async(at(*master, DType::kFloat32, 0, total_shard),
                    at(*compute_shard, o.param_dtype, 0, total_shard), {});
     }
-    if (host) {
-      for (int u = 0; u < units_n; ++u) {
-        host->publish(u, host_update_dest(u));
-        if (compute_shard_odd) host->publish(u, shard_of(*compute_shard, o.param_dtype, u));
-      }
-    }
+    if (host)
+      for (int u = 0; u < units_n; ++u) publish(u);
     // Reshard: the unit in use and the one prefetched. A released unit's slot
     // may be gathered into at once: the gather is ordered after the caller's
     // stream, so after the products that read the slot.
@@ -870,12 +881,7 @@ void FSDP::after_load(const ckpt::State& loaded, StreamRef stream) {
   s.good_steps = static_cast<int>(number("fsdp.good_steps", s.good_steps));
   for (int u = 0; u < s.unit_count(); ++u) {
     const UnitLayout& l = s.layouts[u];
-    if (s.host) s.host->publish(u, s.host_update_dest(u));
-    if (s.compute_shard_odd)  // both: a resumed run starts its delay again
-      s.host->publish(
-          u, s.shard_of(s.compute_shard_odd.get() == &s.current_compute() ? *s.compute_shard
-                                                                          : *s.compute_shard_odd,
-                        s.o.param_dtype, u));
+    if (s.host) s.publish(u);
     if (s.shards_params()) {
       if (s.compute_shard && !s.host)
         cast_async(s.shard_of(*s.master, DType::kFloat32, u),

@@ -17,6 +17,12 @@ namespace {
 std::size_t total_of(const HostOptimizerShape& s) {
   return s.shard.empty() ? 0 : s.shard_off.back() + s.shard.back();
 }
+long long nanoseconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              start)
+      .count();
+}
+
 std::size_t largest_of(const HostOptimizerShape& s) {
   return s.shard.empty() ? 0 : *std::max_element(s.shard.begin(), s.shard.end());
 }
@@ -157,9 +163,7 @@ void HostOptimizer::update_async(int u, const AdamWOptions& options, int step, f
       trace::Scope scope("offload host AdamW", "fsdp");
       const auto start = std::chrono::steady_clock::now();
       shard::cpu::adamw(a, s_.threads);
-      adamw_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
+      adamw_ns_ += nanoseconds_since(start);
     }
     if (!dest.data) return;
     if (!on_gpu()) {
@@ -180,9 +184,7 @@ void HostOptimizer::finish_until(std::uint64_t ticket, StreamRef stream) {
   trace::Scope scope("offload wait for host steps", "fsdp");
   const auto start = std::chrono::steady_clock::now();
   worker_.wait(ticket);
-  wait_ns_ +=
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count();
+  wait_ns_ += nanoseconds_since(start);
   // The worker may be queueing copies out meanwhile: before() orders stream
   // after those too, which costs only their time.
   if (on_gpu()) out_->before(stream);
@@ -190,15 +192,7 @@ void HostOptimizer::finish_until(std::uint64_t ticket, StreamRef stream) {
 
 void HostOptimizer::wait_update(int u) { worker_.wait(update_ticket_[u]); }
 
-void HostOptimizer::finish(StreamRef stream) {
-  trace::Scope scope("offload wait for host steps", "fsdp");
-  const auto start = std::chrono::steady_clock::now();
-  worker_.wait_all();
-  wait_ns_ +=
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count();
-  if (on_gpu()) out_->before(stream);  // the worker is idle: this thread may enqueue on out_
-}
+void HostOptimizer::finish(StreamRef stream) { finish_until(worker_.posted(), stream); }
 
 float HostOptimizer::gradient_sum_of_squares() {
   // The first micro-step's gradients come in without a host task: finish()

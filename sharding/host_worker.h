@@ -27,6 +27,7 @@ class HostWorker {
   // task's error (then every later wait rethrows it too).
   void wait(std::uint64_t ticket);
   void wait_all() { wait(posted_); }
+  std::uint64_t posted() const { return posted_; }  // the last ticket given
 
  private:
   void run();
