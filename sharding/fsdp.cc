@@ -77,12 +77,14 @@ std::string_view to_string(Offload o) {
       return "optimizer";
     case Offload::kParameters:
       return "params";
+    case Offload::kNvme:
+      return "nvme";
   }
   return "?";
 }
 
 bool parse_offload(std::string_view text, Offload* out) {
-  for (Offload o : {Offload::kNone, Offload::kOptimizer, Offload::kParameters}) {
+  for (Offload o : {Offload::kNone, Offload::kOptimizer, Offload::kParameters, Offload::kNvme}) {
     if (text == to_string(o)) {
       *out = o;
       return true;
@@ -296,10 +298,13 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP: param_dtype and reduce_dtype must be float32, bfloat16 or float16");
   if (o.delayed_update &&
-      (o.offload != Offload::kOptimizer || !o.update_in_backward || !shards_params()))
+      (!offloads_optimizer(o.offload) || !o.update_in_backward || !shards_params()))
     throw Error(ErrorCategory::kInvalidArgument,
-                "FSDP: delayed_update needs offload = optimizer, update_in_backward and zero3 "
-                "or hybrid");
+                "FSDP: delayed_update needs offload = optimizer or nvme, update_in_backward and "
+                "zero3 or hybrid");
+  if (o.offload == Offload::kNvme && o.offload_dir.empty())
+    throw Error(ErrorCategory::kInvalidArgument,
+                "FSDP: offload = nvme needs offload_dir, a directory on a local disk");
   if (params_on_host() && !shards_params())
     throw Error(ErrorCategory::kInvalidArgument,
                 "FSDP: offloading the parameters needs zero3 or hybrid (zero1 and zero2 keep "
@@ -343,6 +348,7 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
     for (const UnitLayout& l : layouts) shape.shard.push_back(l.shard);
     shape.every_gradient = !o.update_in_backward;
     shape.keep_parameters = params_on_host();
+    if (o.offload == Offload::kNvme) shape.state_dir = o.offload_dir;
     if (shape.threads <= 0) shape.threads = std::max(1u, std::thread::hardware_concurrency());
     host = std::make_unique<HostOptimizer>(std::move(shape));
   } else {
@@ -370,7 +376,7 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
             src, at(*master, DType::kFloat32, shard_off[u] + piece.shard_offset, piece.count), {});
         continue;
       }
-      float* dst = host->master() + shard_off[u] + piece.shard_offset;
+      float* dst = host->state(0, u) + piece.shard_offset;
       if (device == DeviceType::kCuda)
         gpu::copy_to_host(src.data, dst, src.bytes(), device_index);
       else
@@ -456,7 +462,7 @@ void FSDP::Impl::check_fits(Store& store, const std::string& key,
   FSDPOptions planned = o;
   planned.shard_group_size = group;
   check_plan_fits(store, key, comm.rank(), comm.size(), FSDP::plan(counts, comm.size(), planned),
-                  device == DeviceType::kCuda ? device_index : -1);
+                  device == DeviceType::kCuda ? device_index : -1, o.offload_dir);
 }
 
 void FSDP::Impl::gather(int u, StreamRef stream) {
@@ -817,16 +823,11 @@ ckpt::State FSDP::checkpoint_state(const std::vector<std::vector<ckpt::Tensor>>&
   const char* suffix[] = {"", ".exp_avg", ".exp_avg_sq"};
   // With offload, the states are the host's.
   const DeviceType where = s.host ? DeviceType::kCpu : s.device;
-  float* bases[3];
-  if (s.host) {
-    bases[0] = s.host->master();
-    bases[1] = s.host->exp_avg();
-    bases[2] = s.host->exp_avg_sq();
-  } else {
-    bases[0] = static_cast<float*>(s.master->data());
-    bases[1] = static_cast<float*>(s.m->data());
-    bases[2] = static_cast<float*>(s.v->data());
-  }
+  auto base = [&](int k, int u) {  // unit u's array k: master, first and second moments
+    if (s.host) return s.host->state(k, u);
+    const DeviceBuffer* arrays[] = {s.master.get(), s.m.get(), s.v.get()};
+    return static_cast<float*>(arrays[k]->data()) + s.shard_off[u];
+  };
   for (int u = 0; u < s.unit_count(); ++u) {
     const UnitLayout& l = s.layouts[u];
     if (params[u].size() != l.counts.size())
@@ -851,11 +852,11 @@ ckpt::State FSDP::checkpoint_state(const std::vector<std::vector<ckpt::Tensor>>&
             ckpt::Tensor{params[u][i].name + suffix[k], DType::kFloat32, params[u][i].shape, {}});
       }
       if (!saves) continue;
-      float* base = bases[k] + s.shard_off[u];
+      float* array = base(k, u);
       for (const ShardPiece& piece : pieces_in_shard(l, s.group_rank())) {
         if (piece.count == 0) continue;
         state.tensors[index[piece.param]].ranges.push_back(ckpt::Range{
-            piece.param_first, piece.count, base + piece.shard_offset, where, s.device_index});
+            piece.param_first, piece.count, array + piece.shard_offset, where, s.device_index});
       }
     }
   }
@@ -903,10 +904,12 @@ float FSDP::last_grad_norm() const { return impl_->last_norm; }
 std::size_t FSDP::state_bytes() const { return impl_->bytes + scratch_bytes(); }
 FSDP::OffloadTimes FSDP::offload_times() const {
   if (!impl_->host) return {};
-  return {impl_->host->adamw_seconds(), impl_->host->wait_seconds()};
+  return {impl_->host->adamw_seconds(), impl_->host->wait_seconds(),
+          impl_->host->read_wait_seconds()};
 }
 
 std::size_t FSDP::host_state_bytes() const { return impl_->host ? impl_->host->bytes() : 0; }
+std::size_t FSDP::disk_state_bytes() const { return impl_->host ? impl_->host->disk_bytes() : 0; }
 std::size_t FSDP::scratch_bytes() const {
   return impl_->gatherer->scratch_bytes() + impl_->scatterer->scratch_bytes();
 }
@@ -927,6 +930,8 @@ std::string FSDP::describe() const {
   if (s.host)
     out << " and " << s.host->bytes() / 1048576.0 << " MiB in host memory (offload "
         << to_string(s.o.offload) << ")";
+  if (s.host && s.host->disk_bytes() > 0)
+    out << ", " << s.host->disk_bytes() / 1048576.0 << " MiB in a file in " << s.o.offload_dir;
   return out.str();
 }
 

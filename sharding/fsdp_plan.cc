@@ -12,6 +12,7 @@
 #include "collectives/device_memory.h"
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
+#include "sharding/checkpoint/files.h"
 #include "sharding/host_optimizer.h"
 #include "sharding/rank_agreement.h"
 #include "sharding/shard_layout.h"
@@ -34,35 +35,42 @@ std::string size_text(std::size_t bytes) {
 
 }  // namespace
 
-std::size_t FSDPMemoryPlan::total() const {
-  std::size_t sum = 0;
-  for (const Item& i : items) sum += i.host ? 0 : i.bytes;
-  return sum;
-}
+namespace {
+using Place = FSDPMemoryPlan::Item::Place;
 
-std::size_t FSDPMemoryPlan::host_total() const {
+std::size_t sum_of(const std::vector<FSDPMemoryPlan::Item>& items, Place where) {
   std::size_t sum = 0;
-  for (const Item& i : items) sum += i.host ? i.bytes : 0;
+  for (const auto& i : items) sum += i.where == where ? i.bytes : 0;
   return sum;
 }
+}  // namespace
+
+std::size_t FSDPMemoryPlan::total() const { return sum_of(items, Place::kDevice); }
+std::size_t FSDPMemoryPlan::host_total() const { return sum_of(items, Place::kHost); }
+std::size_t FSDPMemoryPlan::disk_total() const { return sum_of(items, Place::kDisk); }
 
 std::string FSDPMemoryPlan::table() const {
   std::ostringstream out;
   std::size_t width = 5;
   for (const Item& i : items) width = std::max(width, i.what.size());
-  for (const Item& i : items)
-    if (!i.host)
-      out << "  " << i.what << std::string(width - i.what.size() + 2, ' ') << size_text(i.bytes)
-          << "\n";
+  auto lines = [&](Place where) {
+    for (const Item& i : items)
+      if (i.where == where)
+        out << "  " << i.what << std::string(width - i.what.size() + 2, ' ') << size_text(i.bytes)
+            << "\n";
+  };
+  lines(Place::kDevice);
   out << "  total" << std::string(width - 5 + 2, ' ') << size_text(total()) << " per rank ("
       << "sharded over " << shard_ranks << (shard_ranks == 1 ? " rank)\n" : " ranks)\n");
-  if (host_total() == 0) return out.str();
-  out << "in host memory (offload):\n";
-  for (const Item& i : items)
-    if (i.host)
-      out << "  " << i.what << std::string(width - i.what.size() + 2, ' ') << size_text(i.bytes)
-          << "\n";
-  out << "  total" << std::string(width - 5 + 2, ' ') << size_text(host_total()) << " per rank\n";
+  const std::pair<Place, const char*> others[] = {{Place::kHost, "in host memory (offload):\n"},
+                                                  {Place::kDisk, "in a file (offload nvme):\n"}};
+  for (const auto& [where, title] : others) {
+    const std::size_t sum = sum_of(items, where);
+    if (sum == 0) continue;
+    out << title;
+    lines(where);
+    out << "  total" << std::string(width - 5 + 2, ' ') << size_text(sum) << " per rank\n";
+  }
   return out.str();
 }
 
@@ -105,30 +113,41 @@ FSDPMemoryPlan FSDP::plan(const std::vector<std::vector<std::size_t>>& unit_coun
   const bool params_on_host = o.offload == Offload::kParameters;
   if (params_on_host && !shards_params) refuse("offloading the parameters needs zero3 or hybrid");
   if (o.delayed_update &&
-      (o.offload != Offload::kOptimizer || !o.update_in_backward || !shards_params))
-    refuse("delayed_update needs offload = optimizer, update_in_backward and zero3 or hybrid");
+      (!offloads_optimizer(o.offload) || !o.update_in_backward || !shards_params))
+    refuse(
+        "delayed_update needs offload = optimizer or nvme, update_in_backward and zero3 or hybrid");
 
   FSDPMemoryPlan plan;
   plan.shard_ranks = group;
-  auto add = [&](std::string what, std::size_t bytes, bool host = false) {
-    plan.items.push_back({std::move(what), bytes, host});
+  auto add = [&](std::string what, std::size_t bytes, Place where = Place::kDevice) {
+    plan.items.push_back({std::move(what), bytes, where});
   };
+  const Place host = Place::kHost;
   const std::string param_name(to_string(o.param_dtype));
   if (offload) {  // as HostOptimizer allocates them
     const std::size_t slots = host_slots(units);
     const std::string in_flight = " in flight (" + std::to_string(slots) + " pinned slots)";
-    add("fp32 master shards", total_shard * 4, true);
-    add("AdamW moments (2 x fp32)", 2 * total_shard * 4, true);
-    if (o.update_in_backward) {
-      add("reduced gradient shards" + in_flight, slots * largest_shard * reduce, true);
+    if (o.offload == Offload::kNvme) {
+      std::vector<std::size_t> shards;
+      for (const UnitLayout& l : layouts) shards.push_back(l.shard);
+      add("fp32 master shards and AdamW moments", StateFile::file_bytes(shards), Place::kDisk);
+      add("fp32 states, a window of " + std::to_string(std::min<std::size_t>(units, kStateWindow)) +
+              " units",
+          StateFile::window_bytes(shards, kStateWindow), host);
     } else {
-      add("reduced gradient shards (pinned)", total_shard * reduce, true);
-      add("gradient staging (2 x pinned)", 2 * largest_shard * reduce, true);
+      add("fp32 master shards", total_shard * 4, host);
+      add("AdamW moments (2 x fp32)", 2 * total_shard * 4, host);
+    }
+    if (o.update_in_backward) {
+      add("reduced gradient shards" + in_flight, slots * largest_shard * reduce, host);
+    } else {
+      add("reduced gradient shards (pinned)", total_shard * reduce, host);
+      add("gradient staging (2 x pinned)", 2 * largest_shard * reduce, host);
     }
     if (params_on_host)
-      add(param_name + " parameter shards (pinned)", total_shard * param, true);
+      add(param_name + " parameter shards (pinned)", total_shard * param, host);
     else
-      add(param_name + " parameter shards" + in_flight, slots * largest_shard * param, true);
+      add(param_name + " parameter shards" + in_flight, slots * largest_shard * param, host);
   } else {
     add("fp32 master shards", total_shard * 4);
     add("AdamW moments (2 x fp32)", 2 * total_shard * 4);
@@ -145,7 +164,7 @@ FSDPMemoryPlan FSDP::plan(const std::vector<std::vector<std::size_t>>& unit_coun
           two * largest_shard * param);
     else if (o.param_dtype != DType::kFloat32 || offload)
       add(param_name + " parameter shards", total_shard * param);
-    if (o.delayed_update && o.offload == Offload::kOptimizer)
+    if (o.delayed_update)
       add(param_name + " parameter shards, the other step's (delayed update)", total_shard * param);
     const std::size_t slots = o.reshard_after_forward ? two : units;
     add("gathered parameters (" + std::to_string(slots) + " of " + std::to_string(units) +
@@ -163,7 +182,7 @@ FSDPMemoryPlan FSDP::plan(const std::vector<std::vector<std::size_t>>& unit_coun
 }
 
 void check_plan_fits(Store& store, const std::string& key, int rank, int size,
-                     const FSDPMemoryPlan& plan, int device_index) {
+                     const FSDPMemoryPlan& plan, int device_index, const std::string& disk_dir) {
   std::string problem;
   if (device_index >= 0) {
     const std::size_t need = plan.total(), free = gpu::free_bytes(device_index);
@@ -176,16 +195,27 @@ void check_plan_fits(Store& store, const std::string& key, int rank, int size,
           size_text(need), device_index, size_text(free));
     }
   }
-  const std::size_t host_need = plan.host_total(), available = host_available_bytes();
+  // The host's memory and disk hold the offloaded states of every rank on it.
+  const bool offloaded = plan.host_total() + plan.disk_total() > 0;
+  const int local = offloaded ? ranks_on_this_host(store, key + "host/", rank, size) : 1;
+  const std::string ranks =
+      local == 1 ? "" : " (for the " + std::to_string(local) + " ranks on this host)";
+  const std::size_t host_need = plan.host_total() * local, available = host_available_bytes();
   if (host_need > 0 && available > 0 && host_need > available) {
     problem += (problem.empty() ? "" : "; ") + std::string("the host has ") + size_text(available) +
-               " of memory available, the offloaded states need " + size_text(host_need) +
-               " (each rank on a host needs its own)";
+               " of memory available, the offloaded states need " + size_text(host_need) + ranks;
   }
-  check_every_rank_can(store, key, rank, size, problem, "FSDP: the model states do not fit",
+  const std::size_t disk_need = plan.disk_total() * local;
+  const std::uint64_t disk_free = disk_need > 0 ? ckpt::free_bytes(disk_dir) : 0;
+  if (disk_need > 0 && disk_free > 0 && disk_need > disk_free) {
+    problem += (problem.empty() ? "" : "; ") + disk_dir + " has " + size_text(disk_free) +
+               " free, the states' files need " + size_text(disk_need) + ranks;
+  }
+  check_every_rank_can(store, key + "can/", rank, size, problem,
+                       "FSDP: the model states do not fit",
                        "shard more (ZeRO-3, or more ranks), compute in bfloat16, update in "
-                       "backward, or offload to host memory; rtd-plan prints what each choice "
-                       "needs",
+                       "backward, or offload to host memory or a disk; rtd-plan prints what each "
+                       "choice needs",
                        ErrorCategory::kConfig);
 }
 

@@ -35,9 +35,9 @@ HostOptimizer::HostOptimizer(HostOptimizerShape shape)
     : s_(std::move(shape)),
       total_(total_of(s_)),
       largest_(largest_of(s_)),
-      master_(total_ * 4, false),
-      m_(total_ * 4, false),
-      v_(total_ * 4, false),
+      master_(s_.state_dir.empty() ? total_ * 4 : 0, false),
+      m_(s_.state_dir.empty() ? total_ * 4 : 0, false),
+      v_(s_.state_dir.empty() ? total_ * 4 : 0, false),
       grads_((s_.every_gradient ? total_ : host_slots(s_.shard.size()) * largest_) *
                  dtype_size(s_.reduce_dtype),
              on_gpu()),
@@ -53,7 +53,16 @@ HostOptimizer::HostOptimizer(HostOptimizerShape shape)
       slots_(host_slots(s_.shard.size())),
       grad_slot_(s_.shard.size(), 0),
       grad_ticket_(slots_, 0),
-      out_pending_(slots_, false) {
+      out_pending_(slots_, false),
+      next_(s_.shard.size(), 0) {
+  const int n = static_cast<int>(s_.shard.size());
+  for (int u = 0; u < n; ++u)  // backward's order (update_in_backward), else step()'s
+    next_[u] = s_.every_gradient ? (u + 1) % n : (u + n - 1) % n;
+  if (!s_.state_dir.empty()) {
+    // I/O threads: enough requests in flight for an NVMe disk's queues.
+    file_ = std::make_unique<StateFile>(s_.state_dir, s_.shard, kStateWindow, 8);
+    bytes_ += file_->window_bytes();
+  }
   for (const HostBuffer* b : {&master_, &m_, &v_, &grads_, &params_, &staging_[0], &staging_[1]})
     bytes_ += b->bytes();
   if (on_gpu()) {
@@ -77,7 +86,14 @@ BufferView HostOptimizer::host(const HostBuffer& buf, DType dtype, int u) const 
   return BufferView{static_cast<char*>(buf.data()) + s_.shard_off[u] * dtype_size(dtype),
                     s_.shard[u], dtype, DeviceType::kCpu, 0};
 }
-BufferView HostOptimizer::master(int u) const { return host(master_, DType::kFloat32, u); }
+float* HostOptimizer::state(int k, int u) {
+  worker_.wait_all();
+  if (file_) return file_->map(k, u);
+  const HostBuffer* base[] = {&master_, &m_, &v_};
+  return static_cast<float*>(base[k]->data()) + s_.shard_off[u];
+}
+
+int HostOptimizer::next_after(int u) const { return next_[u]; }
 BufferView HostOptimizer::params(int u) const {
   if (!s_.keep_parameters) throw Error(ErrorCategory::kInternal, "HostOptimizer: no parameters");
   return host(params_, s_.param_dtype, u);
@@ -140,10 +156,13 @@ void HostOptimizer::gradients_read(StreamRef stream) {
 void HostOptimizer::update_async(int u, const AdamWOptions& options, int step, float grad_scale,
                                  const BufferView& dest) {
   shard::AdamWShard a;
-  a.param = master(u);
+  a.param = BufferView{nullptr, s_.shard[u], DType::kFloat32, DeviceType::kCpu, 0};
+  if (!file_) {
+    a.param.data = static_cast<float*>(master_.data()) + s_.shard_off[u];
+    a.m = static_cast<float*>(m_.data()) + s_.shard_off[u];
+    a.v = static_cast<float*>(v_.data()) + s_.shard_off[u];
+  }
   a.grad = gradient(u);
-  a.m = exp_avg() + s_.shard_off[u];
-  a.v = exp_avg_sq() + s_.shard_off[u];
   if (s_.keep_parameters) a.out = params(u);
   a.options = options;
   a.step = step;
@@ -159,12 +178,14 @@ void HostOptimizer::update_async(int u, const AdamWOptions& options, int step, f
       out_pending_[out_slot] = false;
       a.out = slot(params_, s_.param_dtype, out_slot, s_.shard[u]);
     }
+    if (file_) step_from_file(u, a);
     {
       trace::Scope scope("offload host AdamW", "fsdp");
       const auto start = std::chrono::steady_clock::now();
       shard::cpu::adamw(a, s_.threads);
       adamw_ns_ += nanoseconds_since(start);
     }
+    if (file_) file_->release(u);
     if (!dest.data) return;
     if (!on_gpu()) {
       std::memcpy(dest.data, a.out.data, a.out.bytes());
@@ -178,6 +199,24 @@ void HostOptimizer::update_async(int u, const AdamWOptions& options, int step, f
   });
   if (!s_.every_gradient) grad_ticket_[grad_slot_[u]] = update_ticket_[u];
   last_ticket_ = update_ticket_[u];
+}
+
+void HostOptimizer::step_from_file(int u, shard::AdamWShard& a) {
+  {
+    trace::Scope scope("offload read states", "fsdp");
+    const StateFile::Unit states = file_->acquire(u);
+    a.param.data = states.master;
+    a.m = states.m;
+    a.v = states.v;
+  }
+  if (last_stepped_ >= 0) next_[last_stepped_] = u;
+  last_stepped_ = u;
+  // Read ahead what the window has room for, in the order the steps came last time.
+  for (int k = 0, next = u; k < kStateWindow - 2; ++k) {
+    next = next_after(next);
+    if (next == u) break;
+    file_->prefetch(next);
+  }
 }
 
 void HostOptimizer::finish_until(std::uint64_t ticket, StreamRef stream) {
@@ -235,7 +274,8 @@ void HostOptimizer::publish(int u, const BufferView& dest) {
   worker_.wait_all();
   BufferView cast = s_.keep_parameters ? params(u) : slot(params_, s_.param_dtype, 0, s_.shard[u]);
   if (!s_.keep_parameters && on_gpu()) out_->wait();  // no copy out still reads the slot
-  cast_async(master(u), cast, {});
+  const BufferView master{state(0, u), s_.shard[u], DType::kFloat32, DeviceType::kCpu, 0};
+  cast_async(master, cast, {});
   if (!dest.data) return;
   if (on_gpu())
     gpu::copy_from_host(cast.data, dest.data, dest.bytes(), s_.device_index);

@@ -23,6 +23,8 @@
 #include "rt_dist/fsdp.h"
 #include "rt_dist/types.h"
 #include "sharding/host_worker.h"
+#include "sharding/shard_ops.h"
+#include "sharding/state_file.h"
 
 namespace rtd {
 
@@ -39,7 +41,19 @@ struct HostOptimizerShape {
   // Every unit's compute-dtype shard kept on the host (kParameters); false:
   // a few slots hold the new parameters on their way to the GPU.
   bool keep_parameters = true;
+  // Non-empty: the fp32 states in a file there (Offload::kNvme), a window of
+  // kStateWindow units of them in host memory.
+  std::string state_dir;
 };
+
+// kOptimizer or kNvme: the optimizer's states off the GPU, the compute-dtype
+// parameter shards on it.
+inline bool offloads_optimizer(Offload o) {
+  return o == Offload::kOptimizer || o == Offload::kNvme;
+}
+// Units of the states in host memory with kNvme: the one stepped, one being
+// written back, two read ahead.
+constexpr int kStateWindow = 4;
 
 // Host slots for the gradients and parameters in flight when the shape does
 // not keep them all (FSDP::plan counts them too).
@@ -52,13 +66,14 @@ class HostOptimizer {
   HostOptimizer(const HostOptimizer&) = delete;
   HostOptimizer& operator=(const HostOptimizer&) = delete;
 
-  // Host memory this holds (pinned for a GPU engine: gradients, parameters).
+  // Host memory this holds (pinned for a GPU engine: gradients, parameters),
+  // and the bytes of the states' file (kNvme).
   std::size_t bytes() const { return bytes_; }
-  // Bases of the fp32 shard spaces (master weights, first and second moments).
-  float* master() const { return static_cast<float*>(master_.data()); }
-  float* exp_avg() const { return static_cast<float*>(m_.data()); }
-  float* exp_avg_sq() const { return static_cast<float*>(v_.data()); }
-  BufferView master(int u) const;  // unit u's fp32 master shard
+  std::size_t disk_bytes() const { return file_ ? file_->file_bytes() : 0; }
+  // Unit u's fp32 array k: 0 the master shard, 1 and 2 AdamW's first and
+  // second moments. Waits for the queued steps; with a states file, the
+  // pointers hold until the next step is queued.
+  float* state(int k, int u);
   // Unit u's shard in the compute dtype (keep_parameters only).
   BufferView params(int u) const;
 
@@ -96,12 +111,19 @@ class HostOptimizer {
   // caller's waits for them in finish().
   double adamw_seconds() const { return adamw_ns_.load() * 1e-9; }
   double wait_seconds() const { return wait_ns_ * 1e-9; }
+  // kNvme: seconds the host steps waited for their states from the disk.
+  double read_wait_seconds() const { return file_ ? file_->read_wait_seconds() : 0.0; }
   // The parameters from the master shard (params(u) = cast of master(u)),
   // copied to dest as update_async does; blocks. After a load, at the start.
   void publish(int u, const BufferView& dest);
 
  private:
   BufferView host(const HostBuffer& buf, DType dtype, int u) const;
+  // The unit the steps will ask for after u (kNvme's read-ahead): the one
+  // that followed u last time, at first the next in backward's order.
+  int next_after(int u) const;
+  // The worker's: unit u's states out of the file into a, its successors read ahead.
+  void step_from_file(int u, shard::AdamWShard& a);
   BufferView slot(const HostBuffer& buf, DType dtype, int k, std::size_t count) const;
   BufferView gradient(int u) const;
   bool on_gpu() const { return s_.device == DeviceType::kCuda; }
@@ -109,7 +131,8 @@ class HostOptimizer {
 
   HostOptimizerShape s_;
   std::size_t total_ = 0, largest_ = 0, bytes_ = 0;
-  HostBuffer master_, m_, v_;
+  HostBuffer master_, m_, v_;  // empty with a states file
+  std::unique_ptr<StateFile> file_;
   HostBuffer grads_, params_;                  // reduce dtype; compute dtype
   HostBuffer staging_[2];                      // a later micro-step's gradient, before it is added
   HostBuffer scalar_;                          // put_float's
@@ -124,6 +147,8 @@ class HostOptimizer {
   int next_grad_ = 0;
   int next_out_ = 0;               // the worker's
   std::vector<bool> out_pending_;  // per slot: a copy out may still read it
+  std::vector<int> next_;          // the worker's: per unit, the one stepped after it last
+  int last_stepped_ = -1;
   std::atomic<long long> adamw_ns_{0};
   long long wait_ns_ = 0;
   HostWorker worker_;  // last: destroyed (joined) first

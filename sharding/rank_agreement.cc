@@ -1,6 +1,8 @@
 // check_ranks_agree (rank_agreement.h).
 #include "sharding/rank_agreement.h"
 
+#include <unistd.h>
+
 #include <chrono>
 
 #include "rt_dist/error.h"
@@ -39,6 +41,16 @@ void check_every_rank_can(Store& store, const std::string& key_prefix, int rank,
   }
   if (named > 4) problems += "; and " + std::to_string(named - 4) + " more ranks";
   if (named > 0) throw Error(category, who + ": " + problems + "; " + advice);
+}
+
+int ranks_on_this_host(Store& store, const std::string& key_prefix, int rank, int size) {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  store.set(key_prefix + std::to_string(rank), name);
+  int same = 0;
+  for (int r = 0; r < size; ++r)
+    same += store.get(key_prefix + std::to_string(r), kAgreementTimeout) == name;
+  return same;
 }
 
 }  // namespace rtd

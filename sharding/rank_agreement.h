@@ -29,6 +29,11 @@ void check_every_rank_can(Store& store, const std::string& key_prefix, int rank,
                           const std::string& problem, const std::string& who,
                           const std::string& advice, ErrorCategory category);
 
+// Collective through the store: how many of the ranks (this one included)
+// run on this host, by host name; what a host's memory or disk must hold for
+// all of them.
+int ranks_on_this_host(Store& store, const std::string& key_prefix, int rank, int size);
+
 // Host buffers: the host waits for work; GPU buffers: the stream does.
 inline void complete(Work& work, DeviceType device, StreamRef stream) {
   if (device == DeviceType::kCuda)

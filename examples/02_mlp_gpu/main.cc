@@ -172,6 +172,9 @@ void train_sharded(rtd::Context& ctx, mlp::MlpConfig config, rtd::FSDPOptions op
     const int n = steps - first_step + 1;
     std::printf("offload: host AdamW %.1f ms per step, step() waited %.1f ms per step for it\n",
                 1e3 * t.host_adamw_s / n, 1e3 * t.step_wait_s / n);
+    if (options.offload == rtd::Offload::kNvme)
+      std::printf("offload nvme: the host steps waited %.1f ms per step for the disk\n",
+                  1e3 * t.read_wait_s / n);
   }
 }
 
@@ -215,6 +218,8 @@ int main(int argc, char** argv) {
     } else if (flag == "--reshard" && (value == "0" || value == "1")) {
       shard_options.reshard_after_forward = value == "1";
     } else if (flag == "--offload" && rtd::parse_offload(value, &shard_options.offload)) {
+    } else if (flag == "--offload-dir" && !value.empty()) {
+      shard_options.offload_dir = value;
     } else if (flag == "--offload-threads" && std::atoi(value.c_str()) > 0) {
       shard_options.offload_threads = std::atoi(value.c_str());
     } else if (flag == "--delayed-update" && (value == "0" || value == "1")) {
@@ -234,29 +239,32 @@ int main(int argc, char** argv) {
     } else if (flag == "--records" && std::atoll(value.c_str()) > 0) {
       records = std::atoll(value.c_str());
     } else {
-      std::fprintf(stderr,
-                   "usage: mlp_gpu [--hidden H] [--layers L] [--batch B] [--steps N] "
-                   "[--log-every K] [--bucket-mb MB] [--grads fp32|bf16] [--reduce fp32|bf16]\n"
-                   "               [--shard ddp|zero1|zero2|zero3|hybrid] [--reshard 0|1] "
-                   "[--fp16 0|1]\n"
-                   "               [--offload none|optimizer|params] [--offload-threads N]\n"
-                   "               [--update-in-backward 0|1] [--delayed-update 0|1]\n"
-                   "               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async 0|1]]\n"
-                   "               [--data DIR | --make-data DIR --records N]\n"
-                   "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n"
-                   "  --shard: shard the model states (bf16 weights from fp32 master shards;\n"
-                   "  gradients in the --reduce dtype); --reshard 0 keeps gathered weights\n"
-                   "  from forward to backward; --fp16 1 (with --shard): float16 products and\n"
-                   "  weights, dynamic loss scaling, float16 gradients with --reduce bf16\n"
-                   "  --offload (with --shard): AdamW and its states in host memory, the\n"
-                   "  parameter shards too with params (zero3); --update-in-backward: step\n"
-                   "  each layer as soon as its gradient is reduced (default: 1 with\n"
-                   "  --offload, unless --fp16 1); --delayed-update 1: each step computes\n"
-                   "  with the weights of the step before last, so that the host's steps\n"
-                   "  run under the next forward (--offload optimizer, zero3)\n"
-                   "  --ckpt-dir: resume from the latest valid checkpoint there (saved by any\n"
-                   "  strategy and number of GPUs); --ckpt-every K: save every K steps\n"
-                   "  --data: inputs (hidden bfloat16 values per token) from shard files\n");
+      std::fprintf(
+          stderr,
+          "usage: mlp_gpu [--hidden H] [--layers L] [--batch B] [--steps N] "
+          "[--log-every K] [--bucket-mb MB] [--grads fp32|bf16] [--reduce fp32|bf16]\n"
+          "               [--shard ddp|zero1|zero2|zero3|hybrid] [--reshard 0|1] "
+          "[--fp16 0|1]\n"
+          "               [--offload none|optimizer|params|nvme] [--offload-dir DIR]\n"
+          "               [--offload-threads N]\n"
+          "               [--update-in-backward 0|1] [--delayed-update 0|1]\n"
+          "               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async 0|1]]\n"
+          "               [--data DIR | --make-data DIR --records N]\n"
+          "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n"
+          "  --shard: shard the model states (bf16 weights from fp32 master shards;\n"
+          "  gradients in the --reduce dtype); --reshard 0 keeps gathered weights\n"
+          "  from forward to backward; --fp16 1 (with --shard): float16 products and\n"
+          "  weights, dynamic loss scaling, float16 gradients with --reduce bf16\n"
+          "  --offload (with --shard): AdamW and its states in host memory, the\n"
+          "  parameter shards too with params (zero3); nvme: as optimizer, the\n"
+          "  states in a file in --offload-dir (a local disk); --update-in-backward: step\n"
+          "  each layer as soon as its gradient is reduced (default: 1 with\n"
+          "  --offload, unless --fp16 1); --delayed-update 1: each step computes\n"
+          "  with the weights of the step before last, so that the host's steps\n"
+          "  run under the next forward (--offload optimizer, zero3)\n"
+          "  --ckpt-dir: resume from the latest valid checkpoint there (saved by any\n"
+          "  strategy and number of GPUs); --ckpt-every K: save every K steps\n"
+          "  --data: inputs (hidden bfloat16 values per token) from shard files\n");
       return 2;
     }
   }
@@ -277,6 +285,10 @@ int main(int argc, char** argv) {
   }
   if (ck.every > 0 && ck.dir.empty()) {
     std::fprintf(stderr, "mlp_gpu: --ckpt-every needs --ckpt-dir\n");
+    return 2;
+  }
+  if ((shard_options.offload == rtd::Offload::kNvme) != !shard_options.offload_dir.empty()) {
+    std::fprintf(stderr, "mlp_gpu: --offload nvme and --offload-dir DIR go together\n");
     return 2;
   }
   if (shard_options.offload != rtd::Offload::kNone && !sharded) {

@@ -3,9 +3,10 @@
 //   rtd-plan --world 8 --params 7B --units 32 --param-dtype bf16
 //   rtd-plan --world 4 --strategy zero2 4096x4096,4096 8*11008x4096
 //   rtd-plan --world 1 --offload optimizer --params 7B --units 104 --param-dtype bf16
-//   rtd-plan --world 1 --largest 8192x8192 --gpu-gib 60 --host-gib 120 --param-dtype bf16
-// --largest UNIT: how many such units (and parameters) the GPU and host memory
-// given hold, model states only, with each offload setting.
+//   rtd-plan --world 1 --largest 8192x8192 --gpu-gib 60 --host-gib 120 --disk-gib 800
+// --largest UNIT: how many such units (and parameters) the GPU, host memory
+// and disk given hold, model states only, with each offload setting (nvme
+// with --disk-gib only).
 // A unit is a comma list of parameter sizes (a size may be a product, AxB,
 // with K, M, B suffixes); N*UNIT repeats it. Exit status: 0 fine, 1 a plan
 // the engine would refuse (or, with --gpu-gib, one that does not fit), 2 bad
@@ -93,38 +94,50 @@ bool parse_dtype(const std::string& text, rtd::DType* out) {
   return true;
 }
 
-// Whether `units` copies of `unit` fit: 0 yes, 1 not on the GPU, 2 not on the host.
-int misfit(const std::vector<std::size_t>& unit, std::size_t units, int world,
-           const rtd::FSDPOptions& o, double gpu_gib, double host_gib) {
+// The memory each rank has: GPU, host, disk (GiB).
+struct Room {
+  double gpu = 0, host = 0, disk = 0;
+};
+
+// Where `units` copies of `unit` do not fit: nullptr when they do.
+const char* misfit(const std::vector<std::size_t>& unit, std::size_t units, int world,
+                   const rtd::FSDPOptions& o, const Room& room) {
   const rtd::FSDPMemoryPlan plan = rtd::FSDP::plan(Units(units, unit), world, o);
-  if (plan.total() / 1073741824.0 >= gpu_gib) return 1;
-  if (plan.host_total() / 1073741824.0 >= host_gib) return 2;
-  return 0;
+  if (plan.total() / 1073741824.0 >= room.gpu) return "GPU memory";
+  if (plan.host_total() / 1073741824.0 >= room.host) return "host memory";
+  if (plan.disk_total() > 0 && plan.disk_total() / 1073741824.0 >= room.disk) return "disk";
+  return nullptr;
 }
 
 int print_largest(const std::vector<std::size_t>& unit, int world, rtd::FSDPOptions o,
-                  double gpu_gib, double host_gib) {
+                  const Room& room) {
   std::size_t per_unit = 0;
   for (std::size_t c : unit) per_unit += c;
+  char disk[64] = "";
+  if (room.disk > 0) std::snprintf(disk, sizeof(disk), " (and %.3g GiB of disk)", room.disk);
   std::printf(
       "the most units of %zu parameters whose model states fit %.3g GiB of GPU and "
-      "%.3g GiB of host memory per rank, %s over %d ranks (activations not counted):\n",
-      per_unit, gpu_gib, host_gib, std::string(rtd::to_string(o.strategy)).c_str(), world);
-  for (rtd::Offload where :
-       {rtd::Offload::kNone, rtd::Offload::kOptimizer, rtd::Offload::kParameters}) {
+      "%.3g GiB of host memory%s per rank, %s over %d ranks (activations not counted):\n",
+      per_unit, room.gpu, room.host, disk, std::string(rtd::to_string(o.strategy)).c_str(), world);
+  for (rtd::Offload where : {rtd::Offload::kNone, rtd::Offload::kOptimizer,
+                             rtd::Offload::kParameters, rtd::Offload::kNvme}) {
     o.offload = where;
     const bool sharded =
         o.strategy == rtd::ShardStrategy::kZero3 || o.strategy == rtd::ShardStrategy::kHybrid;
     if (where == rtd::Offload::kParameters && !sharded) continue;
+    if (where == rtd::Offload::kNvme && room.disk <= 0) {
+      std::printf("  offload nvme      (give --disk-gib)\n");
+      continue;
+    }
     // The largest n that fits, by bisection (memory grows with n).
     std::size_t lo = 0, hi = 1;
-    while (hi < 1000000 && misfit(unit, hi, world, o, gpu_gib, host_gib) == 0) lo = hi, hi *= 2;
+    while (hi < 1000000 && !misfit(unit, hi, world, o, room)) lo = hi, hi *= 2;
     while (hi - lo > 1) {
       const std::size_t mid = lo + (hi - lo) / 2;
-      (misfit(unit, mid, world, o, gpu_gib, host_gib) == 0 ? lo : hi) = mid;
+      (!misfit(unit, mid, world, o, room) ? lo : hi) = mid;
     }
-    const char* limit = misfit(unit, lo + 1, world, o, gpu_gib, host_gib) == 1 ? "GPU" : "host";
-    std::printf("  offload %-9s %6zu units, %8.3gB parameters (then the %s memory is full)\n",
+    const char* limit = misfit(unit, lo + 1, world, o, room);
+    std::printf("  offload %-9s %6zu units, %8.3gB parameters (then the %s is full)\n",
                 std::string(rtd::to_string(where)).c_str(), lo, lo * per_unit / 1e9, limit);
   }
   return 0;
@@ -138,7 +151,7 @@ int main(int argc, char** argv) {
   std::string params_text, strategy = "all", param_dtype = "fp32", reduce_dtype;
   std::vector<std::string> specs;
   bool no_reshard = false, in_backward = false;
-  double gpu_gib = 0, host_gib = 0;
+  double gpu_gib = 0, host_gib = 0, disk_gib = 0;
   std::string offload_text = "none", largest;
   app.add_option("--world", world, "ranks in the job")->required()->check(CLI::Range(1, 1 << 20));
   app.add_option("--strategy", strategy, "zero1, zero2, zero3, hybrid or all");
@@ -157,12 +170,15 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-gib", gpu_gib, "GPU memory: say what is left for everything else")
       ->check(CLI::PositiveNumber);
   app.add_option("--offload", offload_text,
-                 "none, optimizer or params: the states kept in host memory");
+                 "none, optimizer, params or nvme: the states kept in host memory (nvme: "
+                 "in a file)");
   app.add_option("--host-gib", host_gib, "host memory per rank for the offloaded states")
       ->check(CLI::PositiveNumber);
+  app.add_option("--disk-gib", disk_gib, "disk per rank for the states' file (offload nvme)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--largest", largest,
-                 "a unit (A,B,...): the most such units that fit --gpu-gib and --host-gib, "
-                 "with each offload setting");
+                 "a unit (A,B,...): the most such units that fit --gpu-gib, --host-gib (and "
+                 "--disk-gib), with each offload setting");
   app.add_option("units", specs, "units: sizes A,B,... (a size may be AxB; N*UNIT repeats)");
   try {
     app.parse(argc, argv);
@@ -177,7 +193,7 @@ int main(int argc, char** argv) {
     o.update_in_backward = in_backward;
     o.shard_group_size = group;
     if (!rtd::parse_offload(offload_text, &o.offload))
-      bad("--offload " + offload_text + ": none, optimizer or params");
+      bad("--offload " + offload_text + ": none, optimizer, params or nvme");
     if (!largest.empty()) {
       if (gpu_gib <= 0 || host_gib <= 0) bad("--largest needs --gpu-gib and --host-gib");
       if (!specs.empty() || !params_text.empty()) bad("--largest takes its unit alone");
@@ -187,7 +203,7 @@ int main(int argc, char** argv) {
       Units one;
       add_units(largest, one);
       if (one.size() != 1) bad("--largest takes one unit (no N*)");
-      return print_largest(one[0], world, o, gpu_gib, host_gib);
+      return print_largest(one[0], world, o, Room{gpu_gib, host_gib, disk_gib});
     }
     Units units;
     if (!params_text.empty()) {
@@ -247,6 +263,13 @@ int main(int argc, char** argv) {
                                     : "  host: DOES NOT FIT: %.3g GiB more than %.3g\n",
                     std::fabs(host_gib - need), host_gib);
         fits = fits && need < host_gib;
+      }
+      if (disk_gib > 0 && plans[k].disk_total() > 0) {
+        const double need = plans[k].disk_total() / 1073741824.0;
+        std::printf(need < disk_gib ? "  disk: fits, %.3g GiB of %.3g left\n"
+                                    : "  disk: DOES NOT FIT: %.3g GiB more than %.3g\n",
+                    std::fabs(disk_gib - need), disk_gib);
+        fits = fits && need < disk_gib;
       }
     }
     return fits ? 0 : 1;

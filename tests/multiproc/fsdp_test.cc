@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -208,6 +209,12 @@ FSDPOptions options_for(ShardStrategy s, int world) {
   return o;
 }
 
+// o offloaded to `where` (kNvme: its file in the test's temporary directory).
+void set_offload(FSDPOptions& o, Offload where) {
+  o.offload = where;
+  o.offload_dir = where == Offload::kNvme ? ::testing::TempDir() : "";
+}
+
 TEST_F(FSDPTest, EveryStrategyOnNRanksEqualsOneRankWithNTimesTheBatch) {
   const int n = comm().size();
   for (ShardStrategy s : kAll) {
@@ -241,7 +248,8 @@ TEST_F(FSDPTest, ThePlanIsWhatTheEngineAllocates) {
     for (bool reshard : {true, false}) {
       for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
         for (bool in_backward : {false, true}) {
-          for (Offload where : {Offload::kNone, Offload::kOptimizer, Offload::kParameters}) {
+          for (Offload where :
+               {Offload::kNone, Offload::kOptimizer, Offload::kParameters, Offload::kNvme}) {
             FSDPOptions o = options_for(s, n);
             if (where == Offload::kParameters &&
                 (s == ShardStrategy::kZero1 || s == ShardStrategy::kZero2))
@@ -250,7 +258,7 @@ TEST_F(FSDPTest, ThePlanIsWhatTheEngineAllocates) {
             o.param_dtype = dtype;
             o.reduce_dtype = in_backward ? DType::kFloat16 : dtype;
             o.update_in_backward = in_backward;
-            o.offload = where;
+            set_offload(o, where);
             FSDP f = make(o);
             const FSDPMemoryPlan plan = FSDP::plan(kUnits, n, o);
             EXPECT_EQ(f.state_bytes(), plan.total() + f.scratch_bytes())
@@ -260,6 +268,8 @@ TEST_F(FSDPTest, ThePlanIsWhatTheEngineAllocates) {
                 << plan.table();
             EXPECT_EQ(f.host_state_bytes(), plan.host_total()) << plan.table();
             EXPECT_EQ(plan.host_total() > 0, where != Offload::kNone);
+            EXPECT_EQ(f.disk_state_bytes(), plan.disk_total()) << plan.table();
+            EXPECT_EQ(plan.disk_total() > 0, where == Offload::kNvme);
             EXPECT_EQ(plan.shard_ranks, s == ShardStrategy::kHybrid ? o.shard_group_size : n);
           }
         }
@@ -393,6 +403,11 @@ TEST_F(FSDPCheckpointTest, AnOffloadedRunResumesOnTheDeviceAndBack) {
   save_then_resume(optimizer, {resident, params, zero2}, "zero3 offload optimizer");
   save_then_resume(resident, {optimizer, params}, "zero3 on the device");
   save_then_resume(params, {resident, zero2}, "zero3 offload params");
+  FSDPOptions nvme = resident, zero1_nvme = options_for(ShardStrategy::kZero1, n);
+  set_offload(nvme, Offload::kNvme);
+  set_offload(zero1_nvme, Offload::kNvme);
+  save_then_resume(nvme, {resident, optimizer, zero1_nvme}, "zero3 offload nvme");
+  save_then_resume(resident, {nvme}, "zero3 on the device, resumed offloaded to nvme");
 }
 
 // Updating each unit during backward, as soon as its gradient is reduced,
@@ -451,7 +466,7 @@ TEST_F(FSDPTest, OffloadingEqualsKeepingTheStatesOnTheDevice) {
   const int n = comm().size();
   const double tol = test_memory().device() == DeviceType::kCpu ? 0.0 : 1e-5;
   for (ShardStrategy s : kAll) {
-    for (Offload where : {Offload::kOptimizer, Offload::kParameters}) {
+    for (Offload where : {Offload::kOptimizer, Offload::kParameters, Offload::kNvme}) {
       if (where == Offload::kParameters &&
           (s == ShardStrategy::kZero1 || s == ShardStrategy::kZero2))
         continue;
@@ -461,7 +476,7 @@ TEST_F(FSDPTest, OffloadingEqualsKeepingTheStatesOnTheDevice) {
           o.param_dtype = o.reduce_dtype = dtype;
           o.update_in_backward = in_backward;
           FSDP kept = make(o);
-          o.offload = where;
+          set_offload(o, where);
           o.offload_threads = 2;
           FSDP offloaded = make(o);
           const std::string what =
@@ -488,9 +503,11 @@ TEST_F(FSDPTest, OffloadingEqualsKeepingTheStatesOnTheDevice) {
 // applies them to the newest; a checkpoint holds the newest.
 TEST_F(FSDPTest, TheDelayedUpdateTakesGradientsAtParametersOneStepOld) {
   const int n = comm().size();
-  for (ShardStrategy s : {ShardStrategy::kZero3, ShardStrategy::kHybrid}) {
+  for (auto [s, where] : {std::pair{ShardStrategy::kZero3, Offload::kOptimizer},
+                          std::pair{ShardStrategy::kHybrid, Offload::kOptimizer},
+                          std::pair{ShardStrategy::kZero3, Offload::kNvme}}) {
     FSDPOptions o = options_for(s, n);
-    o.offload = Offload::kOptimizer;
+    set_offload(o, where);
     o.update_in_backward = true;
     o.delayed_update = true;
     FSDP f = make(o);
@@ -506,7 +523,8 @@ TEST_F(FSDPTest, TheDelayedUpdateTakesGradientsAtParametersOneStepOld) {
       older = old;
       old = ref.p;
     }
-    const std::string what = std::string(to_string(s)) + " with the delayed update";
+    const std::string what = std::string(to_string(s)) + " offload " +
+                             std::string(to_string(where)) + " with the delayed update";
     expect_close(params_of(f), older, 2e-5, what + ": the next step computes with p(3)");
     std::vector<std::vector<ckpt::Tensor>> names;
     for (std::size_t u = 0; u < kUnits.size(); ++u) {
@@ -553,16 +571,55 @@ TEST_F(FSDPTest, OffloadingTheParametersNeedsThemSharded) {
   Offload parsed = Offload::kNone;
   EXPECT_TRUE(parse_offload("params", &parsed));
   EXPECT_EQ(parsed, Offload::kParameters);
+  EXPECT_TRUE(parse_offload("nvme", &parsed));
+  EXPECT_EQ(parsed, Offload::kNvme);
   EXPECT_FALSE(parse_offload("nvme ", &parsed));
   EXPECT_FALSE(parse_offload("", &parsed));
+  // nvme names the directory it needs, or the one it cannot use.
+  FSDPOptions o = options_for(ShardStrategy::kZero3, comm().size());
+  o.offload = Offload::kNvme;
+  for (const char* dir : {"", "/nonexistent/offload"}) {
+    o.offload_dir = dir;
+    try {
+      make(o);
+      ADD_FAILURE() << "offload nvme into '" << dir << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(*dir ? dir : "offload_dir"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// Run by tests/multiproc/offload_full_disk.sh with RTD_TEST_FULL_DIR on a
+// tmpfs that holds one rank's states file but not two: every rank refuses
+// before it allocates, naming the directory, the sizes and the ranks on the
+// host (with one rank, the tmpfs must be too small for one file).
+TEST_F(FSDPTest, OffloadToAFullDiskIsRefusedOnEveryRank) {
+  const char* dir = std::getenv("RTD_TEST_FULL_DIR");
+  if (!dir) GTEST_SKIP() << "needs RTD_TEST_FULL_DIR, a small tmpfs (offload_full_disk.sh)";
+  FSDPOptions o = options_for(ShardStrategy::kZero3, comm().size());
+  o.offload = Offload::kNvme;
+  o.offload_dir = dir;
+  try {
+    make(o);
+    ADD_FAILURE() << "the states fit in " << dir;
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.category(), ErrorCategory::kConfig);
+    for (const std::string& part : {std::string(dir) + " has ", std::string("states' files need")})
+      EXPECT_NE(what.find(part), std::string::npos) << "no '" << part << "' in: " << what;
+    if (comm().size() > 1) {
+      EXPECT_NE(what.find(" ranks on this host)"), std::string::npos) << what;
+    }
+  }
 }
 
 TEST_F(FSDPTest, MicroStepsAccumulateIntoOneStep) {
   const int n = comm().size(), micro = 3;
   for (ShardStrategy s : kAll) {
-    for (Offload where : {Offload::kNone, Offload::kOptimizer}) {
+    for (Offload where : {Offload::kNone, Offload::kOptimizer, Offload::kNvme}) {
       FSDPOptions o = options_for(s, n);
-      o.offload = where;
+      set_offload(o, where);
       FSDP f = make(o);
       Reference ref;
       ref.o.lr = 1e-2f;
@@ -580,9 +637,9 @@ TEST_F(FSDPTest, MicroStepsAccumulateIntoOneStep) {
 TEST_F(FSDPTest, ClippingEqualsClippingTheUnshardedGradients) {
   const int n = comm().size();
   for (ShardStrategy s : kAll)
-    for (Offload where : {Offload::kNone, Offload::kOptimizer}) {
+    for (Offload where : {Offload::kNone, Offload::kOptimizer, Offload::kNvme}) {
       FSDPOptions o = options_for(s, n);
-      o.offload = where;
+      set_offload(o, where);
       o.max_grad_norm = 0.5f;
       FSDP f = make(o);
       Reference ref;
@@ -603,9 +660,9 @@ TEST_F(FSDPTest, ClippingEqualsClippingTheUnshardedGradients) {
 TEST_F(FSDPTest, AnInfOnOneRankSkipsTheStepOnEveryRankAndBacksOff) {
   const int n = comm().size();
   for (ShardStrategy s : kAll)
-    for (Offload where : {Offload::kNone, Offload::kOptimizer}) {
+    for (Offload where : {Offload::kNone, Offload::kOptimizer, Offload::kNvme}) {
       FSDPOptions o = options_for(s, n);
-      o.offload = where;
+      set_offload(o, where);
       o.loss_scale = {.dynamic = true, .initial = 1024.0f, .growth_interval = 2};
       FSDP f = make(o);
       Reference ref;

@@ -50,7 +50,18 @@ expect "offload: the host does not fit" 1 "host: DOES NOT FIT" \
   --world 1 --strategy zero3 --offload optimizer --params 7B --units 100 --host-gib 64
 expect "parameters offloaded need zero3" 1 "offloading the parameters needs zero3 or hybrid" \
   --world 1 --strategy zero2 --offload params 4096
-expect "an unknown offload" 2 "--offload nvme: none, optimizer or params" --world 1 --offload nvme 10
+expect "an unknown offload" 2 "--offload disk: none, optimizer, params or nvme" --world 1 --offload disk 10
+# nvme: the states in a file (each array padded to 4 KiB), a window of them in host memory.
+expect "offload nvme by hand: the file" 0 "fp32 master shards and AdamW moments                 48.0 KiB" \
+  --world 1 --strategy zero3 --offload nvme 4096
+expect "offload nvme by hand: the window" 0 "fp32 states, a window of 4 units                     192.0 KiB" \
+  --world 1 --strategy zero3 --offload nvme --update-in-backward 6*4096
+expect "offload nvme: the disk does not fit" 1 "disk: DOES NOT FIT" \
+  --world 1 --strategy zero3 --offload nvme --params 7B --units 100 --disk-gib 64
+expect "the largest model with nvme" 0 "offload nvme         553 units,     37.1B parameters (then the GPU memory is full)" \
+  --world 1 --largest 8192x8192 --gpu-gib 70 --host-gib 115 --disk-gib 800 --param-dtype bf16 --update-in-backward
+expect "the largest model, no disk given" 0 "offload nvme      (give --disk-gib)" \
+  --world 1 --largest 8192x8192 --gpu-gib 70 --host-gib 115 --param-dtype bf16 --update-in-backward
 expect "the largest model per offload setting" 0 "offload optimizer    152 units,     10.2B parameters (then the host memory is full)" \
   --world 1 --largest 8192x8192 --gpu-gib 70 --host-gib 115 --param-dtype bf16 --update-in-backward
 expect "the largest model without offload" 0 "offload none          79 units,      5.3B parameters (then the GPU memory is full)" \

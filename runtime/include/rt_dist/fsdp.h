@@ -48,10 +48,12 @@ bool parse_shard_strategy(std::string_view text, ShardStrategy* out);
 // fp32 master shards, AdamW's moments and the reduced gradient shards in host
 // memory, AdamW stepped on the CPU; the GPU keeps the parameter shards in the
 // compute dtype. kParameters (kZero3, kHybrid): those parameter shards on the
-// host too, copied in for each gather.
-enum class Offload { kNone, kOptimizer, kParameters };
+// host too, copied in for each gather. kNvme: as kOptimizer, but the fp32
+// master shards and moments in a file on a local disk (FSDPOptions::
+// offload_dir), a window of a few units of them in host memory.
+enum class Offload { kNone, kOptimizer, kParameters, kNvme };
 std::string_view to_string(Offload offload);
-// "none", "optimizer", "params"; false for anything else.
+// "none", "optimizer", "params", "nvme"; false for anything else.
 bool parse_offload(std::string_view text, Offload* out);
 
 struct AdamWOptions {
@@ -104,6 +106,9 @@ struct FSDPOptions {
   // step runs while backward goes on; otherwise all of them in step().
   Offload offload = Offload::kNone;
   int offload_threads = 0;  // the host AdamW's threads; 0: one per core
+  // kNvme: the directory of the states' file (a local disk; each rank makes
+  // its own file there, unlinked at once). Not compared between ranks.
+  std::string offload_dir;
   // Delayed parameter update (kOptimizer, update_in_backward, kZero3 or
   // kHybrid): step t+1's forward and backward compute with the parameters of
   // step t-1, so that the host's steps of step t run under them instead of
@@ -124,12 +129,14 @@ struct FSDPMemoryPlan {
   struct Item {
     std::string what;  // "fp32 master shards"
     std::size_t bytes = 0;
-    bool host = false;  // in host memory (offload), not the engine's device
+    // On the engine's device, in host memory (offload) or in a file (kNvme).
+    enum class Place { kDevice, kHost, kDisk } where = Place::kDevice;
   };
   std::vector<Item> items;
   int shard_ranks = 1;             // the ranks a unit is sharded over
   std::size_t total() const;       // of the items on the engine's device
   std::size_t host_total() const;  // of the items in host memory
+  std::size_t disk_total() const;  // of the items in a file
   // A line per item ("  fp32 master shards      128.0 MiB") and the total.
   std::string table() const;
 };
@@ -199,12 +206,16 @@ class FSDP {
   std::size_t state_bytes() const;
   // Bytes of host memory the engine holds with offload (FSDP::plan's host_total).
   std::size_t host_state_bytes() const;
+  // Bytes of the states' file with offload = nvme (FSDP::plan's disk_total).
+  std::size_t disk_state_bytes() const;
   // With offload, since the engine was built: seconds of AdamW on the host
   // (on its own thread, mostly while backward ran), and seconds the caller's
   // thread waited in step() for host steps still running (exposed, unless
   // the GPU still had queued work to do). Zero without offload.
+  // With nvme, read_wait_s: seconds the host steps waited for their states
+  // from the disk (beyond what the read-ahead hid).
   struct OffloadTimes {
-    double host_adamw_s = 0.0, step_wait_s = 0.0;
+    double host_adamw_s = 0.0, step_wait_s = 0.0, read_wait_s = 0.0;
   };
   OffloadTimes offload_times() const;
   // Of state_bytes(), the gathers' and reductions' own scratch (0 but with
