@@ -14,13 +14,20 @@
 namespace rtd::shard::cpu {
 namespace {
 
-bool cpu_has_avx2() {
+bool cpu_has(Kernel k) {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return has;
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  return k == Kernel::kScalar || (k == Kernel::kAvx2 && avx2) || (k == Kernel::kAvx512 && avx512);
 #else
-  return false;
+  return k == Kernel::kScalar;
 #endif
+}
+
+Kernel best() {
+  for (Kernel k : {Kernel::kAvx512, Kernel::kAvx2})
+    if (cpu_has(k)) return k;
+  return Kernel::kScalar;
 }
 
 // Denormal floats (below 1.2e-38) take x86 a hundred times longer than
@@ -70,18 +77,39 @@ void adamw_scalar(const AdamWShard& s, const AdamWConstants& k, std::size_t begi
   }
 }
 
-const char* adamw_kernel() { return cpu_has_avx2() ? "avx2" : "scalar"; }
+const char* to_string(Kernel k) {
+  switch (k) {
+    case Kernel::kBest:
+      return to_string(best());
+    case Kernel::kScalar:
+      return "scalar";
+    case Kernel::kAvx2:
+      return "avx2";
+    case Kernel::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
 
-void adamw(const AdamWShard& s, int threads) {
+const char* adamw_kernel() { return to_string(best()); }
+bool can_run(Kernel k) { return k == Kernel::kBest || cpu_has(k); }
+
+void adamw(const AdamWShard& s, int threads, Kernel kernel) {
   if (s.param.device != DeviceType::kCpu || s.grad.device != DeviceType::kCpu ||
       (s.out.data && s.out.device != DeviceType::kCpu)) {
     throw Error(ErrorCategory::kInternal, "cpu::adamw: a buffer is not in host memory");
   }
+  if (kernel == Kernel::kBest) kernel = best();
+  if (!cpu_has(kernel))
+    throw Error(
+        ErrorCategory::kInvalidArgument,
+        std::string("cpu::adamw: this CPU cannot run the ") + to_string(kernel) + " kernel");
   const AdamWConstants k = adamw_constants(s);
-  const bool vector = cpu_has_avx2();
   auto run = [&](std::size_t begin, std::size_t end) {
     FlushDenormals flush;
-    if (!vector || !adamw_avx2(s, k, begin, end)) adamw_scalar(s, k, begin, end);
+    const bool done = (kernel == Kernel::kAvx512 && adamw_avx512(s, k, begin, end)) ||
+                      (kernel == Kernel::kAvx2 && adamw_avx2(s, k, begin, end));
+    if (!done) adamw_scalar(s, k, begin, end);
   };
   const std::size_t n = s.param.count;
   std::size_t parts = threads < 1 ? 1 : static_cast<std::size_t>(threads);

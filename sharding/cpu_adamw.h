@@ -1,5 +1,6 @@
 // The AdamW step of a shard in host memory, at the host's memory bandwidth:
-// vectorized (AVX2 with F16C where the CPU has them, chosen at run time) and
+// vectorized (AVX-512F, else AVX2 with F16C, where the CPU has them, chosen at
+// run time) and
 // spread over threads. Every kernel does the scalar loop's operations in the
 // scalar loop's order, with no fused multiply-adds, so all of them give the
 // same bits (and the GPU kernel's arithmetic, shard_ops_gpu.cu, is the same),
@@ -13,12 +14,18 @@
 
 namespace rtd::shard::cpu {
 
-// s.param, s.grad and s.out in host memory; threads >= 1 (1: the caller's
-// thread alone). Elements [0, s.param.count).
-void adamw(const AdamWShard& s, int threads = 1);
+enum class Kernel { kBest, kScalar, kAvx2, kAvx512 };
 
-// The kernel adamw() runs on this CPU: "avx2" or "scalar".
+// s.param, s.grad and s.out in host memory; threads >= 1 (1: the caller's
+// thread alone). Elements [0, s.param.count). kernel: the CPU's best, or one
+// it can run (for benchmarks and tests; one it cannot run throws).
+void adamw(const AdamWShard& s, int threads = 1, Kernel kernel = Kernel::kBest);
+
+// The kernel adamw() runs on this CPU: "avx512", "avx2" or "scalar".
 const char* adamw_kernel();
+// Whether this build and CPU can run `kernel`.
+bool can_run(Kernel kernel);
+const char* to_string(Kernel kernel);
 
 // The kernels themselves, on elements [begin, end) (for tests and adamw()).
 struct AdamWConstants {
@@ -26,7 +33,9 @@ struct AdamWConstants {
 };
 AdamWConstants adamw_constants(const AdamWShard& s);
 void adamw_scalar(const AdamWShard& s, const AdamWConstants& k, std::size_t begin, std::size_t end);
-// Without AVX2 and F16C in this build or on this CPU: false, nothing done.
+// Without AVX2 and F16C (AVX-512F) in this build: false, nothing done. The
+// caller checks the CPU (can_run).
 bool adamw_avx2(const AdamWShard& s, const AdamWConstants& k, std::size_t begin, std::size_t end);
+bool adamw_avx512(const AdamWShard& s, const AdamWConstants& k, std::size_t begin, std::size_t end);
 
 }  // namespace rtd::shard::cpu

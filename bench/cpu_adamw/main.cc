@@ -1,6 +1,7 @@
 // cpu_adamw_bench: the host AdamW's bandwidth against a STREAM-like copy and
-// triad on the same machine, over 1..N threads. Prints a table (and JSON with
-// --json FILE); asserts nothing.
+// triad on the same machine, over 1..N threads, for each vector kernel the CPU
+// runs (AVX2, AVX-512). Prints a table (and JSON with --json FILE); asserts
+// nothing.
 //   cpu_adamw_bench [--elements 64M] [--threads 1,2,4] [--reps 5] [--json FILE]
 // AdamW's bytes per element: reads fp32 param, m, v and a bf16 gradient (14),
 // writes fp32 param, m, v and a bf16 output (14): 28.
@@ -96,11 +97,18 @@ int main(int argc, char** argv) {
     std::printf("# the scalar loop on one thread: %.1f GB/s (%.2f ms)\n", 28.0 * n / scalar / 1e9,
                 scalar * 1e3);
   }
-  std::printf("%8s %14s %14s %14s %10s\n", "threads", "adamw_GB/s", "copy_GB/s", "triad_GB/s",
-              "adamw_ms");
+  using rtd::shard::cpu::Kernel;
+  std::vector<Kernel> kernels;
+  for (Kernel k : {Kernel::kAvx2, Kernel::kAvx512})
+    if (rtd::shard::cpu::can_run(k)) kernels.push_back(k);
+  if (kernels.empty()) kernels.push_back(Kernel::kScalar);
+  std::printf("%8s %8s %14s %14s %14s %10s\n", "kernel", "threads", "adamw_GB/s", "copy_GB/s",
+              "triad_GB/s", "adamw_ms");
   std::string rows;
   for (int t : thread_counts) {
-    const double adamw = best_seconds(reps, [&] { rtd::shard::cpu::adamw(s, t); });
+    std::vector<double> adamw;
+    for (Kernel k : kernels)
+      adamw.push_back(best_seconds(reps, [&] { rtd::shard::cpu::adamw(s, t, k); }));
     const double copy = best_seconds(reps, [&] {
       split(n, t, [&](std::size_t lo, std::size_t hi) {
         std::memcpy(c.data() + lo, a.data() + lo, (hi - lo) * sizeof(float));
@@ -111,16 +119,20 @@ int main(int argc, char** argv) {
         for (std::size_t j = lo; j < hi; ++j) c[j] = a[j] + 3.0f * b[j];
       });
     });
-    const double adamw_gbs = 28.0 * n / adamw / 1e9, copy_gbs = 8.0 * n / copy / 1e9,
-                 triad_gbs = 12.0 * n / triad / 1e9;
-    std::printf("%8d %14.1f %14.1f %14.1f %10.2f\n", t, adamw_gbs, copy_gbs, triad_gbs,
-                adamw * 1e3);
-    char row[256];
-    std::snprintf(row, sizeof(row),
-                  "%s{\"threads\": %d, \"adamw_gbs\": %.2f, \"copy_gbs\": %.2f, "
-                  "\"triad_gbs\": %.2f, \"adamw_ms\": %.3f}",
-                  rows.empty() ? "" : ", ", t, adamw_gbs, copy_gbs, triad_gbs, adamw * 1e3);
-    rows += row;
+    const double copy_gbs = 8.0 * n / copy / 1e9, triad_gbs = 12.0 * n / triad / 1e9;
+    for (std::size_t i = 0; i < kernels.size(); ++i) {
+      const char* name = rtd::shard::cpu::to_string(kernels[i]);
+      const double adamw_gbs = 28.0 * n / adamw[i] / 1e9;
+      std::printf("%8s %8d %14.1f %14.1f %14.1f %10.2f\n", name, t, adamw_gbs, copy_gbs, triad_gbs,
+                  adamw[i] * 1e3);
+      char row[256];
+      std::snprintf(row, sizeof(row),
+                    "%s{\"kernel\": \"%s\", \"threads\": %d, \"adamw_gbs\": %.2f, "
+                    "\"copy_gbs\": %.2f, \"triad_gbs\": %.2f, \"adamw_ms\": %.3f}",
+                    rows.empty() ? "" : ", ", name, t, adamw_gbs, copy_gbs, triad_gbs,
+                    adamw[i] * 1e3);
+      rows += row;
+    }
   }
   if (!json.empty()) {
     if (FILE* f = std::fopen(json.c_str(), "w")) {

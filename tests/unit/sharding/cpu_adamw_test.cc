@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -76,13 +77,39 @@ void expect_same(const Case& a, const Case& b, const std::string& what) {
   EXPECT_TRUE(same_bits(a.out.data(), b.out.data(), a.out.size())) << what << ": output";
 }
 
-TEST(CpuAdamW, TheKernelIsTheOneTheCpuCanRun) {
+TEST(CpuAdamW, TheKernelIsTheBestTheCpuCanRun) {
 #if defined(__x86_64__)
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  EXPECT_STREQ(cpu::adamw_kernel(), avx2 ? "avx2" : "scalar");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  EXPECT_STREQ(cpu::adamw_kernel(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar");
+  EXPECT_EQ(cpu::can_run(cpu::Kernel::kAvx512), avx512);
+  EXPECT_EQ(cpu::can_run(cpu::Kernel::kAvx2), avx2);
 #else
   EXPECT_STREQ(cpu::adamw_kernel(), "scalar");
 #endif
+  EXPECT_TRUE(cpu::can_run(cpu::Kernel::kScalar));
+  for (cpu::Kernel k : {cpu::Kernel::kAvx2, cpu::Kernel::kAvx512}) {
+    if (cpu::can_run(k)) continue;
+    Case c = make(4, DType::kFloat32, DType::kFloat32, false, 1);
+    EXPECT_THROW(cpu::adamw(shard_of(c, 1), 1, k), Error) << cpu::to_string(k);
+  }
+}
+
+// The vector kernels this CPU can run (the others are named, not run: a
+// CPU without AVX-512 cannot test it).
+const std::vector<cpu::Kernel>& runnable_kernels() {
+  static const std::vector<cpu::Kernel> kernels = [] {
+    std::vector<cpu::Kernel> out;
+    for (cpu::Kernel k : {cpu::Kernel::kAvx2, cpu::Kernel::kAvx512}) {
+      if (cpu::can_run(k))
+        out.push_back(k);
+      else
+        std::printf("note: this CPU cannot run the %s kernel; it is not tested here\n",
+                    cpu::to_string(k));
+    }
+    return out;
+  }();
+  return kernels;
 }
 
 TEST(CpuAdamW, EveryKernelAndSplitGivesTheScalarLoopsBits) {
@@ -90,21 +117,23 @@ TEST(CpuAdamW, EveryKernelAndSplitGivesTheScalarLoopsBits) {
   for (DType gdt : kinds) {
     for (DType odt : kinds) {
       for (bool with_out : {false, true}) {
-        for (std::size_t n : {0, 1, 7, 8, 9, 31, 1000, 200003}) {
+        for (std::size_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 1000, 200003}) {
           for (int threads : {1, 3}) {
-            const std::string what = "grad " + std::string(to_string(gdt)) + ", out " +
-                                     (with_out ? std::string(to_string(odt)) : "none") + ", " +
-                                     std::to_string(n) + " elements, " + std::to_string(threads) +
-                                     " thread(s)";
-            Case want = make(n, gdt, odt, with_out, static_cast<unsigned>(n) + 7);
-            Case got = want;
-            for (int step = 1; step <= 3; ++step) {
-              AdamWShard a = shard_of(want, step);
-              cpu::adamw_scalar(a, cpu::adamw_constants(a), 0, n);
-              cpu::adamw(shard_of(got, step), threads);
+            for (cpu::Kernel kernel : runnable_kernels()) {
+              const std::string what =
+                  std::string(cpu::to_string(kernel)) + ", grad " + std::string(to_string(gdt)) +
+                  ", out " + (with_out ? std::string(to_string(odt)) : "none") + ", " +
+                  std::to_string(n) + " elements, " + std::to_string(threads) + " thread(s)";
+              Case want = make(n, gdt, odt, with_out, static_cast<unsigned>(n) + 7);
+              Case got = want;
+              for (int step = 1; step <= 3; ++step) {
+                AdamWShard a = shard_of(want, step);
+                cpu::adamw_scalar(a, cpu::adamw_constants(a), 0, n);
+                cpu::adamw(shard_of(got, step), threads, kernel);
+              }
+              expect_same(want, got, what);
+              if (::testing::Test::HasFailure()) return;
             }
-            expect_same(want, got, what);
-            if (::testing::Test::HasFailure()) return;
           }
         }
       }
@@ -122,11 +151,16 @@ TEST(CpuAdamW, SpecialValuesGiveTheSameBitsToo) {
     for (int j = 0; j < 6; ++j) put(want.g, DType::kFloat32, j, grads[j]);
     const float params[] = {70000.0f, -65520.0f, 1e-6f, -3e-8f, 1.00390625f, 1.01171875f, 3e38f};
     for (int j = 0; j < 7; ++j) want.p[8 + j] = params[j];
-    Case got = want;
     AdamWShard a = shard_of(want, 1);
+    Case before = want;
     cpu::adamw_scalar(a, cpu::adamw_constants(a), 0, 24);
-    cpu::adamw(shard_of(got, 1), 1);
-    expect_same(want, got, std::string("special values, out ") + std::string(to_string(odt)));
+    for (cpu::Kernel kernel : runnable_kernels()) {
+      Case got = before;
+      cpu::adamw(shard_of(got, 1), 1, kernel);
+      expect_same(want, got,
+                  std::string(cpu::to_string(kernel)) + ", special values, out " +
+                      std::string(to_string(odt)));
+    }
   }
 }
 
