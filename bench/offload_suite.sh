@@ -8,7 +8,10 @@
 # model that also fits on the GPU), BIG (layers of the large ones), STEPS,
 # PARTS ("mid big" by default: the floors and the model that fits, then the
 # large one), DELAYED=1 (also the delayed parameter update), NO_TORCH=1 (the
-# large ones without FSDP2).
+# large ones without FSDP2). PARTS may add "kernels" (the host AdamW's AVX2
+# and AVX-512 kernels over 1..16 threads) and "nvme" (the disk's floor by
+# bench/disk_copy.py, then NV layers (default 8) offloaded to a file in
+# NVME_DIR (default /tmp) against the same offloaded to host memory).
 #   bench/offload_suite.sh BUNDLE OUT_DIR
 set -u
 bundle=$1 out=$2
@@ -27,8 +30,8 @@ run() {  # name, limit, command...
   timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   echo "== $name: exit $rc in $((SECONDS - start)) s"
-  grep -E "^RESULT|step $STEPS |offload:|memory plan|MiB in host|^  *(threads|avx|[0-9]+ +[0-9])" \
-    "$out/$name.log" | tail -6
+  grep -E "^RESULT|step $STEPS |offload|memory plan|MiB in host|^ *(kernel|avx|[0-9]+ +[0-9])" \
+    "$out/$name.log" | tail -12
 }
 dt=("$bin/dtrun" --nproc-per-node=1 --env RTD_LOG=warn)
 mlp=("$bin/mlp_gpu" --hidden "$H" --batch "$B" --steps "$STEPS" --log-every 1 --grads bf16
@@ -49,6 +52,19 @@ for reduce in bf16 fp32; do
       --nproc-per-node=1 "$here/torch_offload.py"
   done
 done
+fi
+if [[ $parts == *" kernels "* ]]; then
+run cpu_adamw_kernels 300 env LD_LIBRARY_PATH="$bundle/lib" "$bin/cpu_adamw_bench" --elements 512M \
+  --threads 1,2,4,8,16 --reps 3 --json "$out/cpu_adamw_kernels.json"
+fi
+if [[ $parts == *" nvme "* ]]; then
+NV=${NV:-8} dir=${NVME_DIR:-/tmp}
+df -h "$dir" | tail -1
+run disk 300 "$py" "$here/disk_copy.py" "$dir" 4 8
+run ours_optimizer_L$NV 300 "${dt[@]}" "${mlp[@]}" --layers "$NV" --offload optimizer
+run ours_nvme_L$NV 400 "${dt[@]}" "${mlp[@]}" --layers "$NV" --offload nvme --offload-dir "$dir"
+[ -n "${DELAYED:-}" ] && run ours_nvme_delayed_L$NV 400 "${dt[@]}" "${mlp[@]}" --layers "$NV" \
+  --offload nvme --offload-dir "$dir" --delayed-update 1
 fi
 if [[ $parts == *" big "* ]]; then
 for L in $BIG; do  # BIG may list several sizes: the largest that trains

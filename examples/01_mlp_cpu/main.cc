@@ -5,7 +5,10 @@
 // with batch N*B. With --shard zero1|zero2|zero3|hybrid, rtd::FSDP shards the
 // weights and AdamW's state instead (each layer a unit) and steps AdamW with
 // --lr; --optim adamw gives DDP the same AdamW, so that checkpoints of either
-// resume in the other. Uses only the public API.
+// resume in the other. --offload moves FSDP's optimizer states to the host's
+// AdamW thread (or a file: nvme), --delayed-update 1 steps with the weights of
+// the step before last (its effect on this loss curve is shown in
+// docs/benchmarks.md). Uses only the public API.
 #include <cblas.h>
 
 #include <algorithm>
@@ -34,7 +37,10 @@ struct Flags {
   int in = 32, hidden = 64, out = 8;
   float lr = 0.1f;
   int log_every = 10;
-  std::string shard;  // empty: DDP, with SGD or (--optim adamw) AdamW
+  std::string shard;                           // empty: DDP, with SGD or (--optim adamw) AdamW
+  rtd::Offload offload = rtd::Offload::kNone;  // with --shard
+  std::string offload_dir;
+  bool update_in_backward = false, delayed_update = false;
   bool adamw = false;
   // Checkpoints (DDP): saved every ckpt_every steps into ckpt_dir, and the
   // latest valid one resumed from at start, whatever the world size.
@@ -76,6 +82,19 @@ Flags parse_flags(int argc, char** argv) {
       f.log_every = std::atoi(value());
     else if (a == "--shard")
       f.shard = value();
+    else if (a == "--offload") {
+      const std::string v = value();
+      if (!rtd::parse_offload(v, &f.offload)) {
+        std::fprintf(stderr, "--offload takes none, optimizer, params or nvme, not '%s'\n",
+                     v.c_str());
+        std::exit(2);
+      }
+    } else if (a == "--offload-dir")
+      f.offload_dir = value();
+    else if (a == "--update-in-backward")
+      f.update_in_backward = std::atoi(value()) != 0;
+    else if (a == "--delayed-update")
+      f.delayed_update = std::atoi(value()) != 0;
     else if (a == "--optim") {
       const std::string v = value();
       if (v != "sgd" && v != "adamw") {
@@ -101,7 +120,9 @@ Flags parse_flags(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: mlp_cpu [--steps N] [--batch B] [--hidden H] [--lr LR] "
                    "[--global-batch G] [--pace-ms MS] [--log-every K] "
-                   "[--shard zero1|zero2|zero3|hybrid | --optim sgd|adamw] [--ckpt-dir DIR "
+                   "[--shard zero1|zero2|zero3|hybrid [--offload optimizer|params|nvme "
+                   "[--offload-dir DIR] [--update-in-backward 1] [--delayed-update 1]] | "
+                   "--optim sgd|adamw] [--ckpt-dir DIR "
                    "--ckpt-every K [--ckpt-async 1]] [--data DIR | --make-data DIR --records N] "
                    "[--kill-at-step S]\nunknown argument %s\n",
                    a.c_str());
@@ -112,6 +133,11 @@ Flags parse_flags(int argc, char** argv) {
   if (!f.shard.empty() && !rtd::parse_shard_strategy(f.shard, &strategy)) {
     std::fprintf(stderr, "--shard takes zero1, zero2, zero3 or hybrid, not '%s'\n",
                  f.shard.c_str());
+    std::exit(2);
+  }
+  if (f.shard.empty() &&
+      (f.offload != rtd::Offload::kNone || f.update_in_backward || f.delayed_update)) {
+    std::fprintf(stderr, "--offload, --update-in-backward and --delayed-update need --shard\n");
     std::exit(2);
   }
   if (f.ckpt_every < 0 || (f.ckpt_every > 0 && f.ckpt_dir.empty())) {
@@ -284,6 +310,10 @@ int train_sharded(rtd::Context& ctx, const Flags& f, const Mlp& teacher, Mlp stu
   rtd::parse_shard_strategy(f.shard, &options.strategy);
   options.adamw.lr = f.lr;
   options.adamw.weight_decay = 0.0f;
+  options.offload = f.offload;
+  options.offload_dir = f.offload_dir;
+  options.update_in_backward = f.update_in_backward;
+  options.delayed_update = f.delayed_update;
   rtd::FSDP fsdp(ctx,
                  {{rtd::view(student.w1.data(), student.w1.size())},
                   {rtd::view(student.w2.data(), student.w2.size())}},
@@ -409,7 +439,14 @@ int main(int argc, char** argv) {
   Mlp student = teacher;
   fill(student.w1, 3, 0.3f);
   fill(student.w2, 4, 0.3f);
-  if (!f.shard.empty()) return train_sharded(*ctx, f, teacher, student);
+  if (!f.shard.empty()) {
+    try {
+      return train_sharded(*ctx, f, teacher, student);
+    } catch (const rtd::Error& e) {  // options the engine refuses, a full disk
+      std::fprintf(stderr, "mlp_cpu: %s\n", e.what());
+      return 1;
+    }
+  }
   if (f.adamw) {
     student.m1.assign(student.w1.size(), 0.0f);
     student.v1.assign(student.w1.size(), 0.0f);
