@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The disk's floor for offload nvme: a file in DIR written, then read, with
-O_DIRECT in 8 MiB requests from THREADS threads at once (as the states file
-is moved), and with one thread; prints GB/s and a RESULT line. Times only.
+O_DIRECT in 8 MiB requests from 1, 2, 4, ... THREADS threads at once (as the
+states file is moved); prints GB/s and a RESULT line each. Times only.
 
   bench/disk_copy.py DIR [GIB] [THREADS]
 """
@@ -58,7 +58,7 @@ def main():
     total = int(gib * (1 << 30)) // REQUEST * REQUEST
     path = os.path.join(directory, "disk_copy.bin")
     try:
-        for n in sorted({1, threads}):
+        for n in [t for t in (1, 2, 4, 8, 16, 32) if t < threads] + [threads]:
             w = run(path, total, n, True)
             r = run(path, total, n, False)
             print(f"{n:2d} thread(s), {total / 1e9:.1f} GB, O_DIRECT 8 MiB: "

@@ -11,7 +11,8 @@
 # large ones without FSDP2). PARTS may add "kernels" (the host AdamW's AVX2
 # and AVX-512 kernels over 1..16 threads) and "nvme" (the disk's floor by
 # bench/disk_copy.py, then NV layers (default 8) offloaded to a file in
-# NVME_DIR (default /tmp) against the same offloaded to host memory).
+# NVME_DIR (default /tmp), with each count of I/O threads in NVME_IO, against
+# the same offloaded to host memory).
 #   bench/offload_suite.sh BUNDLE OUT_DIR
 set -u
 bundle=$1 out=$2
@@ -62,7 +63,10 @@ NV=${NV:-8} dir=${NVME_DIR:-/tmp}
 df -h "$dir" | tail -1
 run disk 300 "$py" "$here/disk_copy.py" "$dir" 4 8
 run ours_optimizer_L$NV 300 "${dt[@]}" "${mlp[@]}" --layers "$NV" --offload optimizer
-run ours_nvme_L$NV 400 "${dt[@]}" "${mlp[@]}" --layers "$NV" --offload nvme --offload-dir "$dir"
+for io in ${NVME_IO:-8}; do  # the file's I/O threads
+  run ours_nvme_io${io}_L$NV 400 "${dt[@]}" "${mlp[@]}" --layers "$NV" --offload nvme \
+    --offload-dir "$dir" --offload-io-threads "$io"
+done
 [ -n "${DELAYED:-}" ] && run ours_nvme_delayed_L$NV 400 "${dt[@]}" "${mlp[@]}" --layers "$NV" \
   --offload nvme --offload-dir "$dir" --delayed-update 1
 fi

@@ -24,11 +24,8 @@ bool cpu_has(Kernel k) {
 #endif
 }
 
-Kernel best() {
-  for (Kernel k : {Kernel::kAvx512, Kernel::kAvx2})
-    if (cpu_has(k)) return k;
-  return Kernel::kScalar;
-}
+// Threads from which the host AdamW is bound by memory (cpu_adamw.h).
+constexpr int kMemoryBoundThreads = 8;
 
 // Denormal floats (below 1.2e-38) take x86 a hundred times longer than
 // normal ones, and tiny gradients square into them: a model whose gradients
@@ -77,10 +74,16 @@ void adamw_scalar(const AdamWShard& s, const AdamWConstants& k, std::size_t begi
   }
 }
 
+Kernel best_kernel(int threads) {
+  if (threads < kMemoryBoundThreads && cpu_has(Kernel::kAvx512)) return Kernel::kAvx512;
+  if (cpu_has(Kernel::kAvx2)) return Kernel::kAvx2;
+  return Kernel::kScalar;
+}
+
 const char* to_string(Kernel k) {
   switch (k) {
     case Kernel::kBest:
-      return to_string(best());
+      return "best";
     case Kernel::kScalar:
       return "scalar";
     case Kernel::kAvx2:
@@ -91,7 +94,7 @@ const char* to_string(Kernel k) {
   return "?";
 }
 
-const char* adamw_kernel() { return to_string(best()); }
+const char* adamw_kernel(int threads) { return to_string(best_kernel(threads)); }
 bool can_run(Kernel k) { return k == Kernel::kBest || cpu_has(k); }
 
 void adamw(const AdamWShard& s, int threads, Kernel kernel) {
@@ -99,7 +102,7 @@ void adamw(const AdamWShard& s, int threads, Kernel kernel) {
       (s.out.data && s.out.device != DeviceType::kCpu)) {
     throw Error(ErrorCategory::kInternal, "cpu::adamw: a buffer is not in host memory");
   }
-  if (kernel == Kernel::kBest) kernel = best();
+  if (kernel == Kernel::kBest) kernel = best_kernel(threads);
   if (!cpu_has(kernel))
     throw Error(
         ErrorCategory::kInvalidArgument,

@@ -349,6 +349,7 @@ void FSDP::Impl::setup(Store& store, std::vector<std::vector<BufferView>>& units
     shape.every_gradient = !o.update_in_backward;
     shape.keep_parameters = params_on_host();
     if (o.offload == Offload::kNvme) shape.state_dir = o.offload_dir;
+    shape.io_threads = o.offload_io_threads;
     if (shape.threads <= 0) shape.threads = std::max(1u, std::thread::hardware_concurrency());
     host = std::make_unique<HostOptimizer>(std::move(shape));
   } else {

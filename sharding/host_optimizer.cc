@@ -59,8 +59,8 @@ HostOptimizer::HostOptimizer(HostOptimizerShape shape)
   for (int u = 0; u < n; ++u)  // backward's order (update_in_backward), else step()'s
     next_[u] = s_.every_gradient ? (u + 1) % n : (u + n - 1) % n;
   if (!s_.state_dir.empty()) {
-    // I/O threads: enough requests in flight for an NVMe disk's queues.
-    file_ = std::make_unique<StateFile>(s_.state_dir, s_.shard, kStateWindow, 8);
+    file_ = std::make_unique<StateFile>(s_.state_dir, s_.shard, kStateWindow,
+                                        s_.io_threads > 0 ? s_.io_threads : kStateIoThreads);
     bytes_ += file_->window_bytes();
   }
   for (const HostBuffer* b : {&master_, &m_, &v_, &grads_, &params_, &staging_[0], &staging_[1]})

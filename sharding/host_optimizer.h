@@ -44,6 +44,7 @@ struct HostOptimizerShape {
   // Non-empty: the fp32 states in a file there (Offload::kNvme), a window of
   // kStateWindow units of them in host memory.
   std::string state_dir;
+  int io_threads = 0;  // the file's; 0: kStateIoThreads
 };
 
 // kOptimizer or kNvme: the optimizer's states off the GPU, the compute-dtype
@@ -54,6 +55,8 @@ inline bool offloads_optimizer(Offload o) {
 // Units of the states in host memory with kNvme: the one stepped, one being
 // written back, two read ahead.
 constexpr int kStateWindow = 4;
+// Threads moving the states file by default (8 MiB requests).
+constexpr int kStateIoThreads = 8;
 
 // Host slots for the gradients and parameters in flight when the shape does
 // not keep them all (FSDP::plan counts them too).

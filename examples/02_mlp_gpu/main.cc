@@ -220,6 +220,8 @@ int main(int argc, char** argv) {
     } else if (flag == "--offload" && rtd::parse_offload(value, &shard_options.offload)) {
     } else if (flag == "--offload-dir" && !value.empty()) {
       shard_options.offload_dir = value;
+    } else if (flag == "--offload-io-threads" && std::atoi(value.c_str()) > 0) {
+      shard_options.offload_io_threads = std::atoi(value.c_str());
     } else if (flag == "--offload-threads" && std::atoi(value.c_str()) > 0) {
       shard_options.offload_threads = std::atoi(value.c_str());
     } else if (flag == "--delayed-update" && (value == "0" || value == "1")) {

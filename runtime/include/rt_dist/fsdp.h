@@ -109,6 +109,9 @@ struct FSDPOptions {
   // kNvme: the directory of the states' file (a local disk; each rank makes
   // its own file there, unlinked at once). Not compared between ranks.
   std::string offload_dir;
+  // kNvme: threads moving the file, each with one 8 MiB request in flight;
+  // 0: kStateIoThreads (docs/sharding.md says how it was chosen).
+  int offload_io_threads = 0;
   // Delayed parameter update (kOptimizer, update_in_backward, kZero3 or
   // kHybrid): step t+1's forward and backward compute with the parameters of
   // step t-1, so that the host's steps of step t run under them instead of
