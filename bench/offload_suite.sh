@@ -8,7 +8,8 @@
 # model that also fits on the GPU), BIG (layers of the large ones), STEPS,
 # PARTS ("mid big" by default: the floors and the model that fits, then the
 # large one), DELAYED=1 (also the delayed parameter update), NO_TORCH=1 (the
-# large ones without FSDP2). PARTS may add "kernels" (the host AdamW's AVX2
+# large ones without FSDP2), FSDP2 (its variants on the model that fits,
+# REDUCE:FLUSH_DENORMAL pairs). PARTS may add "kernels" (the host AdamW's AVX2
 # and AVX-512 kernels over 1..16 threads) and "nvme" (the disk's floor by
 # bench/disk_copy.py, then NV layers (default 8) offloaded to a file in
 # NVME_DIR (default /tmp), with each count of I/O threads in NVME_IO, against
@@ -46,12 +47,11 @@ run ours_optimizer_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload op
 run ours_optimizer_at_step_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload optimizer \
   --update-in-backward 0
 run ours_params_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload params
-for reduce in bf16 fp32; do
-  for flush in 0 1; do
-    run fsdp2_offload_${reduce}_flush${flush}_L$MID 400 env H="$H" B="$B" L="$MID" STEPS="$STEPS" \
-      WARM=1 REDUCE=$reduce FLUSH_DENORMAL=$flush "$py" -m torch.distributed.run \
-      --nproc-per-node=1 "$here/torch_offload.py"
-  done
+for variant in ${FSDP2:-bf16:0 bf16:1 fp32:0 fp32:1}; do  # reduce dtype : flush denormals
+  reduce=${variant%:*} flush=${variant#*:}
+  run fsdp2_offload_${reduce}_flush${flush}_L$MID 400 env H="$H" B="$B" L="$MID" STEPS="$STEPS" \
+    WARM=1 REDUCE=$reduce FLUSH_DENORMAL=$flush "$py" -m torch.distributed.run \
+    --nproc-per-node=1 "$here/torch_offload.py"
 done
 fi
 if [[ $parts == *" kernels "* ]]; then
