@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -39,6 +40,26 @@ void split(std::size_t n, int threads, Body body) {
   body(0, std::min(n, step));
   for (auto& h : helpers) h.join();
 }
+
+// n values of T, 2 MiB aligned, each set to x.
+template <typename T>
+class Aligned {
+ public:
+  Aligned(std::size_t n, T x)
+      : data_(static_cast<T*>(
+            std::aligned_alloc(kAlign, (n * sizeof(T) + kAlign - 1) / kAlign * kAlign))) {
+    std::fill(data_, data_ + n, x);
+  }
+  ~Aligned() { std::free(data_); }
+  Aligned(const Aligned&) = delete;
+  Aligned& operator=(const Aligned&) = delete;
+  T* data() const { return data_; }
+  T& operator[](std::size_t i) const { return data_[i]; }
+
+ private:
+  static constexpr std::size_t kAlign = std::size_t(2) << 20;
+  T* data_;
+};
 
 template <typename F>
 double best_seconds(int reps, F f) {
@@ -81,8 +102,9 @@ int main(int argc, char** argv) {
     for (int t = 1; t <= static_cast<int>(std::thread::hardware_concurrency()); t *= 2)
       thread_counts.push_back(t);
   }
-  std::vector<float> p(n, 0.5f), m(n, 0.01f), v(n, 0.001f), a(n, 1.0f), b(n, 2.0f), c(n);
-  std::vector<std::uint16_t> g(n, rtd::float_to_bf16(0.25f)), out(n);
+  // The engine's states are 2 MiB aligned (for huge pages), and so are these.
+  Aligned<float> p(n, 0.5f), m(n, 0.01f), v(n, 0.001f), a(n, 1.0f), b(n, 2.0f), c(n, 0.0f);
+  Aligned<std::uint16_t> g(n, rtd::float_to_bf16(0.25f)), out(n, 0);
   rtd::shard::AdamWShard s;
   s.param = rtd::BufferView{.data = p.data(), .count = n, .dtype = rtd::DType::kFloat32};
   s.grad = rtd::BufferView{.data = g.data(), .count = n, .dtype = rtd::DType::kBFloat16};
