@@ -9,7 +9,8 @@
 # PARTS ("mid big" by default: the floors and the model that fits, then the
 # large one), DELAYED=1 (also the delayed parameter update), NO_TORCH=1 (the
 # large ones without FSDP2), FSDP2 (its variants on the model that fits,
-# REDUCE:FLUSH_DENORMAL pairs). PARTS may add "kernels" (the host AdamW's AVX2
+# REDUCE:FLUSH_DENORMAL pairs), THREADS (other counts of host AdamW threads
+# to run the model that fits with). PARTS may add "kernels" (the host AdamW's AVX2
 # and AVX-512 kernels over 1..16 threads) and "nvme" (the disk's floor by
 # bench/disk_copy.py, then NV layers (default 8) offloaded to a file in
 # NVME_DIR (default /tmp), with each count of I/O threads in NVME_IO, against
@@ -44,6 +45,10 @@ run cpu_adamw 300 env LD_LIBRARY_PATH="$bundle/lib" "$bin/cpu_adamw_bench" --ele
   --json "$out/cpu_adamw.json"
 run gpu_alone_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID"
 run ours_optimizer_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload optimizer
+for t in ${THREADS:-}; do  # the host AdamW's threads, other than one per core
+  run ours_optimizer_threads${t}_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload optimizer \
+    --offload-threads "$t"
+done
 run ours_optimizer_at_step_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload optimizer \
   --update-in-backward 0
 run ours_params_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload params
