@@ -24,9 +24,6 @@ bool cpu_has(Kernel k) {
 #endif
 }
 
-// Threads from which the host AdamW is bound by memory (cpu_adamw.h).
-constexpr int kMemoryBoundThreads = 8;
-
 // Denormal floats (below 1.2e-38) take x86 a hundred times longer than
 // normal ones, and tiny gradients square into them: a model whose gradients
 // are 1e-20 ran the host AdamW at 0.7 GB/s a thread instead of 7. While the
@@ -74,9 +71,9 @@ void adamw_scalar(const AdamWShard& s, const AdamWConstants& k, std::size_t begi
   }
 }
 
-Kernel best_kernel(int threads) {
-  if (threads < kMemoryBoundThreads && cpu_has(Kernel::kAvx512)) return Kernel::kAvx512;
-  if (cpu_has(Kernel::kAvx2)) return Kernel::kAvx2;
+Kernel best_kernel() {
+  for (Kernel k : {Kernel::kAvx512, Kernel::kAvx2})
+    if (cpu_has(k)) return k;
   return Kernel::kScalar;
 }
 
@@ -94,7 +91,7 @@ const char* to_string(Kernel k) {
   return "?";
 }
 
-const char* adamw_kernel(int threads) { return to_string(best_kernel(threads)); }
+const char* adamw_kernel() { return to_string(best_kernel()); }
 bool can_run(Kernel k) { return k == Kernel::kBest || cpu_has(k); }
 
 void adamw(const AdamWShard& s, int threads, Kernel kernel) {
@@ -102,7 +99,7 @@ void adamw(const AdamWShard& s, int threads, Kernel kernel) {
       (s.out.data && s.out.device != DeviceType::kCpu)) {
     throw Error(ErrorCategory::kInternal, "cpu::adamw: a buffer is not in host memory");
   }
-  if (kernel == Kernel::kBest) kernel = best_kernel(threads);
+  if (kernel == Kernel::kBest) kernel = best_kernel();
   if (!cpu_has(kernel))
     throw Error(
         ErrorCategory::kInvalidArgument,

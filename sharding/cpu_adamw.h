@@ -18,18 +18,18 @@ enum class Kernel { kBest, kScalar, kAvx2, kAvx512 };
 
 // s.param, s.grad and s.out in host memory; threads >= 1 (1: the caller's
 // thread alone). Elements [0, s.param.count). kernel: the best for this CPU
-// and thread count (best_kernel), or one it can run (for benchmarks and
-// tests; one it cannot run throws).
+// (best_kernel), or one it can run (for benchmarks and tests; one it cannot
+// run throws).
 void adamw(const AdamWShard& s, int threads = 1, Kernel kernel = Kernel::kBest);
 
-// The kernel adamw() runs with `threads` threads on this CPU: AVX-512 up to 7
-// threads, AVX2 from 8, else what the CPU has. From 8 threads on, a Xeon's
-// host AdamW is bound by memory, and AVX-512 measured 4% slower than AVX2
-// there (16 threads, 125 against 130 GB/s: its lower clock); with fewer,
-// up to 27% faster (docs/benchmarks.md, "The host AdamW's kernels").
-Kernel best_kernel(int threads);
-// The name of best_kernel(threads): "avx512", "avx2" or "scalar".
-const char* adamw_kernel(int threads = 1);
+// The kernel adamw() runs on this CPU: AVX-512 where it has AVX-512F, else
+// AVX2, else the scalar loop. On the GPU machine's Xeons, from 8 threads on
+// the two vector kernels are within 4% of each other, either way (the step is
+// bound by memory); on one thread AVX-512 was up to 27% faster
+// (docs/benchmarks.md, "The host AdamW's kernels").
+Kernel best_kernel();
+// The name of best_kernel(): "avx512", "avx2" or "scalar".
+const char* adamw_kernel();
 // Whether this build and CPU can run `kernel`.
 bool can_run(Kernel kernel);
 const char* to_string(Kernel kernel);
