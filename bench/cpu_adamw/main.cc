@@ -113,8 +113,8 @@ int main(int argc, char** argv) {
   s.out = rtd::BufferView{.data = out.data(), .count = n, .dtype = rtd::DType::kBFloat16};
   std::printf(
       "# host AdamW, %zu elements (bf16 gradient and output), best of %d; the engine's "
-      "kernel: %s on 1 thread, %s on 16\n",
-      n, reps, rtd::shard::cpu::adamw_kernel(1), rtd::shard::cpu::adamw_kernel(16));
+      "kernel: %s\n",
+      n, reps, rtd::shard::cpu::adamw_kernel());
   {
     const auto k = rtd::shard::cpu::adamw_constants(s);
     const double scalar = best_seconds(reps, [&] { rtd::shard::cpu::adamw_scalar(s, k, 0, n); });
