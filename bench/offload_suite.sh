@@ -49,6 +49,8 @@ for t in ${THREADS:-}; do  # the host AdamW's threads, other than one per core
   run ours_optimizer_threads${t}_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload optimizer \
     --offload-threads "$t"
 done
+[ -n "${DELAYED:-}" ] && run ours_optimizer_delayed_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" \
+  --offload optimizer --delayed-update 1
 run ours_optimizer_at_step_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload optimizer \
   --update-in-backward 0
 run ours_params_L$MID 300 "${dt[@]}" "${mlp[@]}" --layers "$MID" --offload params
