@@ -2,7 +2,6 @@
 #include "sharding/cpu_adamw.h"
 
 #include <cmath>
-#include <thread>
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 #endif
@@ -10,6 +9,7 @@
 
 #include "rt_dist/error.h"
 #include "sharding/host_values.h"
+#include "sharding/thread_team.h"
 
 namespace rtd::shard::cpu {
 namespace {
@@ -44,6 +44,11 @@ class FlushDenormals {
 // Chunks of this many elements go to one thread at least: below it a thread
 // costs more than it saves.
 constexpr std::size_t kMinPerThread = std::size_t(1) << 16;
+// A team's chunks: at most this many elements (7 MB of traffic, about 60 us
+// on 16 cores), so that a slow core holds up the others by that much.
+constexpr std::size_t kChunk = std::size_t(1) << 18;
+// Threads from which the host AdamW is bound by memory (cpu_adamw.h).
+constexpr int kMemoryBoundThreads = 8;
 
 }  // namespace
 
@@ -71,9 +76,9 @@ void adamw_scalar(const AdamWShard& s, const AdamWConstants& k, std::size_t begi
   }
 }
 
-Kernel best_kernel() {
-  for (Kernel k : {Kernel::kAvx512, Kernel::kAvx2})
-    if (cpu_has(k)) return k;
+Kernel best_kernel(int threads) {
+  if (threads < kMemoryBoundThreads && cpu_has(Kernel::kAvx512)) return Kernel::kAvx512;
+  if (cpu_has(Kernel::kAvx2)) return Kernel::kAvx2;
   return Kernel::kScalar;
 }
 
@@ -91,41 +96,57 @@ const char* to_string(Kernel k) {
   return "?";
 }
 
-const char* adamw_kernel() { return to_string(best_kernel()); }
+const char* adamw_kernel(int threads) { return to_string(best_kernel(threads)); }
 bool can_run(Kernel k) { return k == Kernel::kBest || cpu_has(k); }
 
-void adamw(const AdamWShard& s, int threads, Kernel kernel) {
+namespace {
+
+// The kernel to run, after checking the buffers: best_kernel(threads) for
+// kBest; throws for one the CPU cannot run.
+Kernel checked(const AdamWShard& s, Kernel kernel, int threads) {
   if (s.param.device != DeviceType::kCpu || s.grad.device != DeviceType::kCpu ||
       (s.out.data && s.out.device != DeviceType::kCpu)) {
     throw Error(ErrorCategory::kInternal, "cpu::adamw: a buffer is not in host memory");
   }
-  if (kernel == Kernel::kBest) kernel = best_kernel();
+  if (kernel == Kernel::kBest) kernel = best_kernel(threads);
   if (!cpu_has(kernel))
     throw Error(
         ErrorCategory::kInvalidArgument,
         std::string("cpu::adamw: this CPU cannot run the ") + to_string(kernel) + " kernel");
-  const AdamWConstants k = adamw_constants(s);
-  auto run = [&](std::size_t begin, std::size_t end) {
-    FlushDenormals flush;
-    const bool done = (kernel == Kernel::kAvx512 && adamw_avx512(s, k, begin, end)) ||
-                      (kernel == Kernel::kAvx2 && adamw_avx2(s, k, begin, end));
-    if (!done) adamw_scalar(s, k, begin, end);
-  };
+  return kernel;
+}
+
+void run_kernel(const AdamWShard& s, const AdamWConstants& k, Kernel kernel, std::size_t begin,
+                std::size_t end) {
+  FlushDenormals flush;
+  const bool done = (kernel == Kernel::kAvx512 && adamw_avx512(s, k, begin, end)) ||
+                    (kernel == Kernel::kAvx2 && adamw_avx2(s, k, begin, end));
+  if (!done) adamw_scalar(s, k, begin, end);
+}
+
+}  // namespace
+
+void adamw(const AdamWShard& s, int threads, Kernel kernel) {
   const std::size_t n = s.param.count;
-  std::size_t parts = threads < 1 ? 1 : static_cast<std::size_t>(threads);
-  parts = std::max<std::size_t>(1, std::min(parts, n / kMinPerThread));
-  if (parts == 1) return run(0, n);
-  // Equal parts on 64-byte boundaries (16 floats), the last taking the rest.
-  const std::size_t step = (n / parts + 15) / 16 * 16;
-  std::vector<std::thread> helpers;
-  helpers.reserve(parts - 1);
-  for (std::size_t t = 1; t < parts; ++t) {
-    const std::size_t begin = std::min(n, t * step),
-                      end = t + 1 == parts ? n : std::min(n, (t + 1) * step);
-    if (begin < end) helpers.emplace_back(run, begin, end);
+  const std::size_t parts =
+      std::max<std::size_t>(1, std::min<std::size_t>(threads < 1 ? 1 : threads, n / kMinPerThread));
+  if (parts > 1) {
+    ThreadTeam team(static_cast<int>(parts) - 1);
+    return adamw(s, team, kernel);
   }
-  run(0, std::min(n, step));
-  for (auto& h : helpers) h.join();
+  kernel = checked(s, kernel, threads);
+  run_kernel(s, adamw_constants(s), kernel, 0, n);
+}
+
+void adamw(const AdamWShard& s, ThreadTeam& team, Kernel kernel) {
+  kernel = checked(s, kernel, team.size());
+  const AdamWConstants k = adamw_constants(s);
+  // Chunks on 64-byte boundaries (16 floats), four a thread at least.
+  const std::size_t n = s.param.count;
+  const std::size_t chunk = std::max<std::size_t>(
+      kMinPerThread / 4, std::min(kChunk, (n / (4 * team.size()) + 15) / 16 * 16));
+  team.run(n, chunk,
+           [&](std::size_t begin, std::size_t end) { run_kernel(s, k, kernel, begin, end); });
 }
 
 }  // namespace rtd::shard::cpu

@@ -16,20 +16,25 @@ namespace rtd::shard::cpu {
 
 enum class Kernel { kBest, kScalar, kAvx2, kAvx512 };
 
-// s.param, s.grad and s.out in host memory; threads >= 1 (1: the caller's
-// thread alone). Elements [0, s.param.count). kernel: the best for this CPU
-// (best_kernel), or one it can run (for benchmarks and tests; one it cannot
-// run throws).
-void adamw(const AdamWShard& s, int threads = 1, Kernel kernel = Kernel::kBest);
+class ThreadTeam;
 
-// The kernel adamw() runs on this CPU: AVX-512 where it has AVX-512F, else
-// AVX2, else the scalar loop. On the GPU machine's Xeons, from 8 threads on
-// the two vector kernels are within 4% of each other, either way (the step is
-// bound by memory); on one thread AVX-512 was up to 27% faster
-// (docs/benchmarks.md, "The host AdamW's kernels").
-Kernel best_kernel();
-// The name of best_kernel(): "avx512", "avx2" or "scalar".
-const char* adamw_kernel();
+// s.param, s.grad and s.out in host memory; threads >= 1 (1: the caller's
+// thread alone; more: a team of them for this call). Elements [0,
+// s.param.count). kernel: the best for this CPU (best_kernel), or one it can
+// run (for benchmarks and tests; one it cannot run throws).
+void adamw(const AdamWShard& s, int threads = 1, Kernel kernel = Kernel::kBest);
+// The same on a team kept across calls (the offloaded optimizer's, unit after
+// unit): the elements in chunks that go to whichever thread is free.
+void adamw(const AdamWShard& s, ThreadTeam& team, Kernel kernel = Kernel::kBest);
+
+// The kernel adamw() runs with `threads` threads on this CPU: AVX-512 below
+// 8 threads, AVX2 from 8, else what the CPU has. From 8 threads on the step is
+// bound by memory, and on four of the GPU machine's hosts AVX-512 ranged from
+// 15% slower than AVX2 to 4% faster there (its clock drops on some); on one
+// thread it was 3-27% faster (docs/benchmarks.md, "The host AdamW's kernels").
+Kernel best_kernel(int threads);
+// The name of best_kernel(threads): "avx512", "avx2" or "scalar".
+const char* adamw_kernel(int threads = 1);
 // Whether this build and CPU can run `kernel`.
 bool can_run(Kernel kernel);
 const char* to_string(Kernel kernel);

@@ -54,7 +54,8 @@ HostOptimizer::HostOptimizer(HostOptimizerShape shape)
       grad_slot_(s_.shard.size(), 0),
       grad_ticket_(slots_, 0),
       out_pending_(slots_, false),
-      next_(s_.shard.size(), 0) {
+      next_(s_.shard.size(), 0),
+      team_(std::make_unique<shard::cpu::ThreadTeam>(std::max(0, s_.threads - 1))) {
   const int n = static_cast<int>(s_.shard.size());
   for (int u = 0; u < n; ++u)  // backward's order (update_in_backward), else step()'s
     next_[u] = s_.every_gradient ? (u + 1) % n : (u + n - 1) % n;
@@ -182,7 +183,7 @@ void HostOptimizer::update_async(int u, const AdamWOptions& options, int step, f
     {
       trace::Scope scope("offload host AdamW", "fsdp");
       const auto start = std::chrono::steady_clock::now();
-      shard::cpu::adamw(a, s_.threads);
+      shard::cpu::adamw(a, *team_);
       adamw_ns_ += nanoseconds_since(start);
     }
     if (file_) file_->release(u);

@@ -25,6 +25,7 @@
 #include "sharding/host_worker.h"
 #include "sharding/shard_ops.h"
 #include "sharding/state_file.h"
+#include "sharding/thread_team.h"
 
 namespace rtd {
 
@@ -152,6 +153,7 @@ class HostOptimizer {
   std::vector<bool> out_pending_;  // per slot: a copy out may still read it
   std::vector<int> next_;          // the worker's: per unit, the one stepped after it last
   int last_stepped_ = -1;
+  std::unique_ptr<shard::cpu::ThreadTeam> team_;  // the host AdamW's threads (the worker's)
   std::atomic<long long> adamw_ns_{0};
   long long wait_ns_ = 0;
   HostWorker worker_;  // last: destroyed (joined) first

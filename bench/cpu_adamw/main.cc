@@ -2,7 +2,9 @@
 // triad on the same machine, over 1..N threads, for each vector kernel the CPU
 // runs (AVX2, AVX-512). Prints a table (and JSON with --json FILE); asserts
 // nothing.
-//   cpu_adamw_bench [--elements 64M] [--threads 1,2,4] [--reps 5] [--json FILE]
+//   cpu_adamw_bench [--elements 64M] [--threads 1,2,4] [--reps 5] [--json FILE] [--units U]
+// --units U: also the elements as U units stepped one call each, as the
+// offloaded optimizer does, on a kept team against threads started per call.
 // AdamW's bytes per element: reads fp32 param, m, v and a bf16 gradient (14),
 // writes fp32 param, m, v and a bf16 output (14): 28.
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "sharding/cpu_adamw.h"
+#include "sharding/thread_team.h"
 
 namespace {
 
@@ -77,7 +80,7 @@ double best_seconds(int reps, F f) {
 int main(int argc, char** argv) {
   std::size_t n = 64u << 20;
   std::vector<int> thread_counts;
-  int reps = 5;
+  int reps = 5, units = 0;
   std::string json;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -89,6 +92,8 @@ int main(int argc, char** argv) {
         thread_counts.push_back(std::stoi(value.substr(at, comma - at)));
         at = comma == std::string::npos ? value.size() : comma + 1;
       }
+    } else if (flag == "--units") {
+      units = std::stoi(value);
     } else if (flag == "--reps") {
       reps = std::stoi(value);
     } else if (flag == "--json") {
@@ -113,8 +118,8 @@ int main(int argc, char** argv) {
   s.out = rtd::BufferView{.data = out.data(), .count = n, .dtype = rtd::DType::kBFloat16};
   std::printf(
       "# host AdamW, %zu elements (bf16 gradient and output), best of %d; the engine's "
-      "kernel: %s\n",
-      n, reps, rtd::shard::cpu::adamw_kernel());
+      "kernel: %s on 1 thread, %s on 16\n",
+      n, reps, rtd::shard::cpu::adamw_kernel(1), rtd::shard::cpu::adamw_kernel(16));
   {
     const auto k = rtd::shard::cpu::adamw_constants(s);
     const double scalar = best_seconds(reps, [&] { rtd::shard::cpu::adamw_scalar(s, k, 0, n); });
@@ -156,6 +161,54 @@ int main(int argc, char** argv) {
                     rows.empty() ? "" : ", ", name, t, adamw_gbs, copy_gbs, triad_gbs,
                     adamw[i] * 1e3);
       rows += row;
+    }
+  }
+  if (units > 0) {
+    // As the offloaded optimizer steps: the elements as `units` units, one
+    // call each, on a team kept across the calls (chunks to whichever thread
+    // is free), against threads started per call with equal parts. Mean and
+    // best over the reps: a slow core shows in the mean.
+    using rtd::shard::cpu::ThreadTeam;
+    const int t = thread_counts.back();
+    const std::size_t per = n / units / 16 * 16;
+    auto unit_of = [&](int u) {
+      rtd::shard::AdamWShard x = s;
+      x.param.data = p.data() + u * per;
+      x.param.count = per;
+      x.grad.data = g.data() + u * per;
+      x.m = m.data() + u * per;
+      x.v = v.data() + u * per;
+      x.out.data = out.data() + u * per;
+      return x;
+    };
+    auto equal_parts = [&](const rtd::shard::AdamWShard& x) {
+      const auto k = rtd::shard::cpu::adamw_constants(x);
+      split(per, t, [&](std::size_t lo, std::size_t hi) {
+        if (!rtd::shard::cpu::adamw_avx2(x, k, lo, hi)) rtd::shard::cpu::adamw_scalar(x, k, lo, hi);
+      });
+    };
+    ThreadTeam team(t - 1);
+    for (const char* how : {"team", "spawned"}) {
+      double best = 1e30, sum = 0;
+      for (int r = 0; r < reps; ++r) {
+        auto t0 = Clock::now();
+        for (int u = 0; u < units; ++u) {
+          if (how[0] == 't')
+            rtd::shard::cpu::adamw(unit_of(u), team, Kernel::kAvx2);
+          else
+            equal_parts(unit_of(u));
+        }
+        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+        best = std::min(best, sec);
+        sum += sec;
+      }
+      std::printf(
+          "# %d units of %zu elements, %d threads, avx2, %s: mean %.1f ms (%.1f GB/s), "
+          "best %.1f ms\n",
+          units, per, t, how, 1e3 * sum / reps, 28.0 * per * units / (sum / reps) / 1e9,
+          1e3 * best);
+      std::printf("RESULT units=%d threads=%d how=%s mean_ms=%.2f best_ms=%.2f\n", units, t, how,
+                  1e3 * sum / reps, 1e3 * best);
     }
   }
   if (!json.empty()) {

@@ -81,7 +81,8 @@ TEST(CpuAdamW, TheKernelIsTheBestTheCpuCanRun) {
 #if defined(__x86_64__)
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
-  EXPECT_STREQ(cpu::adamw_kernel(), avx512 ? "avx512" : avx2 ? "avx2" : "scalar");
+  EXPECT_STREQ(cpu::adamw_kernel(1), avx512 ? "avx512" : avx2 ? "avx2" : "scalar");
+  EXPECT_STREQ(cpu::adamw_kernel(16), avx2 ? "avx2" : "scalar");
   EXPECT_EQ(cpu::can_run(cpu::Kernel::kAvx512), avx512);
   EXPECT_EQ(cpu::can_run(cpu::Kernel::kAvx2), avx2);
 #else
