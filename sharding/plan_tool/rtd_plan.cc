@@ -109,6 +109,18 @@ const char* misfit(const std::vector<std::size_t>& unit, std::size_t units, int 
   return nullptr;
 }
 
+// Prints whether `bytes` of offloaded states fit `gib` ("host: fits, ..."):
+// nothing when either is 0.
+bool fits_in(const char* where, std::size_t bytes, double gib) {
+  if (gib <= 0 || bytes == 0) return true;
+  const double need = bytes / 1073741824.0;
+  if (need < gib)
+    std::printf("  %s: fits, %.3g GiB of %.3g left\n", where, gib - need, gib);
+  else
+    std::printf("  %s: DOES NOT FIT: %.3g GiB more than %.3g\n", where, need - gib, gib);
+  return need < gib;
+}
+
 int print_largest(const std::vector<std::size_t>& unit, int world, rtd::FSDPOptions o,
                   const Room& room) {
   std::size_t per_unit = 0;
@@ -257,20 +269,8 @@ int main(int argc, char** argv) {
                       gpu_gib);
         fits = fits && need < gpu_gib;
       }
-      if (host_gib > 0 && plans[k].host_total() > 0) {
-        const double need = plans[k].host_total() / 1073741824.0;
-        std::printf(need < host_gib ? "  host: fits, %.3g GiB of %.3g left\n"
-                                    : "  host: DOES NOT FIT: %.3g GiB more than %.3g\n",
-                    std::fabs(host_gib - need), host_gib);
-        fits = fits && need < host_gib;
-      }
-      if (disk_gib > 0 && plans[k].disk_total() > 0) {
-        const double need = plans[k].disk_total() / 1073741824.0;
-        std::printf(need < disk_gib ? "  disk: fits, %.3g GiB of %.3g left\n"
-                                    : "  disk: DOES NOT FIT: %.3g GiB more than %.3g\n",
-                    std::fabs(disk_gib - need), disk_gib);
-        fits = fits && need < disk_gib;
-      }
+      fits = fits_in("host", plans[k].host_total(), host_gib) && fits;
+      fits = fits_in("disk", plans[k].disk_total(), disk_gib) && fits;
     }
     return fits ? 0 : 1;
   } catch (const CLI::ParseError& e) {
