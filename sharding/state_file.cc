@@ -170,23 +170,24 @@ void StateFile::wait_done(std::unique_lock<std::mutex>& lock, Slot& slot) {
 int StateFile::take_slot(std::unique_lock<std::mutex>& lock, bool wait) {
   for (;;) {
     int best = -1;
-    bool writing = false;
+    bool moving = false;
     for (int k = 0; k < static_cast<int>(slots_.size()); ++k) {
       Slot& s = slots_[k];
       if (s.state == SlotState::kEmpty) return k;
-      if (s.state == SlotState::kWriting && s.transfer.left == 0) {
+      const bool transfer = s.state == SlotState::kReading || s.state == SlotState::kWriting;
+      if (transfer && s.transfer.left == 0) {  // landed: a held unit now
         check(s);
         s.state = SlotState::kHeld;
       }
-      writing = writing || s.state == SlotState::kWriting;
-      // A prefetched unit not yet asked for stays, unless the caller must have a slot.
+      moving = moving || (transfer && s.state != SlotState::kHeld);
+      // A unit read ahead and not yet asked for stays, unless the caller must have a slot.
       if (s.state == SlotState::kHeld && (wait || !s.prefetched) &&
-          (best < 0 || s.used < slots_[best].used))
+          (best < 0 || s.prefetched < slots_[best].prefetched ||
+           (s.prefetched == slots_[best].prefetched && s.used < slots_[best].used)))
         best = k;
     }
     if (best >= 0 || !wait) return best;
-    if (!writing)
-      throw Error(ErrorCategory::kInternal, "offload nvme: every window slot is in use");
+    if (!moving) throw Error(ErrorCategory::kInternal, "offload nvme: every window slot is in use");
     cv_.wait(lock);
   }
 }

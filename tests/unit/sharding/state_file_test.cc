@@ -28,15 +28,16 @@ float value(int k, int u, std::size_t j, int version) {
 }
 
 // Steps every unit in `order` (version += 1 each time a unit is stepped),
-// reading ahead `ahead` units as the optimizer does (-1: one unit, guessed
-// wrong); checks what it reads.
+// reading ahead `ahead` units as the optimizer does (-k: k units, guessed
+// wrong, which must not keep the window's slots from the units asked for);
+// checks what it reads.
 void step_in_order(StateFile& f, const std::vector<int>& order, std::vector<int>& version,
                    int ahead) {
   for (std::size_t i = 0; i < order.size(); ++i) {
     const int u = order[i];
     const StateFile::Unit s = f.acquire(u);
     for (int k = 1; k <= ahead && i + k < order.size(); ++k) f.prefetch(order[i + k]);
-    if (ahead < 0) f.prefetch((u + 3) % static_cast<int>(kShard.size()));
+    for (int k = 1; k <= -ahead; ++k) f.prefetch((u + 2 + k) % static_cast<int>(kShard.size()));
     float* arrays[] = {s.master, s.m, s.v};
     for (int k = 0; k < 3; ++k) {
       for (std::size_t j = 0; j < kShard[u]; ++j) {
@@ -58,48 +59,57 @@ void expect_mapped(StateFile& f, const std::vector<int>& version) {
     }
 }
 
+// The test's temporary directory, and /dev/shm where there is one: a tmpfs,
+// which may not take O_DIRECT (then the file goes through the page cache).
+std::vector<std::string> dirs() {
+  std::vector<std::string> out = {::testing::TempDir()};
+  if (std::filesystem::is_directory("/dev/shm")) out.push_back("/dev/shm");
+  return out;
+}
+
 TEST(StateFile, EveryUnitHoldsWhatWasLastWrittenThroughAWindowSmallerThanTheModel) {
-  const std::string dir = ::testing::TempDir();
-  for (int window : {2, 3, 4}) {
-    StateFile f(dir, kShard, window, 3);
-    EXPECT_EQ(f.file_bytes(), StateFile::file_bytes(kShard));
-    EXPECT_EQ(f.window_bytes(), StateFile::window_bytes(kShard, window));
-    EXPECT_LT(f.window_bytes(), f.file_bytes());
-    const int n = static_cast<int>(kShard.size());
-    std::vector<int> version(n, 0);
-    // Setup writes through the mapping (the moments start at zero).
-    for (int u = 0; u < n; ++u) {
-      for (int k = 0; k < 3; ++k) {
-        float* a = f.map(k, u);
-        for (std::size_t j = 0; k > 0 && j < kShard[u]; ++j) ASSERT_EQ(a[j], 0.0f);
-        for (std::size_t j = 0; j < kShard[u]; ++j) a[j] = value(k, u, j, 0);
-      }
-    }
-    std::vector<int> backward(n), forward(n);
-    std::iota(forward.begin(), forward.end(), 0);
-    std::iota(backward.rbegin(), backward.rend(), 0);
-    std::vector<int> shuffled = forward;
-    std::mt19937 rng(7);
-    for (int round = 0; round < 3; ++round) {
-      step_in_order(f, backward, version, window - 2);
-      step_in_order(f, forward, version, window - 2);
-      std::shuffle(shuffled.begin(), shuffled.end(), rng);
-      step_in_order(f, shuffled, version, -1);
-      // A checkpoint between steps: the mapping sees the window's writes,
-      // and what it writes (a load) the next steps read.
-      expect_mapped(f, version);
+  for (const std::string& dir : dirs())
+    for (int window : {2, 3, 4}) {
+      StateFile f(dir, kShard, window, 3);
+      SCOPED_TRACE(dir + (f.direct() ? " (O_DIRECT)" : " (through the page cache)"));
+      EXPECT_EQ(f.file_bytes(), StateFile::file_bytes(kShard));
+      EXPECT_EQ(f.window_bytes(), StateFile::window_bytes(kShard, window));
+      EXPECT_LT(f.window_bytes(), f.file_bytes());
+      const int n = static_cast<int>(kShard.size());
+      std::vector<int> version(n, 0);
+      // Setup writes through the mapping (the moments start at zero).
       for (int u = 0; u < n; ++u) {
-        version[u] += 10;
         for (int k = 0; k < 3; ++k) {
           float* a = f.map(k, u);
-          for (std::size_t j = 0; j < kShard[u]; ++j) a[j] = value(k, u, j, version[u]);
+          for (std::size_t j = 0; k > 0 && j < kShard[u]; ++j) ASSERT_EQ(a[j], 0.0f);
+          for (std::size_t j = 0; j < kShard[u]; ++j) a[j] = value(k, u, j, 0);
         }
       }
+      std::vector<int> backward(n), forward(n);
+      std::iota(forward.begin(), forward.end(), 0);
+      std::iota(backward.rbegin(), backward.rend(), 0);
+      std::vector<int> shuffled = forward;
+      std::mt19937 rng(7);
+      for (int round = 0; round < 3; ++round) {
+        step_in_order(f, backward, version, window - 2);
+        step_in_order(f, forward, version, window - 2);
+        std::shuffle(shuffled.begin(), shuffled.end(), rng);
+        step_in_order(f, shuffled, version, -window);
+        // A checkpoint between steps: the mapping sees the window's writes,
+        // and what it writes (a load) the next steps read.
+        expect_mapped(f, version);
+        for (int u = 0; u < n; ++u) {
+          version[u] += 10;
+          for (int k = 0; k < 3; ++k) {
+            float* a = f.map(k, u);
+            for (std::size_t j = 0; j < kShard[u]; ++j) a[j] = value(k, u, j, version[u]);
+          }
+        }
+      }
+      step_in_order(f, backward, version, window - 2);
+      f.flush();
+      expect_mapped(f, version);
     }
-    step_in_order(f, backward, version, window - 2);
-    f.flush();
-    expect_mapped(f, version);
-  }
 }
 
 TEST(StateFile, AMissingDirectoryIsNamed) {
