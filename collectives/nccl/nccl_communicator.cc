@@ -183,7 +183,7 @@ NcclCommunicator::~NcclCommunicator() {
 
 template <typename Call>
 std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t recorded,
-                                               StreamRef caller, Call&& call) {
+                                               StreamRef caller, std::size_t bytes, Call&& call) {
   ++seq_;
   UnlaunchedCall unlaunched(state_->recorder(), recorded);
   // Collectives by their flight-recorder number (1-based, collectives only).
@@ -195,20 +195,29 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
   }
   CudaApi& cuda = state_->cuda();
   auto caller_stream = static_cast<cudaStream_t>(caller.cuda_stream);
+  // A small call runs on the caller's stream itself (settings.inline_bytes):
+  // no events between the two streams, at the price of the caller's later
+  // work waiting for it.
+  const long long inline_bytes = options_.settings.inline_bytes;
+  const bool on_caller = caller_stream != nullptr && !group_work_ && inline_bytes > 0 &&
+                         bytes <= static_cast<std::size_t>(inline_bytes);
+  cudaStream_t run_on = on_caller ? caller_stream : stream_;
   if (recorded != 0 && trace::enabled()) {
     char note[96];
     std::snprintf(note, sizeof(note), "on stream %p after caller stream %p",
-                  static_cast<void*>(stream_), static_cast<void*>(caller_stream));
+                  static_cast<void*>(run_on), static_cast<void*>(caller_stream));
     state_->recorder()->annotate(recorded, note);
   }
-  RTD_CUDA_CHECK(cuda, cuda.event_record(start_, caller_stream),
-                 what + ": recording on the caller's stream");
-  RTD_CUDA_CHECK(cuda, cuda.stream_wait_event(stream_, start_),
-                 what + ": ordering after the caller");
+  if (!on_caller) {
+    RTD_CUDA_CHECK(cuda, cuda.event_record(start_, caller_stream),
+                   what + ": recording on the caller's stream");
+    RTD_CUDA_CHECK(cuda, cuda.stream_wait_event(stream_, start_),
+                   what + ": ordering after the caller");
+  }
   ncclResult_t rc;
   {
     CallWatchdog::Scope scope(*watchdog_, op);
-    rc = call(stream_);
+    rc = call(run_on);
   }
   if (watchdog_->fired()) throw_call_failed(rc, what);
   if (rc == ncclInProgress) {
@@ -225,12 +234,13 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
     return group_work_;
   }
   std::shared_ptr<cudaEvent_t> end = state_->take_end_event();
-  RTD_CUDA_CHECK(cuda, cuda.event_record(*end, stream_), what + ": recording its end");
+  RTD_CUDA_CHECK(cuda, cuda.event_record(*end, run_on), what + ": recording its end");
   state_->watch(
-      stream_, end, what,
+      run_on, end, what,
       recorded != 0 ? std::vector<std::uint64_t>{recorded} : std::vector<std::uint64_t>{});
   unlaunched.launched();
-  return std::make_shared<NcclWork>(state_, std::move(end), what, recorded);
+  return std::make_shared<NcclWork>(state_, std::move(end), what, recorded,
+                                    on_caller ? caller_stream : nullptr);
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
@@ -238,44 +248,48 @@ std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out
   validate::all_reduce(in, out, op, DeviceType::kCuda);
   if (staged_ && !group_work_) {
     if (StagedAllReduces::Slot* slot = staged_->slot_for(in, op)) {
-      return launch("all_reduce", record(describe::all_reduce(in, op)), stream,
+      return launch("all_reduce", record(describe::all_reduce(in, op)), stream, kNever,
                     [&](cudaStream_t s) {
                       StagedAllReduces::run(*slot, in, out, StreamRef{s});
                       return ncclSuccess;
                     });
     }
   }
-  return launch("all_reduce", record(describe::all_reduce(in, op)), stream, [&](cudaStream_t s) {
-    return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype), to_nccl(op),
-                                     state_->comm(), s);
-  });
+  return launch("all_reduce", record(describe::all_reduce(in, op)), stream, in.bytes(),
+                [&](cudaStream_t s) {
+                  return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype),
+                                                   to_nccl(op), state_->comm(), s);
+                });
 }
 
 std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root, StreamRef stream) {
   validate::broadcast(buf, root, size_, DeviceType::kCuda);
-  return launch("broadcast", record(describe::broadcast(buf, root)), stream, [&](cudaStream_t s) {
-    return state_->nccl().broadcast(buf.data, buf.data, buf.count, to_nccl(buf.dtype), root,
-                                    state_->comm(), s);
-  });
+  return launch("broadcast", record(describe::broadcast(buf, root)), stream, buf.bytes(),
+                [&](cudaStream_t s) {
+                  return state_->nccl().broadcast(buf.data, buf.data, buf.count, to_nccl(buf.dtype),
+                                                  root, state_->comm(), s);
+                });
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
                                                    StreamRef stream) {
   validate::all_gather(in, out, size_, DeviceType::kCuda);
-  return launch("all_gather", record(describe::all_gather(in)), stream, [&](cudaStream_t s) {
-    return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype), state_->comm(),
-                                     s);
-  });
+  return launch("all_gather", record(describe::all_gather(in)), stream, out.bytes(),
+                [&](cudaStream_t s) {
+                  return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype),
+                                                   state_->comm(), s);
+                });
 }
 
 std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
                                                        StreamRef stream) {
   validate::reduce_scatter(in, out, op, size_, DeviceType::kCuda);
-  return launch(
-      "reduce_scatter", record(describe::reduce_scatter(out, op)), stream, [&](cudaStream_t s) {
-        return state_->nccl().reduce_scatter(in.data, out.data, out.count, to_nccl(in.dtype),
-                                             to_nccl(op), state_->comm(), s);
-      });
+  return launch("reduce_scatter", record(describe::reduce_scatter(out, op)), stream, in.bytes(),
+                [&](cudaStream_t s) {
+                  return state_->nccl().reduce_scatter(in.data, out.data, out.count,
+                                                       to_nccl(in.dtype), to_nccl(op),
+                                                       state_->comm(), s);
+                });
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out,
@@ -284,24 +298,25 @@ std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out
   // One grouped send and receive per peer (the NCCL idiom for all-to-all).
   const std::size_t block = in.count / size_;
   const std::size_t block_bytes = block * dtype_size(in.dtype);
-  return launch("all_to_all", record(describe::all_to_all(in)), stream, [&](cudaStream_t s) {
-    NcclApi& api = state_->nccl();
-    ncclResult_t rc = api.group_start();
-    for (int peer = 0; peer < size_ && rc == ncclSuccess; ++peer) {
-      rc = api.send(static_cast<const char*>(in.data) + peer * block_bytes, block,
-                    to_nccl(in.dtype), peer, state_->comm(), s);
-      if (rc == ncclSuccess) {
-        rc = api.recv(static_cast<char*>(out.data) + peer * block_bytes, block, to_nccl(in.dtype),
-                      peer, state_->comm(), s);
-      }
-    }
-    ncclResult_t end = api.group_end();
-    return rc != ncclSuccess ? rc : end;
-  });
+  return launch("all_to_all", record(describe::all_to_all(in)), stream, kNever,
+                [&](cudaStream_t s) {
+                  NcclApi& api = state_->nccl();
+                  ncclResult_t rc = api.group_start();
+                  for (int peer = 0; peer < size_ && rc == ncclSuccess; ++peer) {
+                    rc = api.send(static_cast<const char*>(in.data) + peer * block_bytes, block,
+                                  to_nccl(in.dtype), peer, state_->comm(), s);
+                    if (rc == ncclSuccess) {
+                      rc = api.recv(static_cast<char*>(out.data) + peer * block_bytes, block,
+                                    to_nccl(in.dtype), peer, state_->comm(), s);
+                    }
+                  }
+                  ncclResult_t end = api.group_end();
+                  return rc != ncclSuccess ? rc : end;
+                });
 }
 
 std::shared_ptr<Work> NcclCommunicator::barrier(StreamRef stream) {
-  return launch("barrier", record(describe::barrier()), stream, [&](cudaStream_t s) {
+  return launch("barrier", record(describe::barrier()), stream, 4, [&](cudaStream_t s) {
     return state_->nccl().all_reduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, state_->comm(),
                                      s);
   });
@@ -309,14 +324,14 @@ std::shared_ptr<Work> NcclCommunicator::barrier(StreamRef stream) {
 
 std::shared_ptr<Work> NcclCommunicator::send(BufferView buf, int peer, int tag, StreamRef stream) {
   validate::point_to_point("send", buf, peer, rank_, size_, DeviceType::kCuda);
-  return launch("send", 0, stream, [&](cudaStream_t s) {
+  return launch("send", 0, stream, kNever, [&](cudaStream_t s) {
     return state_->nccl().send(buf.data, buf.count, to_nccl(buf.dtype), peer, state_->comm(), s);
   });
 }
 
 std::shared_ptr<Work> NcclCommunicator::recv(BufferView buf, int peer, int tag, StreamRef stream) {
   validate::point_to_point("recv", buf, peer, rank_, size_, DeviceType::kCuda);
-  return launch("recv", 0, stream, [&](cudaStream_t s) {
+  return launch("recv", 0, stream, kNever, [&](cudaStream_t s) {
     return state_->nccl().recv(buf.data, buf.count, to_nccl(buf.dtype), peer, state_->comm(), s);
   });
 }

@@ -66,7 +66,8 @@ class NcclCommunicator : public Communicator {
       std::vector<BufferView> sources, ReduceOp op, PersistentOptions options) override;
 
   // The communicator's own stream: every operation reads and writes the
-  // caller's buffers there (the staged copy-engine all-reduce included).
+  // caller's buffers there (the staged copy-engine all-reduce included),
+  // except those that settings.inline_bytes runs on the caller's stream.
   StreamRef stream() const override { return StreamRef{stream_}; }
   // Operations launched and not yet seen complete (for tests).
   std::size_t in_flight() const { return state_->in_flight(); }
@@ -78,9 +79,12 @@ class NcclCommunicator : public Communicator {
   // Orders the comm stream after the caller's, makes the NCCL call, and (outside
   // a group) records the end event. call(stream) returns the ncclResult_t.
   // recorded: the operation's number in the flight recorder (0: not recorded).
+  // bytes: the call's payload, which decides whether it runs on the caller's
+  // stream (settings.inline_bytes); kNever: never there.
+  static constexpr std::size_t kNever = static_cast<std::size_t>(-1);
   template <typename Call>
   std::shared_ptr<Work> launch(const char* op, std::uint64_t recorded, StreamRef caller,
-                               Call&& call);
+                               std::size_t bytes, Call&& call);
   std::uint64_t record(CallDescription call) {
     return state_->record(call.op, std::move(call.args));
   }

@@ -8,8 +8,12 @@
 namespace rtd::nccl {
 
 NcclWork::NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end,
-                   std::string what, std::uint64_t call)
-    : state_(std::move(state)), end_(std::move(end)), what_(std::move(what)), call_(call) {}
+                   std::string what, std::uint64_t call, cudaStream_t ran_on)
+    : state_(std::move(state)),
+      end_(std::move(end)),
+      what_(std::move(what)),
+      call_(call),
+      ran_on_(ran_on) {}
 
 bool NcclWork::done() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -63,6 +67,7 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
 }
 
 void NcclWork::wait(StreamRef stream) {
+  if (ran_on_ != nullptr && stream.cuda_stream == ran_on_) return;  // already after it
   RTD_CUDA_CHECK(
       state_->cuda(),
       state_->cuda().stream_wait_event(static_cast<cudaStream_t>(stream.cuda_stream), *end_),

@@ -84,6 +84,9 @@ constexpr ConfigVar kVars[] = {
     {"RTD_NCCL_CTA_POLICY", "",
      "ncclConfig_t.CTAPolicy: default, efficiency (fewest thread blocks) or zero (copy engines "
      "where NCCL can)"},
+    {"RTD_NCCL_INLINE_BYTES", "0",
+     "NCCL collectives of at most this many bytes run on the caller's stream, without the "
+     "events that order the communicator's stream (0: none)"},
 };
 
 const std::string* lookup(const EnvMap& env, const char* name) {
@@ -211,6 +214,7 @@ Config Config::from_env(const EnvMap& env) {
                 "environment variable RTD_CE_STAGED=" + std::to_string(staged) + " must be 0 or 1");
   }
   c.ce_staged = staged == 1;
+  c.nccl_inline_bytes = parse_int(env, "RTD_NCCL_INLINE_BYTES", 0).value_or(0);
   if (!c.nccl_cta_policy.empty() && c.nccl_cta_policy != "default" &&
       c.nccl_cta_policy != "efficiency" && c.nccl_cta_policy != "zero") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_NCCL_CTA_POLICY='" +

@@ -32,6 +32,9 @@ if want collectives; then
   step collectives_np1 240 "${dt[@]}" --nproc-per-node=1 "$bin/gpu_collectives_test"
   [ "$ngpu" -lt 2 ] ||
     step collectives_np$ngpu 240 "${dt[@]}" --nproc-per-node="$ngpu" "$bin/gpu_collectives_test"
+  # Again with calls up to 1 MiB on the caller's stream (RTD_NCCL_INLINE_BYTES).
+  step collectives_inline_np$ngpu 240 "${dt[@]}" --env RTD_NCCL_INLINE_BYTES=1048576 \
+    --nproc-per-node="$ngpu" "$bin/gpu_collectives_test"
 fi
 # With a trace directory, as CTest's gpu.ce_shared.np2 runs it: its second case checks the spans.
 if want ce_shared; then
