@@ -8,9 +8,13 @@ CPU tensors go through Gloo, CUDA tensors through NCCL and, within a host,
 all-reductions of sums and averages by copy engines (RTD_TORCH_COPY_ENGINES=0
 turns that off). ``import torch`` registers the backend by itself where this
 package's entry point is visible (dtrun puts it on the workers' PYTHONPATH).
-See docs/torch.md.
+With RTD_TORCH_DEFAULT=1, rtd is also torch.distributed's default backend for
+CPU and CUDA tensors, so that a script that asks for the default
+(``init_process_group()`` without a backend, or
+``get_default_backend_for_device``) runs on rtd unchanged. See docs/torch.md.
 """
 
+import os
 import warnings
 
 import torch
@@ -48,6 +52,12 @@ def register():
         warnings.warn(f"rt_dist: the rtd backend is tested with torch {TESTED[0]}.{TESTED[1]}; "
                       f"this is {torch.__version__} (on 2.4 DDP hangs; see docs/torch.md)")
     dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+    default = os.environ.get("RTD_TORCH_DEFAULT", "0")
+    if default not in ("0", "1"):
+        warnings.warn(f"rt_dist: RTD_TORCH_DEFAULT={default!r} is neither 0 nor 1; ignored")
+    elif default == "1":
+        for device in ("cpu", "cuda"):
+            dist.Backend.default_device_backend_map[device] = BACKEND
 
 
 register()
