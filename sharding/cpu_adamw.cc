@@ -127,15 +127,11 @@ void run_kernel(const AdamWShard& s, const AdamWConstants& k, Kernel kernel, std
 }  // namespace
 
 void adamw(const AdamWShard& s, int threads, Kernel kernel) {
-  const std::size_t n = s.param.count;
-  const std::size_t parts =
-      std::max<std::size_t>(1, std::min<std::size_t>(threads < 1 ? 1 : threads, n / kMinPerThread));
-  if (parts > 1) {
-    ThreadTeam team(static_cast<int>(parts) - 1);
-    return adamw(s, team, kernel);
-  }
-  kernel = checked(s, kernel, threads);
-  run_kernel(s, adamw_constants(s), kernel, 0, n);
+  // A team for this call: no helper below kMinPerThread elements a thread.
+  const std::size_t parts = std::max<std::size_t>(
+      1, std::min<std::size_t>(threads < 1 ? 1 : threads, s.param.count / kMinPerThread));
+  ThreadTeam team(static_cast<int>(parts) - 1);
+  adamw(s, team, kernel);
 }
 
 void adamw(const AdamWShard& s, ThreadTeam& team, Kernel kernel) {

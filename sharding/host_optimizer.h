@@ -123,9 +123,6 @@ class HostOptimizer {
 
  private:
   BufferView host(const HostBuffer& buf, DType dtype, int u) const;
-  // The unit the steps will ask for after u (kNvme's read-ahead): the one
-  // that followed u last time, at first the next in backward's order.
-  int next_after(int u) const;
   // The worker's: unit u's states out of the file into a, its successors read ahead.
   void step_from_file(int u, shard::AdamWShard& a);
   BufferView slot(const HostBuffer& buf, DType dtype, int k, std::size_t count) const;
@@ -151,9 +148,13 @@ class HostOptimizer {
   int next_grad_ = 0;
   int next_out_ = 0;               // the worker's
   std::vector<bool> out_pending_;  // per slot: a copy out may still read it
-  std::vector<int> next_;          // the worker's: per unit, the one stepped after it last
+  // The worker's, kNvme's read-ahead: per unit, the one stepped after it last
+  // time (at first the next in backward's order, or step()'s).
+  std::vector<int> next_;
   int last_stepped_ = -1;
-  std::unique_ptr<shard::cpu::ThreadTeam> team_;  // the host AdamW's threads (the worker's)
+  // The host AdamW's threads: the worker's, and gradient_sum_of_squares()'s
+  // while the worker is idle.
+  std::unique_ptr<shard::cpu::ThreadTeam> team_;
   std::atomic<long long> adamw_ns_{0};
   long long wait_ns_ = 0;
   HostWorker worker_;  // last: destroyed (joined) first

@@ -160,11 +160,18 @@ void StateFile::check(const Slot& slot) const {
               slot.transfer.error);
 }
 
+bool StateFile::settle(Slot& slot) {
+  const bool moving = slot.state == SlotState::kReading || slot.state == SlotState::kWriting;
+  if (!moving) return true;
+  if (slot.transfer.left > 0) return false;
+  check(slot);
+  slot.state = SlotState::kHeld;  // landed: a held unit now
+  return true;
+}
+
 void StateFile::wait_done(std::unique_lock<std::mutex>& lock, Slot& slot) {
   cv_.wait(lock, [&] { return slot.transfer.left == 0; });
-  check(slot);
-  if (slot.state == SlotState::kReading || slot.state == SlotState::kWriting)
-    slot.state = SlotState::kHeld;
+  settle(slot);
 }
 
 int StateFile::take_slot(std::unique_lock<std::mutex>& lock, bool wait) {
@@ -174,12 +181,7 @@ int StateFile::take_slot(std::unique_lock<std::mutex>& lock, bool wait) {
     for (int k = 0; k < static_cast<int>(slots_.size()); ++k) {
       Slot& s = slots_[k];
       if (s.state == SlotState::kEmpty) return k;
-      const bool transfer = s.state == SlotState::kReading || s.state == SlotState::kWriting;
-      if (transfer && s.transfer.left == 0) {  // landed: a held unit now
-        check(s);
-        s.state = SlotState::kHeld;
-      }
-      moving = moving || (transfer && s.state != SlotState::kHeld);
+      moving = !settle(s) || moving;
       // A unit read ahead and not yet asked for stays, unless the caller must have a slot.
       if (s.state == SlotState::kHeld && (wait || !s.prefetched) &&
           (best < 0 || s.prefetched < slots_[best].prefetched ||

@@ -93,6 +93,8 @@ class StateFile {
   // used); waits for a write in flight when wait is set, else -1.
   int take_slot(std::unique_lock<std::mutex>& lock, bool wait);
   void start(Slot& slot, int k, bool is_write);  // mu_ held
+  // A transfer that has landed makes its slot held (false: still moving); mu_ held.
+  bool settle(Slot& slot);
   void wait_done(std::unique_lock<std::mutex>& lock, Slot& slot);
   void check(const Slot& slot) const;  // throws for a failed transfer
   void unmap();                        // writes what the mapping changed to the disk first
