@@ -22,6 +22,7 @@ test_packages=(
   clang libclang-rt-14-dev             # libFuzzer (its runtime is only recommended): tests/fuzz
   python3-matplotlib                   # bench/plots: the docs/ figures from the recorded JSON
   python3-venv python3-pip             # tests/torch: PyTorch in a venv (deploy/install_torch.sh)
+  etcd-server etcd-client              # tests/netns/etcd.sh and EtcdClient.*: a real etcd cluster
 )
 
 # --build-only: what a build needs, not the tests (deploy/docker/Dockerfile).

@@ -155,16 +155,25 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
   // rendezvous host (killed, or partitioned away) notices within it, as the
   // host notices a silent node.
   const auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(o.heartbeat_timeout);
-  const std::string& secret = p.layout.agent_secret();
-  std::shared_ptr<Store> store =
-      make_grpc_store(p.store_addr, o.token, secret, o.tls)->bounded(limit);
-  Peers peers(store,
-              std::make_unique<HeartbeatClient>(p.store_addr, o.token, secret, limit, o.tls));
+  // A copy: the layout is replaced every round (the secret stays the same).
+  const std::string secret = p.layout.agent_secret();
+  std::shared_ptr<Store> store;
+  std::unique_ptr<Peers> peers_of_host;
+  // The store and the heartbeats reach the host of the rounds (another one
+  // after the etcd backend replaced a lost host).
+  auto connect = [&] {
+    store = make_grpc_store(p.store_addr, o.token, secret, o.tls)->bounded(limit);
+    peers_of_host = std::make_unique<Peers>(
+        store, std::make_unique<HeartbeatClient>(p.store_addr, o.token, secret, limit, o.tls),
+        p.etcd != nullptr);
+  };
+  connect();
   const bool many = o.nnodes > 1;
   std::vector<std::string> failures;  // what failed before each restart, in order
   const double jitter = draw_jitter();
 
   for (;;) {
+    Peers& peers = *peers_of_host;
     const int round = p.layout.round(), node_rank = p.layout.node_rank();
     const int nnodes = p.layout.nnodes(), restarts = p.layout.restarts();
     if (round > 0 && many) {
@@ -211,7 +220,17 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
     });
     supervisor.start(worker_specs(o, p, parent_env));
     StopCheck stop_check;
-    if (many) stop_check = [&] { return peers.check(round, node_rank, NodeState::kRunning); };
+    if (many)
+      stop_check = [&]() -> std::optional<Outcome> {
+        // Cut off from etcd, this node is dropped by the others: its workers stop.
+        if (p.etcd) {
+          if (std::string why = p.etcd->lost(); !why.empty())
+            return Outcome{
+                Ending::kStopRequested, 1, -1,
+                "this node lost its lease in etcd, so the job goes on without it: " + why};
+        }
+        return peers.check(round, node_rank, NodeState::kRunning);
+      };
     Outcome out = supervisor.watch(stop_check, kPeerPoll);
     // This node's workers are done; the round is the job's once every node's are.
     if (many && out.ending == Ending::kSuccess) {
@@ -219,6 +238,13 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
     }
     if (out.ending == Ending::kSuccess) {
       if (many) peers.leave(round, node_rank, nnodes, p.server != nullptr);
+      if (p.etcd && p.server) {
+        try {
+          p.etcd->forget_job();
+        } catch (const Error& e) {
+          logger->warn("could not remove the job's round record from etcd: {}", e.what());
+        }
+      }
       break;
     }
     bool failed_here = out.ending == Ending::kWorkerFailed;
@@ -273,6 +299,10 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
     }
     if (next_restarts >= 0) {
       try {
+        if (out.host_lost) {
+          find_etcd_host(o, p, p.store_addr);
+          connect();
+        }
         p.layout = join(o, p, round, next_restarts);
         continue;
       } catch (const Error& e) {
@@ -281,7 +311,7 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
       }
     }
     if (failed_here && many) {
-      peers.record_failure(round, node_rank, out, true);
+      peers_of_host->record_failure(round, node_rank, out, true);
       // The host keeps the store up a moment so that the others read why.
       if (p.server) std::this_thread::sleep_for(2 * kPeerPoll);
     }

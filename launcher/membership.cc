@@ -12,9 +12,40 @@ long long seconds(std::chrono::system_clock::duration d) {
 }
 }  // namespace
 
-Membership::Membership(RoundConfig job, std::chrono::milliseconds heartbeat_timeout, SystemTime now)
+Membership::Membership(RoundConfig job, std::chrono::milliseconds heartbeat_timeout, SystemTime now,
+                       const ResumeFrom* resume)
     : job_(std::move(job)), heartbeat_timeout_(heartbeat_timeout) {
-  forming_ = std::make_unique<Round>(round_config(0), now);
+  if (!resume) {
+    forming_ = std::make_unique<Round>(round_config(0), now);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ = resume->record.round();
+  for (const auto& m : resume->record.members()) {
+    members_.push_back(
+        Member{Round::Member{m.node_id(), m.host(), m.node_rank(), m.secret()}, now});
+    secrets_[m.node_id()] = m.secret();
+  }
+  for (Member& m : members_) {
+    auto gone = resume->lost.find(m.who.node_id);
+    if (gone != resume->lost.end() && failure_.empty()) lose_locked(m, now, gone->second);
+  }
+  if (!forming_ && failure_.empty()) open_locked(now, "the rendezvous host changed");
+}
+
+proto::RoundRecord Membership::record() {
+  std::lock_guard<std::mutex> lock(mu_);
+  proto::RoundRecord r;
+  r.set_round(running_);
+  r.set_run_id(job_.run_id);
+  for (const Member& m : members_) {
+    auto* out = r.add_members();
+    out->set_node_id(m.who.node_id);
+    out->set_host(m.who.host);
+    out->set_node_rank(m.who.node_rank);
+    out->set_secret(m.who.secret);
+  }
+  return r;
 }
 
 RoundConfig Membership::round_config(int round) const {

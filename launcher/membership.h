@@ -28,12 +28,22 @@ struct Beat {
   std::string refused;  // non-empty: the call does not speak for that node (nothing changed)
 };
 
+// A job that goes on under a new host (the etcd backend, after the last host
+// was lost): its running round as recorded, and its members found gone.
+struct ResumeFrom {
+  proto::RoundRecord record;
+  std::map<std::string, std::string> lost;  // node_id -> how it was found gone
+};
+
 class Membership {
  public:
   // job: what every round checks and hands out (its round, previous and
   // rejoin_wait are set per round); a member silent for heartbeat_timeout is lost.
+  // resume: the job's running round, which this host takes over: the next
+  // round forms at once, without the members lost (or the job fails, as
+  // when a node is lost under one host).
   Membership(RoundConfig job, std::chrono::milliseconds heartbeat_timeout,
-             SystemTime now = std::chrono::system_clock::now());
+             SystemTime now = std::chrono::system_clock::now(), const ResumeFrom* resume = nullptr);
 
   // Joins the forming round, opening one for a running job (see the header
   // comment); refuses a newcomer when the job is full or finishing. An
@@ -58,6 +68,8 @@ class Membership {
   // Expires joins, closes rounds on their last call, finds silent members.
   void tick(SystemTime now);
   void cancel(const std::string& why);
+  // The running round (round -1 before the first starts), for the etcd backend's record.
+  proto::RoundRecord record();
   // Grows whenever what heartbeat() answers may have changed (a round forms
   // or starts, the job fails): the server then answers the calls it holds.
   long long generation();

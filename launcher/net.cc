@@ -188,4 +188,32 @@ std::string join_host_port(const std::string& host, int port) {
   return host + ":" + std::to_string(port);
 }
 
+std::vector<std::string> parse_etcd_endpoints(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string e = text.substr(start, comma - start);
+    const auto colon = e.rfind(':');
+    bool ok = colon != std::string::npos && colon > 0 && colon + 1 < e.size() && e.size() <= 255;
+    int port = 0;
+    if (ok) {
+      for (std::size_t i = colon + 1; i < e.size(); ++i) {
+        ok = ok && e[i] >= '0' && e[i] <= '9' && port < 100000;
+        port = port * 10 + (e[i] - '0');
+      }
+      ok = ok && port >= 1 && port <= 65535;
+    }
+    if (!ok)
+      throw Error(ErrorCategory::kConfig,
+                  "--rdzv=" + text + ": '" + e +
+                      "' is not HOST:PORT; the etcd backend takes the etcd members as "
+                      "HOST:PORT[,HOST:PORT...] (etcd's client port, usually 2379)");
+    out.push_back(e);
+    start = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace rtd::launcher

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace rtd::launcher {
 
@@ -23,5 +24,9 @@ int free_port(const std::string& ip);
 std::string random_token();
 // "host:port", with brackets around IPv6 literals.
 std::string join_host_port(const std::string& host, int port);
+
+// "h1:2379,h2:2379" (the --rdzv of the etcd backend) as a list; throws
+// rtd::Error(kConfig) naming an entry that is not HOST:PORT.
+std::vector<std::string> parse_etcd_endpoints(const std::string& text);
 
 }  // namespace rtd::launcher

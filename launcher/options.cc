@@ -13,6 +13,7 @@
 
 #include "launcher/nccl_settings.h"
 #include "launcher/net.h"
+#include "rt_dist/error.h"
 #include "runtime/core/slurm.h"
 #include "runtime/core/store/tls.h"
 
@@ -200,13 +201,35 @@ std::string to_streams(const char* flag, const std::string& text, int* out) {
   return to_count(flag, text, 0, 3, out);
 }
 
+bool is_etcd(const std::string& backend) { return backend == "etcd" || backend == "etcd-v2"; }
+
 // torchrun's launch flags, mapped onto dtrun's: the rendezvous, how the
 // program runs, what reaches the console.
 std::string torchrun_compat(const RawFlags& f, LaunchOptions& o, std::string* rdzv) {
-  if (!f.rdzv_backend.empty() && f.rdzv_backend != "c10d" && f.rdzv_backend != "static")
+  if (!f.rdzv_backend.empty() && f.rdzv_backend != "c10d" && f.rdzv_backend != "static" &&
+      !is_etcd(f.rdzv_backend))
     return "--rdzv-backend=" + f.rdzv_backend +
-           ": dtrun has its own rendezvous (gRPC); it accepts c10d and static, which both mean "
-           "it";
+           ": dtrun accepts c10d and static (both mean its own rendezvous, hosted by one node) "
+           "and etcd (etcd-v2 is the same): the rendezvous through an etcd cluster, so that "
+           "any node can be lost";
+  if (is_etcd(f.rdzv_backend)) {
+    if (f.rdzv.empty())
+      return "--rdzv-backend=etcd needs --rdzv=HOST:PORT[,HOST:PORT...] naming the etcd "
+             "cluster's members";
+    if (o.node_rank >= 0)
+      return "--rdzv-backend=etcd elects the node that hosts the rounds and numbers the nodes "
+             "itself: leave out --node-rank";
+    if (!f.master_addr.empty() || !f.master_port.empty())
+      return "--rdzv-backend=etcd takes the etcd members in --rdzv, not "
+             "--master-addr/--master-port";
+    if (o.rdzv_id.empty() || o.rdzv_id.size() > 64 ||
+        o.rdzv_id.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+            std::string::npos)
+      return "--rdzv-backend=etcd needs --rdzv-id=NAME (at most 64 letters, digits, '-', '_', "
+             "'.'), the same on every node of the job and another for each job: its keys in "
+             "etcd live under /dtrun/NAME/";
+  }
   if (f.rdzv_backend == "static" && o.nnodes > 1 && o.node_rank < 0)
     return "--rdzv-backend=static needs --node-rank on every node (or leave it out: dtrun "
            "numbers the nodes itself)";
@@ -344,7 +367,17 @@ std::string convert(const RawFlags& f, const ParseContext& c, LaunchOptions& o) 
 std::string check(LaunchOptions& o, const RawFlags& f, const ParseContext& c) {
   const std::string& rdzv = f.rdzv;
   const std::vector<std::string>& env = f.env;
-  if (!rdzv.empty()) {
+  if (is_etcd(f.rdzv_backend)) {
+    try {
+      o.etcd_endpoints = parse_etcd_endpoints(rdzv);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    // The first member stands for the cluster: this node's address is the one
+    // that routes to it.
+    std::string err = parse_endpoint(o.etcd_endpoints.front(), o);
+    if (!err.empty()) return err;
+  } else if (!rdzv.empty()) {
     std::string err = parse_endpoint(rdzv, o);
     if (!err.empty()) return err;
   }
@@ -451,7 +484,8 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
   app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id, "job id; every node must give the same")
       ->group(torchrun);
   app.add_option("--rdzv-backend,--rdzv_backend", f.rdzv_backend,
-                 "c10d or static: both mean dtrun's own rendezvous")
+                 "c10d or static: dtrun's own rendezvous; etcd (or etcd-v2): through the etcd "
+                 "cluster that --rdzv=HOST:PORT[,...] names (docs/rendezvous.md)")
       ->group(torchrun);
   app.add_option("--master-addr,--master_addr", f.master_addr,
                  "with --master-port: the rendezvous address (as --rdzv=ADDR:PORT)")

@@ -36,6 +36,9 @@ struct LaunchOptions {
   int redirects = 0;
   std::vector<int> local_ranks_filter;  // console output of these local ranks only
   std::string rdzv_id;                  // every node must give the same (or none)
+  // --rdzv-backend=etcd: the etcd cluster's members (--rdzv's list); empty:
+  // dtrun's own rendezvous, hosted by the node that owns the --rdzv address.
+  std::vector<std::string> etcd_endpoints;
   std::vector<std::pair<std::string, std::string>> env;
   // From --token, --token-file or DTRUN_TOKEN; else generated (1 node) or
   // empty: several nodes without a token run unauthenticated (token_warning

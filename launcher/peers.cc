@@ -30,29 +30,35 @@ Outcome parse_failure(const std::string& value, bool restart) {
   return out;
 }
 
-Outcome lost_host(const Error& e) {
-  return Outcome{Ending::kStopRequested, 1, -1,
-                 std::string("lost contact with the rendezvous host: ") + e.what()};
-}
-
 }  // namespace
+
+Outcome Peers::lost_host(const std::string& why) const {
+  if (!host_replaceable_)
+    return Outcome{Ending::kStopRequested, 1, -1, "lost contact with the rendezvous host: " + why};
+  // Through etcd another agent takes over: a change of membership.
+  Outcome out{Ending::kStopRequested, 0, -1,
+              "the host of the job's rounds was lost (" + why + "); another node takes over"};
+  out.rejoin = true;
+  out.host_lost = true;
+  return out;
+}
 
 std::string round_key(int round, const std::string& what) {
   return "dtrun/round" + std::to_string(round) + "/" + what;
 }
 
-Peers::Peers(std::shared_ptr<Store> store, std::unique_ptr<HeartbeatClient> heartbeats)
-    : store_(std::move(store)), heartbeats_(std::move(heartbeats)) {}
+Peers::Peers(std::shared_ptr<Store> store, std::unique_ptr<HeartbeatClient> heartbeats,
+             bool host_replaceable)
+    : store_(std::move(store)),
+      heartbeats_(std::move(heartbeats)),
+      host_replaceable_(host_replaceable) {}
 
 std::optional<Outcome> Peers::check(int round, int node_rank, NodeState state) {
   const std::string round_failed = round_key(round, "failed");
   heartbeats_->watch(round, node_rank, state, {kJobFailedKey, round_failed});
   std::optional<HeartbeatReply> reply = heartbeats_->news();
   if (!reply) return std::nullopt;
-  if (!reply->lost.empty()) {
-    return Outcome{Ending::kStopRequested, 1, -1,
-                   "lost contact with the rendezvous host: " + reply->lost};
-  }
+  if (!reply->lost.empty()) return lost_host(reply->lost);
   if (auto it = reply->values.find(kJobFailedKey); it != reply->values.end())
     return parse_failure(it->second, false);
   if (!reply->failure.empty()) return Outcome{Ending::kStopRequested, 1, -1, reply->failure};
@@ -143,7 +149,7 @@ std::optional<Outcome> Peers::meet_done(int round, int node_rank, int nnodes) {
       std::this_thread::sleep_for(kPoll);
     }
   } catch (const Error& e) {
-    return lost_host(e);
+    return lost_host(e.what());
   }
 }
 

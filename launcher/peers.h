@@ -23,7 +23,10 @@ std::string round_key(int round, const std::string& what);
 
 class Peers {
  public:
-  Peers(std::shared_ptr<Store> store, std::unique_ptr<HeartbeatClient> heartbeats);
+  // host_replaceable: the etcd backend, where a lost host is replaced (the
+  // round ends as for a membership change) instead of ending the job.
+  Peers(std::shared_ptr<Store> store, std::unique_ptr<HeartbeatClient> heartbeats,
+        bool host_replaceable = false);
 
   // Beats for this round and state (heartbeats.h): what ends the round's
   // workers, if anything.
@@ -45,8 +48,11 @@ class Peers {
   void leave(int round, int node_rank, int nnodes, bool host);
 
  private:
+  Outcome lost_host(const std::string& why) const;
+
   std::shared_ptr<Store> store_;
   std::unique_ptr<HeartbeatClient> heartbeats_;
+  const bool host_replaceable_;
 };
 
 }  // namespace rtd::launcher

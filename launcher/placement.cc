@@ -16,9 +16,16 @@ std::string fingerprint(const LaunchOptions& o) {
          (o.rdzv_id.empty() ? "" : ", rdzv_id=" + o.rdzv_id);
 }
 
+StoreServiceLimits store_limits(const LaunchOptions& o) {
+  StoreServiceLimits limits;
+  limits.store.max_keys = static_cast<std::size_t>(o.store_max_keys);
+  limits.store.max_bytes = static_cast<std::size_t>(o.store_max_mb) << 20;
+  return limits;
+}
+
 }  // namespace
 
-proto::JoinResponse join(const LaunchOptions& o, const Placement& p, int last_round, int restarts) {
+proto::JoinResponse join(const LaunchOptions& o, Placement& p, int last_round, int restarts) {
   proto::JoinRequest req;
   req.set_host(p.node_addr);
   req.set_nproc_per_node(o.nproc_per_node);
@@ -30,7 +37,54 @@ proto::JoinResponse join(const LaunchOptions& o, const Placement& p, int last_ro
   req.set_last_round(last_round);
   req.set_restarts(restarts);
   req.set_agent_secret(p.layout.agent_secret());
-  return join_rendezvous(p.store_addr, o.token, req, o.rdzv_timeout, o.tls);
+  if (!p.etcd) return join_rendezvous(p.store_addr, o.token, req, o.rdzv_timeout, o.tls);
+  const auto until = std::chrono::system_clock::now() + o.rdzv_timeout;
+  for (;;) {
+    req.set_node_rank(p.host ? 0 : -1);
+    const auto left =
+        std::chrono::duration_cast<std::chrono::seconds>(until - std::chrono::system_clock::now());
+    try {
+      return join_rendezvous(p.store_addr, o.token, req, std::max(left, std::chrono::seconds(1)),
+                             o.tls, o.heartbeat_timeout);
+    } catch (const Error& e) {
+      if (e.category() != ErrorCategory::kUnavailable || std::chrono::system_clock::now() >= until)
+        throw;
+      log::get("launcher")
+          ->warn("the host of the job's rounds at {} is gone ({}); finding the next", p.store_addr,
+                 e.what());
+      find_etcd_host(o, p, p.store_addr);
+    }
+  }
+}
+
+void find_etcd_host(const LaunchOptions& o, Placement& p, const std::string& gone) {
+  auto start = [&](const std::optional<ResumeFrom>& resume) {
+    EtcdHosting* etcd = p.etcd.get();
+    return std::make_unique<RendezvousServer>(ServerOptions{
+        .bind_ip = p.node_addr,
+        .port = 0,
+        .token = o.token,
+        .min_nodes = o.min_nodes,
+        .max_nodes = o.nnodes,
+        .nproc_per_node = o.nproc_per_node,
+        .fingerprint = fingerprint(o),
+        .master_port = free_port(p.node_addr),
+        .last_call = o.last_call,
+        .heartbeat_timeout = o.heartbeat_timeout,
+        .host_node_id = p.node_id,
+        .tls = o.tls,
+        .store_limits = store_limits(o),
+        .resume = resume,
+        .on_round = [etcd](const proto::RoundRecord& r) { etcd->record(r); },
+    });
+  };
+  std::unique_ptr<RendezvousServer> server;
+  p.store_addr =
+      p.etcd->find_host(gone, std::chrono::system_clock::now() + o.rdzv_timeout, start, &server);
+  if (server) {
+    p.server = std::move(server);
+    p.host = true;
+  }
 }
 
 Placement rendezvous(const LaunchOptions& o) {
@@ -41,10 +95,23 @@ Placement rendezvous(const LaunchOptions& o) {
   // hosts it; a second agent on that host finds the port taken and joins.
   p.host = o.node_rank == 0 || (o.node_rank < 0 && (o.nnodes == 1 || is_local_address(rdzv_ip)));
   int port = o.rdzv_port;
+  if (!o.etcd_endpoints.empty()) {
+    p.node_addr = local_address_towards(rdzv_ip, o.rdzv_port);
+    p.etcd = std::make_unique<EtcdHosting>(EtcdHostingOptions{
+        .endpoints = o.etcd_endpoints,
+        .tls = o.tls,
+        .job = o.rdzv_id,
+        .ttl = o.heartbeat_timeout,
+        .node_id = p.node_id,
+        .node_addr = p.node_addr,
+    });
+    p.host = false;
+    find_etcd_host(o, p, "");
+    p.layout = join(o, p, -1, 0);
+    return p;
+  }
   if (p.host) {
-    StoreServiceLimits limits;
-    limits.store.max_keys = static_cast<std::size_t>(o.store_max_keys);
-    limits.store.max_bytes = static_cast<std::size_t>(o.store_max_mb) << 20;
+    const StoreServiceLimits limits = store_limits(o);
     std::string bind_ip = rdzv_ip;
     if (o.rdzv_bind_all) bind_ip = rdzv_ip.find(':') == std::string::npos ? "0.0.0.0" : "::";
     try {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "launcher/etcd/etcd_hosting.h"
 #include "launcher/options.h"
 #include "launcher/rendezvous_server.h"
 #include "rendezvous.pb.h"
@@ -19,10 +20,17 @@ struct Placement {
   std::string node_id;                       // this agent's, the same in every round
   bool host = false;                         // it hosts the rendezvous (node rank 0)
   std::unique_ptr<RendezvousServer> server;  // the host only
+  std::unique_ptr<EtcdHosting> etcd;         // --rdzv-backend=etcd
 };
 
-// Joins a round: the first (last_round -1) or the next one.
-proto::JoinResponse join(const LaunchOptions& o, const Placement& p, int last_round, int restarts);
+// Joins a round: the first (last_round -1) or the next one. With etcd, a
+// host that cannot be reached is taken as lost: the agent finds (or
+// becomes) the next host and joins there.
+proto::JoinResponse join(const LaunchOptions& o, Placement& p, int last_round, int restarts);
+
+// The etcd backend: the host of the rounds after `gone` (empty: the first),
+// found or become (store_addr, host, server).
+void find_etcd_host(const LaunchOptions& o, Placement& p, const std::string& gone);
 
 // Hosts the rendezvous where this node owns the --rdzv address (or is
 // --node-rank 0), and joins the first round.

@@ -34,8 +34,11 @@ std::string no_answer(const std::string& address, const TlsFiles& tls) {
 
 proto::JoinResponse join_rendezvous(const std::string& address, const std::string& token,
                                     const proto::JoinRequest& request, std::chrono::seconds timeout,
-                                    const TlsFiles& tls) {
+                                    const TlsFiles& tls, std::chrono::seconds connect_timeout) {
   auto deadline = std::chrono::system_clock::now() + timeout;
+  const auto connect_deadline = connect_timeout.count() > 0 && connect_timeout < timeout
+                                    ? std::chrono::system_clock::now() + connect_timeout
+                                    : deadline;
   // Reconnect within seconds once the host comes up (gRPC's own backoff
   // grows to two minutes).
   grpc::ChannelArguments args;
@@ -48,8 +51,8 @@ proto::JoinResponse join_rendezvous(const std::string& address, const std::strin
   const int port = std::stoi(address.substr(colon + 1));
   bool connected = false, warned = false;
   while (!(connected = channel->WaitForConnected(
-               std::min(deadline, std::chrono::system_clock::now() + kProbeEvery)))) {
-    if (std::chrono::system_clock::now() >= deadline) break;
+               std::min(connect_deadline, std::chrono::system_clock::now() + kProbeEvery)))) {
+    if (std::chrono::system_clock::now() >= connect_deadline) break;
     // Something that takes the connection but does not speak gRPC (an HTTP
     // server on the port): said at once; the real host may still come.
     if (!warned && accepts_tcp(ip, port, 1000)) {
@@ -65,7 +68,9 @@ proto::JoinResponse join_rendezvous(const std::string& address, const std::strin
                   no_answer(address, tls) + ": pick another port in --rdzv");
     throw Error(ErrorCategory::kUnavailable,
                 "could not reach the rendezvous at " + address + " within " +
-                    std::to_string(timeout.count()) +
+                    std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                       connect_deadline - (deadline - timeout))
+                                       .count()) +
                     " s (--rdzv-timeout); check that node rank 0's dtrun is running, that "
                     "--rdzv names its address, and that the port is not blocked");
   }

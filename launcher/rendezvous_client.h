@@ -10,10 +10,12 @@
 
 namespace rtd::launcher {
 
-// Throws rtd::Error: kUnavailable when the server never answered, kConfig when
+// Throws rtd::Error: kUnavailable when the server never answered (within
+// connect_timeout, when given and shorter) or closed the call, kConfig when
 // the round failed (disagreeing nodes, wrong token), kTimeout when nodes were missing.
 proto::JoinResponse join_rendezvous(const std::string& address, const std::string& token,
                                     const proto::JoinRequest& request, std::chrono::seconds timeout,
-                                    const TlsFiles& tls = {});
+                                    const TlsFiles& tls = {},
+                                    std::chrono::seconds connect_timeout = {});
 
 }  // namespace rtd::launcher

@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -75,11 +76,14 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
                                 .nproc_per_node = o.nproc_per_node,
                                 .fingerprint = o.fingerprint,
                                 .master_port = o.master_port,
-                                .run_id = random_token().substr(0, 12),
+                                .run_id = o.resume ? o.resume->record.run_id()
+                                                   : random_token().substr(0, 12),
                                 .last_call = o.last_call,
                                 .host_node_id = o.host_node_id},
-                    o.heartbeat_timeout),
-        hold_limit_(o.heartbeat_timeout / 2) {
+                    o.heartbeat_timeout, std::chrono::system_clock::now(),
+                    o.resume ? &*o.resume : nullptr),
+        hold_limit_(o.heartbeat_timeout / 2),
+        on_round_(o.on_round) {
     // Every store write passes here, the workers' included: only the agents'
     // keys (kWatchable) take the lock.
     service->set_observer([this](const std::string& key) {
@@ -106,10 +110,14 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     service_ = service;
     ticker_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mu_);
-      while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) {
+      for (;;) {
+        cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_ || wake_; });
+        if (stop_) return;
+        wake_ = false;
         lock.unlock();
         membership_.tick(std::chrono::system_clock::now());
         answer_held(false);
+        record_round();
         lock.lock();
       }
     });
@@ -141,6 +149,15 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
           if (layout) *resp = *layout;
           if (error && error->category() == ErrorCategory::kConfig)
             refusals_.note(ctx, "a join", error->what());
+          if (layout && on_round_) {
+            // Recorded first (the ticker, woken now), answered after: a host
+            // lost a moment later leaves the round its members run in etcd.
+            std::lock_guard<std::mutex> lock(mu_);
+            unrecorded_.push_back(Unrecorded{reactor, layout->round()});
+            wake_ = true;
+            cv_.notify_all();
+            return;
+          }
           reactor->Finish(layout ? grpc::Status::OK : to_status(*error));
         });
     return reactor;
@@ -179,6 +196,7 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
   // answered (the job failed), and no call is held any more.
   void cancel() {
     membership_.cancel("the rendezvous host is shutting down");
+    drop_unrecorded();
     {
       std::lock_guard<std::mutex> lock(held_mu_);
       stopping_ = true;
@@ -267,8 +285,54 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
   MemoryStore* store_;
   StoreService* service_ = nullptr;
   RefusalLog refusals_;
+  // A round that started since the last tick goes to on_round_ (etcd's
+  // record); then its members get their layouts. A round that cannot be
+  // recorded is not started: its joins fail (they look for the next host).
+  void record_round() {
+    if (!on_round_) return;
+    proto::RoundRecord record = membership_.record();
+    std::string failed;
+    if (record.round() >= 0 && record.round() != recorded_) {
+      try {
+        on_round_(record);
+        recorded_ = record.round();
+      } catch (const Error& e) {
+        failed = e.what();
+        log::get("rendezvous")->warn("could not record round {}: {}", record.round(), failed);
+      }
+    }
+    std::vector<Unrecorded> ready;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = std::stable_partition(
+          unrecorded_.begin(), unrecorded_.end(),
+          [&](const Unrecorded& u) { return u.round > recorded_ && failed.empty(); });
+      ready.assign(it, unrecorded_.end());
+      unrecorded_.erase(it, unrecorded_.end());
+    }
+    for (const Unrecorded& u : ready)
+      u.reactor->Finish(u.round <= recorded_
+                            ? grpc::Status::OK
+                            : grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                           "the rendezvous host could not record round " +
+                                               std::to_string(u.round) + ": " + failed));
+  }
+  // Shutting down: the joins still waiting for their round's record fail.
+  void drop_unrecorded() {
+    std::vector<Unrecorded> left;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      left.swap(unrecorded_);
+    }
+    for (const Unrecorded& u : left)
+      u.reactor->Finish(
+          grpc::Status(grpc::StatusCode::UNAVAILABLE, "the rendezvous host is shutting down"));
+  }
+
   Membership membership_;
   const std::chrono::milliseconds hold_limit_;
+  const std::function<void(const proto::RoundRecord&)> on_round_;
+  int recorded_ = -1;
   std::mutex held_mu_;
   std::deque<Held> held_;
   std::set<std::string> watched_;
@@ -278,6 +342,12 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool wake_ = false;  // a join waits for its round's record
+  struct Unrecorded {
+    grpc::ServerUnaryReactor* reactor;
+    int round;
+  };
+  std::vector<Unrecorded> unrecorded_;  // under mu_
   std::thread ticker_;
 };
 

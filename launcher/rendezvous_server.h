@@ -5,9 +5,12 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "launcher/membership.h"
 #include "runtime/core/store/store_service.h"
 #include "runtime/core/tls_files.h"
 
@@ -27,6 +30,11 @@ struct ServerOptions {
   std::string host_node_id;  // the hosting agent's node_id: node rank 0 is its alone
   TlsFiles tls;              // mutual TLS (requires and verifies the callers' certificates)
   StoreServiceLimits store_limits;
+  // The etcd backend: the job's running round when this host takes over from
+  // one that was lost, and what records each round that starts (called off
+  // the server's locks; an error is logged, and the round goes on).
+  std::optional<ResumeFrom> resume;
+  std::function<void(const proto::RoundRecord&)> on_round;
 };
 
 class RendezvousServer {

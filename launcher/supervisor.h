@@ -54,6 +54,8 @@ struct Outcome {
   // was lost with enough left): the workers restart in the new round without
   // spending a restart.
   bool rejoin = false;
+  // With rejoin: the host of the rounds was lost (the etcd backend finds the next).
+  bool host_lost = false;
 };
 
 // Returns nothing while the workers should go on, else the outcome to end with

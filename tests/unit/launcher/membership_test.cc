@@ -68,6 +68,22 @@ class MembershipTest : public ::testing::Test {
     return nodes;
   }
 
+  // A new host takes over (the etcd backend): the running round as recorded,
+  // with these hosts lost, and "b" hosting now.
+  void take_over(const std::vector<std::string>& lost) {
+    ResumeFrom resume{membership_->record(), {}};
+    for (const std::string& host : lost) resume.lost["id-" + host] = "was lost: its lease ended";
+    membership_ = std::make_unique<Membership>(RoundConfig{.min_nodes = min_,
+                                                           .max_nodes = max_,
+                                                           .nproc_per_node = 2,
+                                                           .fingerprint = "f",
+                                                           .master_port = 2,
+                                                           .run_id = "run",
+                                                           .last_call = milliseconds(0),
+                                                           .host_node_id = "id-b"},
+                                               seconds(5), Clock::now(), &resume);
+  }
+
   std::unique_ptr<Membership> membership_;
   std::map<std::string, std::string> secrets_;  // by host, as each agent keeps its own
   int min_ = 1, max_ = 1;
@@ -213,6 +229,59 @@ TEST_F(MembershipTest, ARestartRoundOfAFixedJobWaitsForEveryNode) {
   ASSERT_TRUE(a->done && b->done);
   EXPECT_EQ(b->layout.round(), 1);
   EXPECT_EQ(b->layout.node_rank(), 1);
+}
+
+// The etcd backend: a new host takes over the running round from its
+// record; the next round forms at once without the lost host, the
+// survivors keep their secrets and their order, the new host is node 0.
+TEST_F(MembershipTest, ANewHostTakesOverTheRunningRound) {
+  make(2, 3);
+  auto first = start(3);
+  const proto::RoundRecord record = membership_->record();
+  ASSERT_EQ(record.round(), 0);
+  ASSERT_EQ(record.members_size(), 3);
+  EXPECT_EQ(record.members(2).node_id(), "id-c");
+  take_over({"a"});
+  Beat told = membership_->peek(0, 2);
+  EXPECT_TRUE(told.rejoin);
+  EXPECT_NE(told.change.find("node 0 (a) was lost: its lease ended"), std::string::npos)
+      << told.change;
+  EXPECT_TRUE(told.failure.empty()) << told.failure;
+  auto b = join("b", 0, 0);
+  auto c = join("c", 0);
+  ASSERT_TRUE(b->done && c->done) << "every member not lost is back";
+  ASSERT_TRUE(b->error.empty() && c->error.empty()) << b->error << c->error;
+  EXPECT_EQ(b->layout.round(), 1);
+  EXPECT_EQ(b->layout.node_rank(), 0);
+  EXPECT_EQ(c->layout.node_rank(), 1);
+  EXPECT_EQ(c->layout.nnodes(), 2);
+  EXPECT_EQ(c->layout.agent_secret(), first[2]->layout.agent_secret());
+  EXPECT_EQ(membership_->record().round(), 1);
+}
+
+// A member that claims a survivor's id without its secret is still refused
+// under the new host.
+TEST_F(MembershipTest, ANewHostKnowsTheMembersSecrets) {
+  make(2, 3);
+  start(3);
+  take_over({"a"});
+  secrets_["c"] = "stolen";
+  auto c = join("c", 0);
+  ASSERT_TRUE(c->done);
+  EXPECT_NE(c->error.find("names an agent id it was not issued"), std::string::npos) << c->error;
+}
+
+// Too few left after the host's loss: the job fails, saying why.
+TEST_F(MembershipTest, ANewHostBelowTheMinimumFailsTheJob) {
+  make(2, 2);
+  start(2);
+  take_over({"a"});
+  Beat told = membership_->peek(0, 1);
+  EXPECT_NE(told.failure.find("node 0 (a) was lost: its lease ended"), std::string::npos)
+      << told.failure;
+  auto b = join("b", 0, 0);
+  ASSERT_TRUE(b->done);
+  EXPECT_FALSE(b->error.empty());
 }
 
 }  // namespace

@@ -1,0 +1,73 @@
+// EtcdClient: the calls dtrun makes to an etcd cluster (etcd's v3 gRPC API,
+// proto/etcd.proto): keys, a create-if-absent transaction, leases and one
+// watch. Every call tries the cluster's members in turn, starting from the
+// last that answered, until one answers or the call's time is up; then it
+// throws rtd::Error(kUnavailable) naming the members and what the last said.
+// A cluster that lost its quorum answers nothing: its calls time out.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/tls_files.h"
+
+namespace rtd::launcher {
+
+struct EtcdKv {
+  std::string key;
+  std::string value;
+  std::int64_t mod_revision = 0;
+  std::int64_t lease = 0;
+};
+
+class EtcdClient {
+ public:
+  // endpoints: "host:port" of the members (at least one); TLS when the
+  // files are given (etcd's --client-cert-auth checks this node's
+  // certificate). timeout: how long one call may take, every member tried.
+  EtcdClient(std::vector<std::string> endpoints, const TlsFiles& tls,
+             std::chrono::milliseconds timeout);
+  ~EtcdClient();
+
+  // The key's value; *revision (when given) is the store's revision at the read.
+  std::optional<EtcdKv> get(const std::string& key, std::int64_t* revision = nullptr);
+  std::vector<EtcdKv> get_prefix(const std::string& prefix);
+  void put(const std::string& key, const std::string& value, std::int64_t lease = 0);
+  // Creates the key when it does not exist; returns whether it did.
+  bool create(const std::string& key, const std::string& value, std::int64_t lease = 0);
+  // Deletes the key when its value is still `value`; returns whether it did.
+  bool remove_if(const std::string& key, const std::string& value);
+  void remove_prefix(const std::string& prefix);
+
+  // A lease of `ttl` (etcd may lengthen a very short one); returns its id.
+  std::int64_t grant(std::chrono::seconds ttl);
+  // Renews the lease: the seconds it has left (0 or less: it expired).
+  std::int64_t keep_alive(std::int64_t lease);
+  void revoke(std::int64_t lease);
+
+  // Waits until the key is written or deleted after `revision`, or `until`;
+  // returns whether it changed.
+  bool wait_change(const std::string& key, std::int64_t revision,
+                   std::chrono::system_clock::time_point until);
+
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
+  std::string describe() const;  // "etcd at h1:2379,h2:2379"
+
+ private:
+  struct Stubs;
+  template <typename Call>
+  auto with_member(const std::string& what, Call&& call);
+
+  std::vector<std::string> endpoints_;
+  std::chrono::milliseconds timeout_;
+  std::vector<std::unique_ptr<Stubs>> stubs_;
+  std::mutex mu_;
+  std::size_t current_ = 0;  // the member that answered last
+};
+
+}  // namespace rtd::launcher
