@@ -174,7 +174,7 @@ TEST(Options, TorchrunsFlagsMapOntoDtruns) {
   ASSERT_TRUE(standalone.options.has_value()) << standalone.message;
   EXPECT_EQ(standalone.options->rdzv_port, 0);
   expect_error({"--standalone", "--nnodes=2", "prog"}, "--standalone runs one node");
-  expect_error({"--rdzv-backend=etcd", "prog"}, "accepts c10d and static");
+  expect_error({"--rdzv-backend=zookeeper", "prog"}, "accepts c10d and static");
   expect_error({"--rdzv-backend=static", "--nnodes=2", "--rdzv=h:1", "prog"},
                "static needs --node-rank");
   expect_error({"--rdzv=h:1", "--master-addr=h", "prog"}, "not both");
@@ -263,6 +263,37 @@ TEST(Options, UnderSrunTheStepPlacesTheNode) {
   c.slurm->ntasks = 2;
   c.slurm->nodelist = "gpu[07";
   expect_error({"--nproc-per-node=8", "./train"}, "cannot read Slurm's node list", c);
+}
+
+// The etcd backend: the members in --rdzv, a job id, no --node-rank.
+TEST(Options, EtcdBackendTakesTheMembersAndAJobId) {
+  ParseResult r = parse({"--nnodes=2:4", "--rdzv-backend=etcd-v2",
+                         "--rdzv=10.0.0.5:2379,etcd-b:2379,[fd00::1]:2379", "--rdzv-id=run-7",
+                         "--token=t", "prog"});
+  ASSERT_TRUE(r.options.has_value()) << r.message;
+  ASSERT_EQ(r.options->etcd_endpoints.size(), 3u);
+  EXPECT_EQ(r.options->etcd_endpoints[1], "etcd-b:2379");
+  EXPECT_EQ(r.options->etcd_endpoints[2], "[fd00::1]:2379");
+  EXPECT_EQ(r.options->rdzv_host, "10.0.0.5");  // the first member: this node's route
+  EXPECT_EQ(r.options->rdzv_port, 2379);
+  EXPECT_TRUE(parse({"--nnodes=2", "--rdzv=h:1", "prog"}).options->etcd_endpoints.empty());
+  expect_error({"--nnodes=2", "--rdzv-backend=etcd", "--rdzv-id=j", "prog"},
+               "needs --rdzv=HOST:PORT[,HOST:PORT...]");
+  expect_error({"--nnodes=2", "--rdzv-backend=etcd", "--rdzv=h:2379", "prog"},
+               "needs --rdzv-id=NAME");
+  expect_error({"--nnodes=2", "--rdzv-backend=etcd", "--rdzv=h:2379", "--rdzv-id=a/b", "prog"},
+               "needs --rdzv-id=NAME");
+  expect_error({"--nnodes=2", "--rdzv-backend=etcd", "--rdzv=h:2379", "--rdzv-id=j",
+                "--node-rank=1", "prog"},
+               "leave out --node-rank");
+  expect_error(
+      {"--nnodes=2", "--rdzv-backend=etcd", "--rdzv=h:2379,,h2:2379", "--rdzv-id=j", "prog"},
+      "'' is not HOST:PORT");
+  expect_error(
+      {"--nnodes=2", "--rdzv-backend=etcd", "--rdzv=h:2379,h2:99999", "--rdzv-id=j", "prog"},
+      "'h2:99999' is not HOST:PORT");
+  expect_error({"--nnodes=2", "--rdzv-backend=etcd", "--rdzv=h:2379,h2", "--rdzv-id=j", "prog"},
+               "'h2' is not HOST:PORT");
 }
 
 }  // namespace

@@ -1,0 +1,275 @@
+// The etcd client, the agent's lease and the host's election, against a real
+// etcd (one member, started here on free ports). Skipped, saying so, where
+// etcd is not installed (deploy/install_deps.sh installs etcd-server).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "launcher/etcd/etcd_client.h"
+#include "launcher/etcd/etcd_hosting.h"
+#include "launcher/etcd/etcd_lease.h"
+#include "launcher/net.h"
+#include "rt_dist/error.h"
+
+extern char** environ;
+
+namespace rtd::launcher {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Clock = std::chrono::system_clock;
+
+bool have_etcd() { return std::system("command -v etcd >/dev/null 2>&1") == 0; }
+
+// One etcd member on 127.0.0.1, its data in a temporary directory.
+class EtcdProcess {
+ public:
+  EtcdProcess() {
+    dir_ = std::filesystem::temp_directory_path() / ("rtd-etcd-" + random_token().substr(0, 8));
+    std::filesystem::create_directories(dir_);
+    client_port_ = free_port("127.0.0.1");
+    const int peer = free_port("127.0.0.1");
+    const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+    const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
+    std::vector<std::string> args = {"etcd",
+                                     "--name=t",
+                                     "--data-dir=" + (dir_ / "data").string(),
+                                     "--listen-client-urls=" + client,
+                                     "--advertise-client-urls=" + client,
+                                     "--listen-peer-urls=" + peer_url,
+                                     "--initial-advertise-peer-urls=" + peer_url,
+                                     "--initial-cluster=t=" + peer_url};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    // Its log to a file (read it where a test fails to start etcd).
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    const std::string log = (dir_ / "log").string();
+    posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&files, 1, 2);
+    if (posix_spawnp(&pid_, "etcd", &files, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&files);
+  }
+  ~EtcdProcess() {
+    stop();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  void stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(client_port_); }
+  // Until a read answers (at most 40 s).
+  bool ready() {
+    if (pid_ <= 0) return false;
+    // Its port first: a gRPC connection refused while etcd starts is retried
+    // only after gRPC's connection timeout (about 10 s here).
+    for (int i = 0; i < 200 && !accepts_tcp("127.0.0.1", client_port_, 100); ++i)
+      std::this_thread::sleep_for(milliseconds(100));
+    EtcdClient c({endpoint()}, {}, milliseconds(1000));
+    for (int i = 0; i < 40; ++i) {
+      try {
+        c.get("probe");
+        return true;
+      } catch (const Error&) {
+        std::this_thread::sleep_for(milliseconds(500));
+      }
+    }
+    return false;
+  }
+
+ private:
+  std::filesystem::path dir_;
+  int client_port_ = 0;
+  pid_t pid_ = -1;
+};
+
+class EtcdTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!have_etcd()) return;
+    etcd_ = new EtcdProcess();
+    ASSERT_TRUE(etcd_->ready()) << "etcd did not start";
+  }
+  static void TearDownTestSuite() {
+    delete etcd_;
+    etcd_ = nullptr;
+  }
+  void SetUp() override {
+    if (!etcd_)
+      GTEST_SKIP() << "etcd is not installed (deploy/install_deps.sh installs etcd-server)";
+    client_ = std::make_unique<EtcdClient>(std::vector<std::string>{etcd_->endpoint()}, TlsFiles{},
+                                           milliseconds(3000));
+    prefix_ = "/test/" + random_token().substr(0, 8) + "/";
+  }
+  static EtcdProcess* etcd_;
+  std::unique_ptr<EtcdClient> client_;
+  std::string prefix_;
+};
+EtcdProcess* EtcdTest::etcd_ = nullptr;
+
+TEST_F(EtcdTest, KeysAndTheCreateTransaction) {
+  EXPECT_FALSE(client_->get(prefix_ + "a").has_value());
+  client_->put(prefix_ + "a", std::string("x\0y", 3));
+  auto a = client_->get(prefix_ + "a");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->value, std::string("x\0y", 3));
+  EXPECT_TRUE(client_->create(prefix_ + "b", "first"));
+  EXPECT_FALSE(client_->create(prefix_ + "b", "second"));
+  EXPECT_EQ(client_->get(prefix_ + "b")->value, "first");
+  EXPECT_EQ(client_->get_prefix(prefix_).size(), 2u);
+  EXPECT_FALSE(client_->remove_if(prefix_ + "b", "second"));
+  EXPECT_TRUE(client_->remove_if(prefix_ + "b", "first"));
+  client_->remove_prefix(prefix_);
+  EXPECT_TRUE(client_->get_prefix(prefix_).empty());
+}
+
+TEST_F(EtcdTest, ALeasedKeyGoesWithItsLease) {
+  const std::int64_t lease = client_->grant(seconds(10));
+  client_->put(prefix_ + "k", "v", lease);
+  EXPECT_GT(client_->keep_alive(lease), 0);
+  client_->revoke(lease);
+  EXPECT_FALSE(client_->get(prefix_ + "k").has_value());
+  EXPECT_LE(client_->keep_alive(lease), 0) << "a revoked lease renews to nothing";
+}
+
+TEST_F(EtcdTest, AWatchSeesAChangeOrTimesOut) {
+  std::int64_t revision = 0;
+  client_->get(prefix_ + "w", &revision);
+  EXPECT_FALSE(client_->wait_change(prefix_ + "w", revision, Clock::now() + milliseconds(300)));
+  std::thread writer([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    client_->put(prefix_ + "w", "1");
+  });
+  EXPECT_TRUE(client_->wait_change(prefix_ + "w", revision, Clock::now() + seconds(10)));
+  writer.join();
+  // A change made before the watch starts is seen too (it watches from the revision).
+  client_->get(prefix_ + "w", &revision);
+  client_->put(prefix_ + "w", "2");
+  EXPECT_TRUE(client_->wait_change(prefix_ + "w", revision, Clock::now() + seconds(10)));
+}
+
+// A member that is down is passed over; none answering is an error naming them.
+TEST_F(EtcdTest, DeadMembersArePassedOverAndNamed) {
+  const std::string dead = "127.0.0.1:" + std::to_string(free_port("127.0.0.1"));
+  EtcdClient both({dead, etcd_->endpoint()}, {}, milliseconds(3000));
+  both.put(prefix_ + "x", "1");
+  EXPECT_EQ(both.get(prefix_ + "x")->value, "1");
+  EtcdClient none({dead}, {}, milliseconds(800));
+  try {
+    none.get(prefix_ + "x");
+    FAIL() << "no member answered, yet the read returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kUnavailable);
+    EXPECT_NE(std::string(e.what()).find("etcd at " + dead), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no member answered"), std::string::npos) << e.what();
+  }
+}
+
+std::unique_ptr<RendezvousServer> test_server(const std::optional<ResumeFrom>& resume,
+                                              std::optional<ResumeFrom>* seen) {
+  *seen = resume;
+  return std::make_unique<RendezvousServer>(
+      ServerOptions{.bind_ip = "127.0.0.1", .token = "t", .resume = resume});
+}
+
+// The first agent is elected, the second finds it; when the first goes (its
+// lease revoked), the second is elected and takes its recorded round over,
+// the first named lost.
+TEST_F(EtcdTest, AnAgentIsElectedAndASurvivorTakesOver) {
+  const std::string job = "job-" + random_token().substr(0, 8);
+  auto options = [&](const std::string& id) {
+    return EtcdHostingOptions{.endpoints = {etcd_->endpoint()},
+                              .job = job,
+                              .ttl = seconds(5),
+                              .node_id = id,
+                              .node_addr = "127.0.0.1"};
+  };
+  auto first = std::make_unique<EtcdHosting>(options("first"));
+  EtcdHosting second(options("second"));
+  std::optional<ResumeFrom> seen;
+  std::unique_ptr<RendezvousServer> first_server, second_server;
+  const auto until = Clock::now() + seconds(20);
+  auto start = [&](const std::optional<ResumeFrom>& r) { return test_server(r, &seen); };
+  const std::string host = first->find_host("", until, start, &first_server);
+  ASSERT_NE(first_server, nullptr);
+  EXPECT_FALSE(seen.has_value()) << "a new job";
+  EXPECT_EQ(second.find_host("", until, start, &second_server), host);
+  EXPECT_EQ(second_server, nullptr);
+
+  proto::RoundRecord record;
+  record.set_round(4);
+  record.set_run_id("r");
+  for (const char* id : {"first", "second"}) {
+    auto* m = record.add_members();
+    m->set_node_id(id);
+    m->set_host("127.0.0.1");
+    m->set_node_rank(record.members_size() - 1);
+    m->set_secret(std::string("s-") + id);
+  }
+  first->record(record);
+  first_server.reset();
+  first.reset();  // exits: its lease (and the host key) go at once
+  const std::string next = second.find_host(host, until, start, &second_server);
+  ASSERT_NE(second_server, nullptr);
+  EXPECT_NE(next, host);
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->record.round(), 4);
+  EXPECT_EQ(seen->lost.count("first"), 1u);
+  EXPECT_EQ(seen->lost.count("second"), 0u);
+  EXPECT_TRUE(second.lost().empty());
+  second.forget_job();
+}
+
+// A record that no living agent is in (an earlier job under the same id) is
+// not taken over.
+TEST_F(EtcdTest, ARecordOfAGoneJobIsNotTakenOver) {
+  const std::string job = "job-" + random_token().substr(0, 8);
+  proto::RoundRecord old;
+  old.set_round(9);
+  old.add_members()->set_node_id("long-gone");
+  client_->put("/dtrun/" + job + "/round", old.SerializeAsString());
+  EtcdHosting agent(EtcdHostingOptions{.endpoints = {etcd_->endpoint()},
+                                       .job = job,
+                                       .ttl = seconds(5),
+                                       .node_id = "new",
+                                       .node_addr = "127.0.0.1"});
+  std::optional<ResumeFrom> seen;
+  std::unique_ptr<RendezvousServer> server;
+  agent.find_host(
+      "", Clock::now() + seconds(10),
+      [&](const std::optional<ResumeFrom>& r) { return test_server(r, &seen); }, &server);
+  ASSERT_NE(server, nullptr);
+  EXPECT_FALSE(seen.has_value());
+  EXPECT_FALSE(client_->get("/dtrun/" + job + "/round").has_value()) << "the stale record goes";
+}
+
+// etcd gone: the lease is lost within its TTL, and says why. It stops etcd:
+// the suite's last test.
+TEST_F(EtcdTest, TheLeaseIsLostWhenEtcdIsGone) {
+  EtcdClient c({etcd_->endpoint()}, {}, milliseconds(2000));
+  EtcdLease lease(c, seconds(2));
+  std::this_thread::sleep_for(milliseconds(800));
+  EXPECT_TRUE(lease.lost().empty()) << lease.lost();
+  etcd_->stop();
+  std::string why;
+  for (int i = 0; i < 100 && why.empty(); ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+    why = lease.lost();
+  }
+  EXPECT_NE(why.find("no etcd member renewed this node's lease for 2 s"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace rtd::launcher
