@@ -8,12 +8,18 @@
 // The server runs in a child process, so that its CPU time is its own; the
 // child execs this program again (--serve), since gRPC does not survive a fork
 // of a process that has used it.
+// With --etcd HOST:PORT (the etcd backend), each agent first does what an
+// agent does in etcd before it joins (a lease, its presence key, the host
+// key read), and through the heartbeat window renews its lease every third
+// of the TTL, as EtcdLease does; with --etcd-pid, etcd's CPU time for that.
 //   rendezvous_scale --agents 1024,4096,16384 --connections 32 --heartbeat-s 5
+//   rendezvous_scale --agents 1024 --etcd 127.0.0.1:2379 --etcd-pid $(pgrep etcd)
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/etcd/etcd_client.h"
 #include "launcher/heartbeats.h"
 #include "launcher/rendezvous_server.h"
 #include "rendezvous.grpc.pb.h"
@@ -217,6 +224,66 @@ Steady heartbeats(const Channels& channels, int n, double seconds, pid_t server,
   return steady;
 }
 
+// The etcd side of n agents, on `threads` threads with a client each.
+struct EtcdLoad {
+  std::string endpoint;
+  std::string prefix;
+  std::vector<std::int64_t> leases;  // by agent
+  static constexpr int kThreads = 32;
+
+  // What each agent does before its Join: returns the seconds it took them all.
+  double join(int n, const std::string& host) {
+    leases.assign(n, 0);
+    rtd::launcher::EtcdClient setup({endpoint}, {}, std::chrono::seconds(30));
+    setup.put(prefix + "host", host + " agent0");
+    const auto start = Clock::now();
+    run(n, [&](rtd::launcher::EtcdClient& c, int a) {
+      leases[a] = c.grant(kTimeout);
+      c.put(prefix + "agents/agent" + std::to_string(a), "10.0.0.1", leases[a]);
+      if (!c.get(prefix + "host")) throw std::runtime_error("no host key");
+    });
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  // Every lease renewed once per third of the TTL for `seconds`: renewals.
+  long long renew(double seconds) {
+    const int n = static_cast<int>(leases.size());
+    std::atomic<long long> renewals{0};
+    const auto every = std::chrono::duration<double>(kTimeout.count() / 3.0);
+    const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(seconds));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        rtd::launcher::EtcdClient c({endpoint}, {}, std::chrono::seconds(30));
+        const int mine = (n - t + kThreads - 1) / kThreads;
+        if (mine == 0) return;
+        // Spread over the period, as agents that started at different times.
+        const auto gap = std::chrono::duration_cast<Clock::duration>(every / mine);
+        auto next = Clock::now() + gap * t / kThreads;
+        for (int i = 0; Clock::now() < end; ++i) {
+          std::this_thread::sleep_until(next);
+          next += gap;
+          c.keep_alive(leases[t + (i % mine) * kThreads]);
+          ++renewals;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    return renewals;
+  }
+  template <typename F>
+  void run(int n, F&& f) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        rtd::launcher::EtcdClient c({endpoint}, {}, std::chrono::seconds(30));
+        for (int a = t; a < n; a += kThreads) f(c, a);
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -224,9 +291,15 @@ int main(int argc, char** argv) {
   std::vector<int> agents{1024, 4096};
   int connections = 32;
   double heartbeat_s = 30;
+  std::string etcd;
+  pid_t etcd_pid = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
-    if (f == "--agents")
+    if (f == "--etcd")
+      etcd = v;
+    else if (f == "--etcd-pid")
+      etcd_pid = std::stoi(v);
+    else if (f == "--agents")
       agents = counts(v);
     else if (f == "--connections")
       connections = std::stoi(v);
@@ -235,12 +308,14 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: rendezvous_scale [--agents 1024,4096,16384] [--connections 32] "
-                   "[--heartbeat-s 30]\n");
+                   "[--heartbeat-s 30] [--etcd HOST:PORT [--etcd-pid PID]]\n");
       return 2;
     }
   }
-  std::printf("%8s %12s %10s %14s %14s %10s\n", "agents", "join_s", "calls/s", "server_cpu_s",
+  std::printf("%8s %12s %10s %14s %14s %10s", "agents", "join_s", "calls/s", "server_cpu_s",
               "server_core%", "window_s");
+  if (!etcd.empty()) std::printf(" %10s %12s %12s", "etcd_s", "renewals/s", "etcd_core%");
+  std::printf("\n");
   for (const int n : agents) {
     int fds[2];
     if (pipe(fds) != 0) return 1;
@@ -261,15 +336,41 @@ int main(int argc, char** argv) {
     close(fds[0]);
     Channels channels("127.0.0.1:" + std::to_string(port), connections);
     std::vector<std::string> secrets(n);
-    const double join_s = join_all(channels, n, &secrets);
+    EtcdLoad load{
+        etcd, "/dtrun/bench-" + std::to_string(getpid()) + "-" + std::to_string(n) + "/", {}};
+    double etcd_s = 0, renewals_per_s = 0, etcd_core = 0;
+    if (!etcd.empty()) etcd_s = load.join(n, "127.0.0.1:" + std::to_string(port));
+    double join_s = join_all(channels, n, &secrets);
+    if (join_s >= 0) join_s += etcd_s;  // an agent joins once it has read the host key
+    std::thread renewing;
+    if (!etcd.empty() && join_s >= 0) {
+      renewing = std::thread([&] {
+        const double cpu0 = etcd_pid ? cpu_seconds(etcd_pid) : 0;
+        const auto t0 = Clock::now();
+        const long long renewals = load.renew(heartbeat_s);
+        const double window = std::chrono::duration<double>(Clock::now() - t0).count();
+        renewals_per_s = static_cast<double>(renewals) / window;
+        if (etcd_pid) etcd_core = 100.0 * (cpu_seconds(etcd_pid) - cpu0) / window;
+      });
+    }
     const Steady beats =
         join_s < 0 ? Steady{} : heartbeats(channels, n, heartbeat_s, child, secrets);
+    if (renewing.joinable()) renewing.join();
+    if (!etcd.empty()) {
+      rtd::launcher::EtcdClient cleanup({etcd}, {}, std::chrono::seconds(30));
+      cleanup.remove_prefix(load.prefix);
+      load.run(n, [&](rtd::launcher::EtcdClient& c, int a) { c.revoke(load.leases[a]); });
+    }
     const double window = beats.window_s, cpu = beats.cpu_s;
     const double calls = static_cast<double>(beats.calls);
     kill(child, SIGKILL);
     waitpid(child, nullptr, 0);
-    std::printf("%8d %12.3f %10.0f %14.3f %14.1f %10.2f\n", n, join_s, calls / window, cpu,
+    std::printf("%8d %12.3f %10.0f %14.3f %14.1f %10.2f", n, join_s, calls / window, cpu,
                 100.0 * cpu / window, window);
+    if (!etcd.empty())
+      std::printf(" %10.3f %12.0f %12s", etcd_s, renewals_per_s,
+                  etcd_pid ? std::to_string(etcd_core).substr(0, 5).c_str() : "-");
+    std::printf("\n");
     std::fflush(stdout);
   }
   return 0;
