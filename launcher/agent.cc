@@ -41,6 +41,9 @@ constexpr std::chrono::milliseconds kPeerPoll{500};
 // How long a node whose worker failed first waits for the host to say whether
 // a node was lost (Membership::kReconnectGrace, plus ticks and the answer).
 constexpr std::chrono::milliseconds kLossWait{3000};
+// In-process recovery: how many times a round a local worker may be started
+// again alone before its failure ends the round as usual.
+constexpr int kMaxReplacementsPerWorker = 3;
 
 // Sleeps `wait`, or less when a signal comes: returns it (0: none).
 int sleep_unless_signalled(std::chrono::milliseconds wait) {
@@ -64,11 +67,14 @@ const std::string& python_dir() {
   return dir;
 }
 
+// The workers of this node (`only`: these local ranks), starting in `generation`.
 std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
-                                     const EnvMap& parent_env) {
+                                     const EnvMap& parent_env, int generation = 0,
+                                     const std::vector<int>* only = nullptr) {
   std::vector<WorkerSpec> specs;
   const auto& node = p.layout.node();
   for (int local = 0; local < node.nproc(); ++local) {
+    if (only && std::find(only->begin(), only->end(), local) == only->end()) continue;
     specs.push_back(WorkerSpec{
         .global_rank = node.first_rank() + local,
         .local_rank = local,
@@ -83,6 +89,8 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
             .round = p.layout.round(),
             .restarts = p.layout.restarts(),
             .max_restarts = o.max_restarts,
+            .recovery = o.recovery_in_process,
+            .generation = generation,
             .overrides = &o.env,
             .python_dir = python_dir(),
         }),
@@ -198,6 +206,51 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
         return 1;
       }
     }
+    // In-process recovery: a failed worker is started again alone, in the
+    // next generation of the round, which the survivors wait for in the
+    // store (rt_dist/recovery.h) to rebuild their communicator with it.
+    int replacements = 0;
+    using ReplaceFn = decltype(SupervisorOptions::replace);
+    auto replace = [&, round](const std::vector<int>& local_ranks,
+                              const std::string& why) -> std::optional<std::vector<WorkerSpec>> {
+      replacements += static_cast<int>(local_ranks.size());
+      if (replacements > kMaxReplacementsPerWorker * o.nproc_per_node) {
+        logger->warn(
+            "{}; workers of this node failed {} times this round: no more in-process "
+            "recovery",
+            why, replacements);
+        return std::nullopt;
+      }
+      const std::string prefix = "round" + std::to_string(round) + "/recovery/";
+      long long generation = 0;
+      try {
+        // Only where every rank recovers in process (rtd::Recovery::enable).
+        std::vector<std::string> keys;
+        for (int r = 0; r < p.layout.world_size(); ++r)
+          keys.push_back(prefix + "capable/" + std::to_string(r));
+        for (std::size_t i = 0; i < keys.size(); i += 4096) {
+          const std::vector<std::string> some(
+              keys.begin() + static_cast<std::ptrdiff_t>(i),
+              keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), i + 4096)));
+          if (!store->check(some)) {
+            logger->warn(
+                "{}; not every worker of the job recovers in process "
+                "(rtd::Recovery::enable): the round ends as for any failure",
+                why);
+            return std::nullopt;
+          }
+        }
+        generation = store->add(prefix + "generation", 1);
+      } catch (const Error& e) {
+        logger->warn("{}; could not start a new generation: {}", why, e.what());
+        return std::nullopt;
+      }
+      logger->warn(
+          "{}; starting it again alone, in generation {} (in-process recovery: the "
+          "other workers keep running)",
+          why, generation);
+      return worker_specs(o, p, parent_env, static_cast<int>(generation), &local_ranks);
+    };
     Supervisor supervisor(SupervisorOptions{
         .program_path = program,
         .args = o.args,
@@ -217,6 +270,7 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
                                              std::string("its dtrun received ") + strsignal(sig)},
                                      true);
             },
+        .replace = o.recovery_in_process ? ReplaceFn(replace) : ReplaceFn(),
     });
     supervisor.start(worker_specs(o, p, parent_env));
     StopCheck stop_check;

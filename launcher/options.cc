@@ -49,6 +49,7 @@ const std::set<std::string> kValueFlags = {"--nproc-per-node",
                                            "--rdzv_timeout",
                                            "--max-restarts",
                                            "--max_restarts",
+                                           "--recovery",
                                            "--grace-period",
                                            "--log-dir",
                                            "--log_dir",
@@ -189,6 +190,7 @@ struct RawFlags {
   std::vector<std::string> env;
   // torchrun's names for what dtrun does its own way.
   std::string rdzv_backend, master_addr, master_port, redirects, tee, local_ranks;
+  std::string recovery = "restart";
   bool standalone = false, module = false, no_python = false;
 };
 
@@ -353,6 +355,11 @@ std::string convert(const RawFlags& f, const ParseContext& c, LaunchOptions& o) 
         to_backoff(f.restart_backoff, &o)}) {
     if (!err.empty()) return err;
   }
+  if (f.recovery != "restart" && f.recovery != "in-process")
+    return "--recovery=" + f.recovery +
+           " must be restart (a failed worker restarts the job's workers) or in-process (it "
+           "is started again alone; the trainer recovers with rtd::Recovery)";
+  o.recovery_in_process = f.recovery == "in-process";
   o.rdzv_timeout = std::chrono::seconds(rdzv_timeout);
   o.grace_period = std::chrono::seconds(grace);
   o.heartbeat_timeout = std::chrono::seconds(heartbeat);
@@ -455,6 +462,10 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
                  "seconds to wait for every node to join");
   app.add_option("--max-restarts,--max_restarts", f.max_restarts,
                  "restarts of all local workers after a failure");
+  app.add_option("--recovery", f.recovery,
+                 "restart (default): a failed worker restarts every worker of the job; "
+                 "in-process: it is started again alone, and trainers that use rtd::Recovery "
+                 "go on without restarting (docs/recovery.md)");
   app.add_option("--restart-backoff", f.restart_backoff,
                  "FIRST[:MOST]: seconds to wait before the first restart, doubling (with "
                  "jitter) up to MOST (default 1:30; 0 restarts at once)");

@@ -26,6 +26,10 @@ struct LaunchOptions {
   std::chrono::seconds grace_period{5};
   std::chrono::seconds heartbeat_timeout{30};  // node 0 gives up on a silent node
   int max_restarts = 0;
+  // --recovery=in-process: a failed worker is started again alone, in a new
+  // generation (docs/recovery.md); at most kMaxReplacementsPerWorker times a
+  // round per local worker, then the failure ends the round as usual.
+  bool recovery_in_process = false;
   // Before restart K (1-based): FIRST * 2^(K-1), at most MOST, each node
   // drawing ±25% so that the nodes do not all come back at once.
   std::chrono::seconds restart_backoff{1};

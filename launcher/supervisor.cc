@@ -82,10 +82,15 @@ std::string resolve_program(const std::string& program, const std::string& path)
 
 Supervisor::~Supervisor() {
   if (any_running()) stop_all(SIGTERM);
-  mux_.join();
+  join_output();
 }
 
-void Supervisor::spawn(const WorkerSpec& spec) {
+void Supervisor::join_output() {
+  mux_.join();
+  for (auto& m : late_mux_) m->join();
+}
+
+void Supervisor::spawn(const WorkerSpec& spec, LogMux& mux) {
   int out[2], err[2], fail[2];
   RTD_SYS_CHECK(pipe2(out, O_CLOEXEC), "pipe");
   RTD_SYS_CHECK(pipe2(err, O_CLOEXEC), "pipe");
@@ -127,7 +132,11 @@ void Supervisor::spawn(const WorkerSpec& spec) {
   int exec_errno = 0;
   ssize_t got = read(fail[0], &exec_errno, sizeof(exec_errno));
   close(fail[0]);
-  children_.push_back(Child{.pid = pid, .rank = spec.global_rank, .running = true, .pidfd = pidfd});
+  children_.push_back(Child{.pid = pid,
+                            .rank = spec.global_rank,
+                            .local_rank = spec.local_rank,
+                            .running = true,
+                            .pidfd = pidfd});
   if (got == static_cast<ssize_t>(sizeof(exec_errno))) {
     close(out[0]);
     close(err[0]);
@@ -140,14 +149,14 @@ void Supervisor::spawn(const WorkerSpec& spec) {
   const auto& shown = options_.console_local_ranks;
   const bool console =
       shown.empty() || std::find(shown.begin(), shown.end(), spec.local_rank) != shown.end();
-  mux_.add(out[0], prefix, console && options_.console_stdout ? stdout : nullptr, log_fd);
-  mux_.add(err[0], prefix, console && options_.console_stderr ? stderr : nullptr,
-           log_fd >= 0 ? dup(log_fd) : -1);
+  mux.add(out[0], prefix, console && options_.console_stdout ? stdout : nullptr, log_fd);
+  mux.add(err[0], prefix, console && options_.console_stderr ? stderr : nullptr,
+          log_fd >= 0 ? dup(log_fd) : -1);
 }
 
 void Supervisor::start(const std::vector<WorkerSpec>& workers) {
   try {
-    for (const auto& w : workers) spawn(w);
+    for (const auto& w : workers) spawn(w, mux_);
   } catch (...) {
     stop_all(SIGKILL);
     mux_.start();
@@ -203,7 +212,7 @@ int consequence_rank(int status) {
 const Supervisor::Child* Supervisor::first_failure() const {
   const Child* first = nullptr;
   for (const auto& c : children_) {
-    if (c.running || exit_code_of(c.status) == 0) continue;
+    if (c.running || c.replaced || exit_code_of(c.status) == 0) continue;
     if (!first || c.batch < first->batch ||
         (c.batch == first->batch && consequence_rank(c.status) < consequence_rank(first->status)))
       first = &c;
@@ -220,7 +229,7 @@ Outcome Supervisor::failure_outcome(const Child& first,
   // its consequences (a peer's collective aborting), so they come after it.
   std::vector<const Child*> then;
   for (const auto& c : children_) {
-    if (&c != &first && !c.running && exit_code_of(c.status) != 0 && c.ended <= stop)
+    if (&c != &first && !c.running && !c.replaced && exit_code_of(c.status) != 0 && c.ended <= stop)
       then.push_back(&c);
   }
   std::sort(then.begin(), then.end(),
@@ -240,6 +249,36 @@ bool Supervisor::any_running() const {
     if (c.running) return true;
   }
   return false;
+}
+
+bool Supervisor::replace_failed() {
+  std::vector<Child*> failed;
+  std::vector<int> local_ranks;
+  for (auto& c : children_) {
+    if (c.running || c.replaced || exit_code_of(c.status) == 0) continue;
+    failed.push_back(&c);
+    local_ranks.push_back(c.local_rank);
+  }
+  if (failed.empty()) return false;
+  const std::string why =
+      failure_outcome(*first_failure(), std::chrono::steady_clock::now()).reason;
+  std::optional<std::vector<WorkerSpec>> specs = options_.replace(local_ranks, why);
+  if (!specs) return false;
+  for (Child* c : failed) {
+    c->replaced = true;
+    if (options_.guard) options_.guard->forget(c->pid);
+  }
+  auto mux = std::make_unique<LogMux>();
+  try {
+    for (const WorkerSpec& spec : *specs) spawn(spec, *mux);
+  } catch (...) {
+    mux->start();
+    late_mux_.push_back(std::move(mux));
+    throw;
+  }
+  mux->start();
+  late_mux_.push_back(std::move(mux));
+  return true;
 }
 
 void Supervisor::stop_all(int sig) {
@@ -296,24 +335,25 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
         wait_for_exit(kSettle / 10);
         reap(false);
       }
+      if (options_.replace && replace_failed()) continue;
       Outcome out = failure_outcome(*first_failure(), std::chrono::steady_clock::now());
       logger->error("{}; stopping the other workers", out.reason);
       stop_all(SIGTERM);
-      mux_.join();
+      join_output();
       return out;
     }
     if (!any_running()) {
       // Whatever a worker left running in its process group would hold the
       // output pipes open; the job is over, so it goes too.
       kill_groups();
-      mux_.join();
+      join_output();
       return Outcome{};
     }
     if (int sig = take_pending_signal()) {
       logger->warn("received signal {} ({}); forwarding it to the workers", sig, strsignal(sig));
       if (options_.on_signal) options_.on_signal(sig);
       stop_all(sig);
-      mux_.join();
+      join_output();
       return Outcome{Ending::kSignal, 128 + sig, -1,
                      std::string("dtrun received ") + strsignal(sig)};
     }
@@ -325,7 +365,7 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
         else
           logger->error("{}; stopping this node's workers", stop->reason);
         stop_all(SIGTERM);
-        mux_.join();
+        join_output();
         stop->ending = Ending::kStopRequested;
         return *stop;
       }

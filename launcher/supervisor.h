@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,13 @@ struct SupervisorOptions {
   OrphanGuard* guard = nullptr;  // told each worker's process group (may be null)
   // Called with a signal dtrun received, before it is forwarded to the workers.
   std::function<void(int)> on_signal;
+  // In-process recovery: given the local ranks of the workers that just
+  // failed (and why), the specs to start them with again, alone, while the
+  // others keep running; nullopt: not this time (the round ends as for any
+  // failure).
+  std::function<std::optional<std::vector<WorkerSpec>>(const std::vector<int>& local_ranks,
+                                                       const std::string& why)>
+      replace;
 };
 
 enum class Ending { kSuccess, kWorkerFailed, kSignal, kStopRequested };
@@ -77,6 +85,8 @@ class Supervisor {
   struct Child {
     pid_t pid = -1;
     int rank = 0;
+    int local_rank = 0;
+    bool replaced = false;  // failed, and started again alone (in-process recovery)
     bool running = false;
     int status = 0;
     int pidfd = -1;  // readable when the worker ends (-1: kernel without pidfd_open)
@@ -84,7 +94,10 @@ class Supervisor {
     std::chrono::steady_clock::time_point ended;
     std::chrono::system_clock::time_point ended_wall;
   };
-  void spawn(const WorkerSpec& spec);
+  void spawn(const WorkerSpec& spec, LogMux& mux);
+  // The failed workers started again alone (options_.replace); false: not.
+  bool replace_failed();
+  void join_output();
   int reap(bool block);  // returns number reaped
   // Waits up to `timeout` for a worker to end, waking at once when one does.
   void wait_for_exit(std::chrono::milliseconds timeout);
@@ -103,6 +116,7 @@ class Supervisor {
   std::vector<Child> children_;
   int batches_ = 0;
   LogMux mux_;
+  std::vector<std::unique_ptr<LogMux>> late_mux_;  // the replacements' output
 };
 
 // Finds program on path (unless it contains '/'); throws rtd::Error(kConfig) when

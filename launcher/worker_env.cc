@@ -34,6 +34,10 @@ std::vector<std::string> build_worker_env(const WorkerEnvInput& in) {
   }
   put("DTRUN_ROUND", std::to_string(in.round));
   put("DTRUN_ADDR", in.node_addr);
+  if (in.recovery) {
+    put("DTRUN_RECOVERY", "in-process");
+    put("DTRUN_GENERATION", std::to_string(in.generation));
+  }
   if (env.find("OMP_NUM_THREADS") == env.end()) put("OMP_NUM_THREADS", "1");
   if (!in.python_dir.empty()) {
     auto it = env.find("PYTHONPATH");

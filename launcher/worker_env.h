@@ -21,6 +21,8 @@ struct WorkerEnvInput {
   int round = 0;                  // the rendezvous round: the workers' store prefix
   int restarts = 0;               // failure restarts spent so far
   int max_restarts = 0;
+  bool recovery = false;  // --recovery=in-process
+  int generation = 0;     // with recovery: the generation a (replacement) worker starts in
   const std::vector<std::pair<std::string, std::string>>* overrides = nullptr;
   std::string python_dir;  // put first on PYTHONPATH (the rt_dist package), unless ""
 };

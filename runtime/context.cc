@@ -19,27 +19,63 @@ struct StoreHosts {
   std::unique_ptr<SlurmStoreHost> slurm;
 };
 
+// The default communicator's namespace in the store: generation 0's is the
+// one it always had.
+std::string comm_prefix(int generation) {
+  return generation == 0 ? "comm/default" : "gen" + std::to_string(generation) + "/comm/default";
+}
+
 class ContextImpl : public Context {
  public:
   ContextImpl(WorldInfo world, StoreHosts hosts, std::shared_ptr<Store> store,
-              std::unique_ptr<Communicator> comm, std::chrono::milliseconds timeout)
+              CommunicatorOptions comm_options, const Config& config)
       : world_(std::move(world)),
         hosts_(std::move(hosts)),
         store_(std::move(store)),
-        comm_(std::move(comm)),
-        timeout_(timeout) {}
+        comm_options_(std::move(comm_options)),
+        timeout_(config.timeout),
+        generation_(config.generation),
+        recovery_(config.recovery == "in-process"),
+        recovery_wait_(config.recovery_wait) {
+    reopen_comm(generation_);
+  }
 
   const WorldInfo& world() const override { return world_; }
-  Communicator& comm() override { return *comm_; }
+  Communicator& comm() override {
+    if (!comm_)
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "the default communicator is closed (in-process recovery): reopen_comm() first");
+    return *comm_;
+  }
   Store& store() override { return *store_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  void close_comm() override {
+    if (!comm_) return;
+    comm_->abort();
+    comm_.reset();  // waits for what is in flight; closes the connections
+  }
+  void reopen_comm(int generation) override {
+    close_comm();
+    CommunicatorOptions o = comm_options_;
+    o.store = make_prefix_store(comm_prefix(generation), store_);
+    comm_ = make_communicator(o);
+    generation_ = generation;
+  }
+  int generation() const override { return generation_; }
+  bool recovery_enabled() const override { return recovery_; }
+  std::chrono::milliseconds recovery_wait() const override { return recovery_wait_; }
 
  private:
   WorldInfo world_;
   StoreHosts hosts_;  // declared before comm_: outlives the communicator
   std::shared_ptr<Store> store_;
+  CommunicatorOptions comm_options_;  // its store set per generation
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
+  int generation_;
+  bool recovery_;
+  std::chrono::milliseconds recovery_wait_;
 };
 
 // The job's store: dtrun's; under mpirun or srun alone, one that rank 0
@@ -106,14 +142,15 @@ std::shared_ptr<Context> init(const InitOptions& options) {
   std::string backend = choose_backend(config, options);
   CommunicatorOptions comm_options = communicator_defaults(config, options.nccl);
   comm_options.backend = backend;
-  comm_options.store = make_prefix_store("comm/default", store);
   comm_options.rank = world.rank;
   comm_options.size = world.world_size;
   comm_options.host = data_host(config, world);
   comm_options.device = backend == "nccl" ? choose_device(world) : 0;
-  auto comm = make_communicator(comm_options);
+  if (config.generation > 0)
+    logger->info("init: a replacement worker, in generation {} (in-process recovery)",
+                 config.generation);
   return std::make_shared<ContextImpl>(std::move(world), std::move(hosts), std::move(store),
-                                       std::move(comm), config.timeout);
+                                       std::move(comm_options), config);
 }
 
 }  // namespace rtd

@@ -14,8 +14,6 @@
 namespace rtd {
 namespace {
 
-std::atomic<int> g_instances{0};  // every rank builds its DDPs in the same order
-
 // What every rank must agree on: the parameters' shapes and the options that
 // decide what goes on the wire. wire_registered: per bucket, 'r' where its wire
 // memory is registered, '-' where not.
@@ -115,8 +113,14 @@ struct DDP::Impl {
   }
 
   void check_same_model(Store& store) {
-    check_ranks_agree(store, "ddp/" + std::to_string(g_instances++) + "/shape/", comm.rank(),
-                      comm.size(), shape_fingerprint(params, options, wire_registered), "DDP",
+    // Numbered per rank in this store: every rank builds its DDPs in the same
+    // order, and a store of a new generation (rt_dist/recovery.h) counts from 0.
+    const std::int64_t n =
+        store.add("ddp/count/" + std::to_string(comm.size()) + "/" + std::to_string(comm.rank()),
+                  1) -
+        1;
+    check_ranks_agree(store, "ddp/" + std::to_string(n) + "/shape/", comm.rank(), comm.size(),
+                      shape_fingerprint(params, options, wire_registered), "DDP",
                       "every rank must build the same model with the same DDP options");
   }
 };

@@ -10,6 +10,7 @@
 // the step before last (its effect on this loss curve is shown in
 // docs/benchmarks.md). Uses only the public API.
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -47,12 +48,16 @@ struct Flags {
   std::string ckpt_dir;
   int ckpt_every = 0;
   bool ckpt_async = false;  // save in the background while training goes on
+  // A test's fault: the last rank SIGKILLs itself there, in the job's first
+  // attempt only (not after a restart, nor as a replacement worker).
   int kill_at_step = 0;
+  // DDP: recover in process (rtd::Recovery) when dtrun --recovery=in-process
+  // starts a lost worker again: the others keep their processes.
+  bool recover = false;
   // Inputs from shard files through rtd::data::Loader (--data DIR), written
   // first by --make-data DIR --records N; else generated from (step, row).
   std::string data_dir, make_data;
-  long long records =
-      4096;  // a test's fault: the last rank SIGKILLs itself there, first attempt only
+  long long records = 4096;
 };
 
 Flags parse_flags(int argc, char** argv) {
@@ -116,6 +121,8 @@ Flags parse_flags(int argc, char** argv) {
       f.records = std::atoll(value());
     else if (a == "--kill-at-step")
       f.kill_at_step = std::atoi(value());
+    else if (a == "--recover")
+      f.recover = std::atoi(value()) != 0;
     else {
       std::fprintf(stderr,
                    "usage: mlp_cpu [--steps N] [--batch B] [--hidden H] [--lr LR] "
@@ -124,7 +131,7 @@ Flags parse_flags(int argc, char** argv) {
                    "[--offload-dir DIR] [--update-in-backward 1] [--delayed-update 1]] | "
                    "--optim sgd|adamw] [--ckpt-dir DIR "
                    "--ckpt-every K [--ckpt-async 1]] [--data DIR | --make-data DIR --records N] "
-                   "[--kill-at-step S]\nunknown argument %s\n",
+                   "[--kill-at-step S] [--recover 1]\nunknown argument %s\n",
                    a.c_str());
       std::exit(2);
     }
@@ -138,6 +145,13 @@ Flags parse_flags(int argc, char** argv) {
   if (f.shard.empty() &&
       (f.offload != rtd::Offload::kNone || f.update_in_backward || f.delayed_update)) {
     std::fprintf(stderr, "--offload, --update-in-backward and --delayed-update need --shard\n");
+    std::exit(2);
+  }
+  if (f.recover && (!f.shard.empty() || !f.data_dir.empty() || f.ckpt_async)) {
+    std::fprintf(stderr,
+                 "--recover 1 recovers DDP's replicated state: it does not take --shard (a "
+                 "ZeRO shard exists on one rank only: restart from a checkpoint), --data or "
+                 "--ckpt-async\n");
     std::exit(2);
   }
   if (f.ckpt_every < 0 || (f.ckpt_every > 0 && f.ckpt_dir.empty())) {
@@ -454,13 +468,18 @@ int main(int argc, char** argv) {
     student.v2.assign(student.w2.size(), 0.0f);
   }
   // DDP broadcasts rank 0's initial weights and owns the gradient buffers;
-  // small buckets so that each layer's gradient is a bucket of its own.
-  rtd::DDP ddp(*ctx,
-               {rtd::view(student.w1.data(), student.w1.size()),
-                rtd::view(student.w2.data(), student.w2.size())},
-               {.bucket_mb = 0.001, .first_bucket_mb = 0.001});
-  float* g1 = static_cast<float*>(ddp.grad(0).data);
-  float* g2 = static_cast<float*>(ddp.grad(1).data);
+  // small buckets so that each layer's gradient is a bucket of its own. It
+  // is built again after an in-process recovery (on the new communicator).
+  rtd::Recovery recovery(*ctx);
+  auto make_ddp = [&] {
+    return std::make_unique<rtd::DDP>(
+        ctx->comm(), recovery.store(),
+        std::vector<rtd::BufferView>{rtd::view(student.w1.data(), student.w1.size()),
+                                     rtd::view(student.w2.data(), student.w2.size())},
+        rtd::DDPOptions{.bucket_mb = 0.001, .first_bucket_mb = 0.001});
+  };
+  std::unique_ptr<rtd::DDP> ddp;
+  float *g1 = nullptr, *g2 = nullptr;
 
   std::vector<float> x(rows * f.in), target, act, teacher_act, y;
   std::vector<float> dy(rows * f.out), da(rows * f.hidden);
@@ -470,7 +489,8 @@ int main(int argc, char** argv) {
 
   // Resume from the latest valid checkpoint, saved by any number of ranks,
   // and the data where it was.
-  int first_step = 1, adamw_steps = 0;
+  int first_step = 1;
+  std::int64_t adamw_steps = 0;
   std::unique_ptr<rtd::ckpt::Checkpointer> ckpt;
   std::unique_ptr<rtd::data::Loader> loader;
   try {
@@ -487,7 +507,7 @@ int main(int argc, char** argv) {
       if (auto step = ckpt->load(state)) {
         if (loader && state.meta.count("data_position"))
           loader->set_position(state.meta["data_position"]);
-        if (state.meta.count("fsdp.steps")) adamw_steps = std::stoi(state.meta["fsdp.steps"]);
+        if (state.meta.count("fsdp.steps")) adamw_steps = std::stoll(state.meta["fsdp.steps"]);
         first_step = static_cast<int>(*step) + 1;
         if (rank == 0) std::printf("resumed from step %lld\n", static_cast<long long>(*step));
       }
@@ -497,76 +517,122 @@ int main(int argc, char** argv) {
     }
   }
   const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  const bool first_attempt = restarts == nullptr || std::string(restarts) == "0";
+  const bool first_attempt =
+      (restarts == nullptr || std::string(restarts) == "0") && !recovery.replacement();
 
-  for (int step = first_step; step <= f.steps; ++step) {
-    if (!f.ckpt_async && step == f.kill_at_step && first_attempt && rank == world - 1)
-      raise(SIGKILL);
-    batch_of(f, rank, step, x, loader.get());
-    teacher.forward(rows, x.data(), teacher_act, target);
-    rtd::trace::Scope step_scope("step");
-    {
-      rtd::trace::Scope scope("forward");
-      student.forward(rows, x.data(), act, y);
-    }
+  // What a replacement worker receives from a survivor: the weights, AdamW's
+  // moments and its step count, and the last step completed.
+  std::vector<rtd::BufferView> replicated = {rtd::view(student.w1.data(), student.w1.size()),
+                                             rtd::view(student.w2.data(), student.w2.size())};
+  if (f.adamw) {
+    for (auto* m : {&student.m1, &student.v1, &student.m2, &student.v2})
+      replicated.push_back(rtd::view(m->data(), m->size()));
+  }
+  replicated.push_back(rtd::view(&adamw_steps, 1));
+  std::int64_t done = first_step - 1;
+  if (f.recover) {
+    std::printf("rank %d pid %d generation %d\n", rank, static_cast<int>(getpid()),
+                recovery.generation());
+    std::fflush(stdout);
+    recovery.enable();  // dtrun may now start a lost worker again instead of failing the round
+  }
+  if (recovery.replacement()) recovery.sync(replicated, &done);
+  ddp = make_ddp();
+  g1 = static_cast<float*>(ddp->grad(0).data);
+  g2 = static_cast<float*>(ddp->grad(1).data);
 
-    float loss = 0.0f;
-    const float norm = 1.0f / static_cast<float>(rows * f.out);
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      float d = y[i] - target[i];
-      loss += d * d * norm;
-      dy[i] = 2.0f * d * norm;
-    }
-    // Backward, layer 2 first; its bucket is reduced while layer 1's gradient is computed.
-    gemm_atb(f.out, f.hidden, rows, dy.data(), act.data(), g2);
-    ddp.grad_ready(1);
-    gemm_ab(rows, f.hidden, f.out, dy.data(), student.w2.data(), da.data());
-    for (std::size_t i = 0; i < da.size(); ++i) da[i] *= 1.0f - act[i] * act[i];
-    gemm_atb(f.hidden, f.in, rows, da.data(), x.data(), g1);
-    ddp.grad_ready(0);
-    const auto waited = std::chrono::steady_clock::now();  // the reductions not yet hidden
-    ddp.finish();
-    ctx->comm().all_reduce(rtd::view(&loss, 1), rtd::ReduceOp::kAvg)->wait();
-    comm_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - waited).count();
-    if (f.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.pace_ms));
-
-    if (f.adamw) {
-      ++adamw_steps;
-      adamw(student.w1, g1, student.m1, student.v1, f.lr, adamw_steps);
-      adamw(student.w2, g2, student.m2, student.v2, f.lr, adamw_steps);
-    } else {
-      for (std::size_t i = 0; i < student.w1.size(); ++i) student.w1[i] -= f.lr * g1[i];
-      for (std::size_t i = 0; i < student.w2.size(); ++i) student.w2[i] -= f.lr * g2[i];
-    }
-
-    ++window_steps;
-    if (step % f.log_every == 0 || step == 1 || step == f.steps) {
-      // Over the steps since the last line: samples/s, step time, and the
-      // time the step waited for communication.
-      const auto now = std::chrono::steady_clock::now();
-      const double secs = std::chrono::duration<double>(now - t0).count();
-      if (rank == 0) {
-        std::printf("step %d loss %.8e samples/s %.0f step_ms %.3f comm_wait_ms %.3f\n", step, loss,
-                    static_cast<double>(window_steps) * rows * world / secs,
-                    1e3 * secs / window_steps, 1e3 * comm_wait_s / window_steps);
-        std::fflush(stdout);
+  for (int step = static_cast<int>(done) + 1; step <= f.steps; ++step) {
+    try {
+      if (!f.ckpt_async && step == f.kill_at_step && first_attempt && rank == world - 1)
+        raise(SIGKILL);
+      batch_of(f, rank, step, x, loader.get());
+      teacher.forward(rows, x.data(), teacher_act, target);
+      rtd::trace::Scope step_scope("step");
+      {
+        rtd::trace::Scope scope("forward");
+        student.forward(rows, x.data(), act, y);
       }
-      t0 = now;
-      window_steps = 0;
-      comm_wait_s = 0;
-    }
-    if (ckpt && f.ckpt_every > 0 && step % f.ckpt_every == 0) {
-      rtd::ckpt::State state = model_state(student, rank, world, false);
-      if (loader) state.meta["data_position"] = loader->position();
-      if (f.adamw) state.meta["fsdp.steps"] = std::to_string(adamw_steps);  // FSDP's key
-      if (f.ckpt_async) {
-        ckpt->save_async(step, state);
-        // A fault in the middle of the background write: the last rank dies
-        // before its part is written; the checkpoint before must stay whole.
-        if (step == f.kill_at_step && first_attempt && rank == world - 1) raise(SIGKILL);
+
+      float loss = 0.0f;
+      const float norm = 1.0f / static_cast<float>(rows * f.out);
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        float d = y[i] - target[i];
+        loss += d * d * norm;
+        dy[i] = 2.0f * d * norm;
+      }
+      // Backward, layer 2 first; its bucket is reduced while layer 1's gradient is computed.
+      gemm_atb(f.out, f.hidden, rows, dy.data(), act.data(), g2);
+      ddp->grad_ready(1);
+      gemm_ab(rows, f.hidden, f.out, dy.data(), student.w2.data(), da.data());
+      for (std::size_t i = 0; i < da.size(); ++i) da[i] *= 1.0f - act[i] * act[i];
+      gemm_atb(f.hidden, f.in, rows, da.data(), x.data(), g1);
+      ddp->grad_ready(0);
+      const auto waited = std::chrono::steady_clock::now();  // the reductions not yet hidden
+      ddp->finish();
+      ctx->comm().all_reduce(rtd::view(&loss, 1), rtd::ReduceOp::kAvg)->wait();
+      comm_wait_s +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - waited).count();
+      if (f.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.pace_ms));
+
+      if (f.adamw) {
+        ++adamw_steps;
+        adamw(student.w1, g1, student.m1, student.v1, f.lr, static_cast<int>(adamw_steps));
+        adamw(student.w2, g2, student.m2, student.v2, f.lr, static_cast<int>(adamw_steps));
       } else {
-        ckpt->save(step, state);
+        for (std::size_t i = 0; i < student.w1.size(); ++i) student.w1[i] -= f.lr * g1[i];
+        for (std::size_t i = 0; i < student.w2.size(); ++i) student.w2[i] -= f.lr * g2[i];
       }
+      done = step;
+
+      ++window_steps;
+      if (step % f.log_every == 0 || step == 1 || step == f.steps) {
+        // Over the steps since the last line: samples/s, step time, and the
+        // time the step waited for communication.
+        const auto now = std::chrono::steady_clock::now();
+        const double secs = std::chrono::duration<double>(now - t0).count();
+        if (rank == 0) {
+          std::printf("step %d loss %.8e samples/s %.0f step_ms %.3f comm_wait_ms %.3f\n", step,
+                      loss, static_cast<double>(window_steps) * rows * world / secs,
+                      1e3 * secs / window_steps, 1e3 * comm_wait_s / window_steps);
+          std::fflush(stdout);
+        }
+        t0 = now;
+        window_steps = 0;
+        comm_wait_s = 0;
+      }
+      if (ckpt && f.ckpt_every > 0 && step % f.ckpt_every == 0) {
+        rtd::ckpt::State state = model_state(student, rank, world, false);
+        if (loader) state.meta["data_position"] = loader->position();
+        if (f.adamw) state.meta["fsdp.steps"] = std::to_string(adamw_steps);  // FSDP's key
+        if (f.ckpt_async) {
+          ckpt->save_async(step, state);
+          // A fault in the middle of the background write: the last rank dies
+          // before its part is written; the checkpoint before must stay whole.
+          if (step == f.kill_at_step && first_attempt && rank == world - 1) raise(SIGKILL);
+        } else {
+          ckpt->save(step, state);
+        }
+      }
+    } catch (const rtd::Error& e) {
+      // A peer was lost in this step: with dtrun --recovery=in-process, a
+      // replacement comes; every rank then takes the state of the lowest
+      // surviving rank and goes on after the last step it completed.
+      if (!f.recover) throw;
+      std::fprintf(stderr, "rank %d: step %d failed: %s; recovering\n", rank, step, e.what());
+      const auto lost = std::chrono::steady_clock::now();
+      if (!recovery.recover([&] { ddp.reset(); })) throw;
+      recovery.sync(replicated, &done);
+      ddp = make_ddp();
+      g1 = static_cast<float*>(ddp->grad(0).data);
+      g2 = static_cast<float*>(ddp->grad(1).data);
+      if (rank == 0)
+        std::printf(
+            "recovered in generation %d in %.0f ms: resuming after step %lld\n",
+            recovery.generation(),
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - lost)
+                .count(),
+            static_cast<long long>(done));
+      step = static_cast<int>(done);
     }
   }
   if (ckpt) ckpt->wait();

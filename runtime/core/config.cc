@@ -52,6 +52,14 @@ constexpr ConfigVar kVars[] = {
     {"CUDA_VISIBLE_DEVICES", "", "GPUs dtrun counts for --nproc-per-node=gpu|auto"},
     {"DTRUN_ROUND", "0", "rendezvous round; store keys of a round live under its prefix"},
     {"DTRUN_ADDR", "", "address this node's workers listen on for CPU collectives"},
+    {"DTRUN_RECOVERY", "",
+     "in-process: dtrun (--recovery=in-process) restarts a lost worker alone; rtd::Recovery "
+     "then rebuilds the survivors' communicator instead of failing the job"},
+    {"DTRUN_GENERATION", "0",
+     "in-process recovery: the generation this worker starts in (dtrun counts a replacement "
+     "worker's start as a new one)"},
+    {"RTD_RECOVERY_WAIT_S", "60",
+     "seconds a survivor waits for dtrun to start a replacement before the failure is the job's"},
     {"RTD_LOG", "info", "log levels: 'debug' or per component 'store:debug,gloo:info'"},
     {"RTD_TIMEOUT_S", "300", "seconds a collective or store wait may take before it fails"},
     {"RTD_HANG_WARN_S", "60",
@@ -183,6 +191,12 @@ Config Config::from_env(const EnvMap& env) {
                    parse_string(env, "DTRUN_TLS_CA", "")};
   c.round = parse_int(env, "DTRUN_ROUND", 0).value_or(0);
   c.node_addr = parse_string(env, "DTRUN_ADDR", "");
+  c.recovery = parse_string(env, "DTRUN_RECOVERY", "");
+  if (!c.recovery.empty() && c.recovery != "in-process")
+    throw Error(ErrorCategory::kConfig, "environment variable DTRUN_RECOVERY='" + c.recovery +
+                                            "' must be in-process or empty");
+  c.generation = parse_int(env, "DTRUN_GENERATION", 0).value_or(0);
+  c.recovery_wait = std::chrono::seconds(parse_int(env, "RTD_RECOVERY_WAIT_S", 1).value_or(60));
   c.log_spec = parse_string(env, "RTD_LOG", "info");
   c.trace_dir = parse_string(env, "RTD_TRACE_DIR", "");
   c.trace_events = parse_int(env, "RTD_TRACE_EVENTS", 1).value_or(c.trace_events);

@@ -72,6 +72,21 @@ class Context {
   virtual Store& store() = 0;
   // The timeout every collective of this context's communicators runs under.
   virtual std::chrono::milliseconds timeout() const = 0;
+
+  // In-process recovery (rt_dist/recovery.h drives these). close_comm()
+  // aborts the default communicator and destroys it once its operations have
+  // ended, closing its connections, so that peers blocked on this rank fail
+  // at once; comm() is then an error until reopen_comm(generation) builds it
+  // anew with the ranks of that generation (collective among them).
+  // Whatever holds the old communicator must be gone before close_comm().
+  virtual void close_comm() = 0;
+  virtual void reopen_comm(int generation) = 0;
+  // The generation this process's communicator belongs to (DTRUN_GENERATION at init).
+  virtual int generation() const = 0;
+  // Whether dtrun restarts a lost worker alone (DTRUN_RECOVERY=in-process),
+  // and how long a survivor waits for that (RTD_RECOVERY_WAIT_S).
+  virtual bool recovery_enabled() const = 0;
+  virtual std::chrono::milliseconds recovery_wait() const = 0;
 };
 
 // Reads the environment once, sets up logging, connects to the store and

@@ -8,6 +8,7 @@
 #include "rt_dist/ddp.h"
 #include "rt_dist/error.h"
 #include "rt_dist/fsdp.h"
+#include "rt_dist/recovery.h"
 #include "rt_dist/store.h"
 #include "rt_dist/trace.h"
 #include "rt_dist/types.h"

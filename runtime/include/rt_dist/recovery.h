@@ -1,0 +1,82 @@
+// Recovery: in-process recovery of a job whose state is replicated (rtd::DDP).
+// With dtrun --recovery=in-process, a worker that dies is restarted alone, in
+// a new generation, and the others keep their processes and memory:
+//
+//   rtd::Recovery recovery(*ctx);
+//   recovery.enable();
+//   if (recovery.replacement()) recovery.sync(state, &done);  // the survivors' state
+//   auto ddp = std::make_unique<rtd::DDP>(ctx->comm(), recovery.store(), params, ...);
+//   for (step = done + 1; step <= steps; ++step) {
+//     try {
+//       ... forward, backward, ddp->finish(), the optimizer; done = step ...
+//     } catch (const rtd::Error& e) {
+//       if (!recovery.recover([&] { ddp.reset(); })) throw;  // not a lost worker
+//       recovery.sync(state, &done);  // the step in flight is discarded everywhere
+//       ddp = std::make_unique<rtd::DDP>(ctx->comm(), recovery.store(), params, ...);
+//       step = done;
+//     }
+//   }
+//
+// Every rank ends up with the lowest-ranked survivor's state and step, so
+// ranks that finished the failed step and ranks that did not agree again.
+// docs/recovery.md says when a failure costs a restart and when it does not.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "rt_dist/context.h"
+#include "rt_dist/store.h"
+#include "rt_dist/types.h"
+
+namespace rtd {
+
+class Recovery {
+ public:
+  explicit Recovery(Context& ctx);
+  ~Recovery();
+  Recovery(const Recovery&) = delete;
+  Recovery& operator=(const Recovery&) = delete;
+
+  // Says (in the store) that this rank recovers in process. dtrun starts a
+  // lost worker again alone only when every rank of the job said so; else
+  // the failure ends the round as it would without --recovery=in-process
+  // (a trainer that cannot recover would otherwise wait for nothing).
+  void enable();
+
+  // This process was started to replace a lost one: its state comes from
+  // sync() before its first step.
+  bool replacement() const { return replacement_; }
+  int generation() const;
+  // The job's store under this generation's prefix: what is built on the
+  // rebuilt communicator (rtd::DDP) keys its checks there, so that a
+  // survivor's second DDP and a replacement's first meet.
+  Store& store() { return *store_; }
+
+  // After an operation of a step threw: aborts the default communicator and
+  // closes it once its operations have ended (peers blocked on this rank
+  // fail at once), calls `release` (destroy what holds the communicator: the
+  // DDP), then waits up to RTD_RECOVERY_WAIT_S for dtrun to start a
+  // replacement (a new generation) and builds the communicator with it.
+  // Returns false, the communicator closed, when recovery is off or no
+  // replacement came: the failure is the job's, and the caller rethrows it.
+  bool recover(const std::function<void()>& release);
+
+  // Collective, after recover() (or in a replacement, before its first
+  // step): every rank gets the lowest-ranked survivor's `state` (the
+  // parameters, the optimizer's moments: the same buffers on every rank) and
+  // *step (the last step it completed). Returns that rank. Throws
+  // rtd::Error(kInvalidArgument) when no rank of the generation holds state.
+  int sync(const std::vector<BufferView>& state, std::int64_t* step);
+
+ private:
+  Context& ctx_;
+  bool replacement_ = false;
+  bool has_state_ = true;  // a replacement has none until its first sync()
+  std::shared_ptr<Store> store_;
+};
+
+}  // namespace rtd
