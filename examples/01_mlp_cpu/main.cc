@@ -536,7 +536,12 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     recovery.enable();  // dtrun may now start a lost worker again instead of failing the round
   }
-  if (recovery.replacement()) recovery.sync(replicated, &done);
+  if (recovery.replacement()) {
+    const int source = recovery.sync(replicated, &done);
+    std::printf("rank %d joined generation %d, the state from rank %d: resuming after step %lld\n",
+                rank, recovery.generation(), source, static_cast<long long>(done));
+    std::fflush(stdout);
+  }
   ddp = make_ddp();
   g1 = static_cast<float*>(ddp->grad(0).data);
   g2 = static_cast<float*>(ddp->grad(1).data);
@@ -621,17 +626,18 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rank %d: step %d failed: %s; recovering\n", rank, step, e.what());
       const auto lost = std::chrono::steady_clock::now();
       if (!recovery.recover([&] { ddp.reset(); })) throw;
-      recovery.sync(replicated, &done);
+      const int source = recovery.sync(replicated, &done);
       ddp = make_ddp();
       g1 = static_cast<float*>(ddp->grad(0).data);
       g2 = static_cast<float*>(ddp->grad(1).data);
-      if (rank == 0)
-        std::printf(
-            "recovered in generation %d in %.0f ms: resuming after step %lld\n",
-            recovery.generation(),
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - lost)
-                .count(),
-            static_cast<long long>(done));
+      std::printf(
+          "rank %d recovered in generation %d in %.0f ms, the state from rank %d: "
+          "resuming after step %lld\n",
+          rank, recovery.generation(),
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - lost)
+              .count(),
+          source, static_cast<long long>(done));
+      std::fflush(stdout);
       step = static_cast<int>(done);
     }
   }
