@@ -25,6 +25,9 @@ namespace rtd::launcher {
 namespace {
 
 constexpr std::chrono::milliseconds kSettle{200};
+// With in-process recovery the survivors do not exit: the wait only gathers
+// workers that died together (a node's, killed at once) into one generation.
+constexpr std::chrono::milliseconds kSettleReplace{30};
 
 bool is_executable_file(const std::string& path) {
   struct stat st {};
@@ -330,9 +333,10 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
     if (first_failure()) {
       // A moment for the failures it causes (peers aborting their collectives)
       // to show, so that they are reported as its consequences, not as causes.
-      const auto settle = std::chrono::steady_clock::now() + kSettle;
+      const auto wait = options_.replace ? kSettleReplace : kSettle;
+      const auto settle = std::chrono::steady_clock::now() + wait;
       while (any_running() && std::chrono::steady_clock::now() < settle) {
-        wait_for_exit(kSettle / 10);
+        wait_for_exit(wait / 10);
         reap(false);
       }
       if (options_.replace && replace_failed()) continue;

@@ -165,6 +165,13 @@ Flags parse_flags(int argc, char** argv) {
   return f;
 }
 
+// Wall-clock milliseconds: comparable across the processes of one host.
+long long wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // A counter-based generator: the value at (stream, index) does not depend on
 // which rank asks, so every world size sees the same global batch.
 float uniform(std::uint64_t stream, std::uint64_t index) {
@@ -546,10 +553,14 @@ int main(int argc, char** argv) {
   g1 = static_cast<float*>(ddp->grad(0).data);
   g2 = static_cast<float*>(ddp->grad(1).data);
 
+  bool resumed = done > 0;
   for (int step = static_cast<int>(done) + 1; step <= f.steps; ++step) {
     try {
-      if (!f.ckpt_async && step == f.kill_at_step && first_attempt && rank == world - 1)
+      if (!f.ckpt_async && step == f.kill_at_step && first_attempt && rank == world - 1) {
+        std::printf("rank %d kills itself at step %d at %lld ms\n", rank, step, wall_ms());
+        std::fflush(stdout);
         raise(SIGKILL);
+      }
       batch_of(f, rank, step, x, loader.get());
       teacher.forward(rows, x.data(), teacher_act, target);
       rtd::trace::Scope step_scope("step");
@@ -588,6 +599,13 @@ int main(int argc, char** argv) {
         for (std::size_t i = 0; i < student.w2.size(); ++i) student.w2[i] -= f.lr * g2[i];
       }
       done = step;
+      // The first step completed after a resume (a checkpoint, a recovery):
+      // when, for bench/recovery_time.sh.
+      if (resumed && rank == 0) {
+        std::printf("step %d completed after the resume at %lld ms\n", step, wall_ms());
+        std::fflush(stdout);
+      }
+      resumed = false;
 
       ++window_steps;
       if (step % f.log_every == 0 || step == 1 || step == f.steps) {
@@ -639,6 +657,7 @@ int main(int argc, char** argv) {
           source, static_cast<long long>(done));
       std::fflush(stdout);
       step = static_cast<int>(done);
+      resumed = true;
     }
   }
   if (ckpt) ckpt->wait();
