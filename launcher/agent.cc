@@ -126,6 +126,37 @@ void merge_trace(const LaunchOptions& o, const EnvMap& parent_env,
   }
 }
 
+std::string recovery_key(int round, const std::string& what) {
+  return "round" + std::to_string(round) + "/recovery/" + what;
+}
+
+// Whether every rank of the round said it recovers in process (rtd::Recovery::enable).
+bool every_rank_recovers(Store& store, int round, int world_size) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r)
+    keys.push_back(recovery_key(round, "capable/" + std::to_string(r)));
+  for (std::size_t i = 0; i < keys.size(); i += 4096) {
+    const std::vector<std::string> some(
+        keys.begin() + static_cast<std::ptrdiff_t>(i),
+        keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), i + 4096)));
+    if (!store.check(some)) return false;
+  }
+  return true;
+}
+
+// The kept workers of this node, waiting in rtd::Recovery::recover, learn
+// their place in the next round: "ROUND RANK WORLD NODE" under their old rank.
+void move_workers(Store& store, int round, int old_first, const proto::JoinResponse& next) {
+  for (int local = 0; local < next.node().nproc(); ++local) {
+    store.set(recovery_key(round, "move/" + std::to_string(old_first + local)),
+              std::to_string(next.round()) + " " +
+                  std::to_string(next.node().first_rank() + local) + " " +
+                  std::to_string(next.world_size()) + " " + std::to_string(next.node_rank()));
+  }
+  log::get("launcher")
+      ->info("the workers move to round {} in place (in-process recovery)", next.round());
+}
+
 }  // namespace
 
 int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
@@ -180,6 +211,8 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
   std::vector<std::string> failures;  // what failed before each restart, in order
   const double jitter = draw_jitter();
 
+  std::unique_ptr<Supervisor> kept;  // workers kept across a round (in-process recovery)
+  int cur_round = 0, cur_node_rank = 0, replacements = 0;
   for (;;) {
     Peers& peers = *peers_of_host;
     const int round = p.layout.round(), node_rank = p.layout.node_rank();
@@ -209,10 +242,12 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
     // In-process recovery: a failed worker is started again alone, in the
     // next generation of the round, which the survivors wait for in the
     // store (rt_dist/recovery.h) to rebuild their communicator with it.
-    int replacements = 0;
+    if (!kept) replacements = 0;
+    cur_round = round;
+    cur_node_rank = node_rank;
     using ReplaceFn = decltype(SupervisorOptions::replace);
-    auto replace = [&, round](const std::vector<int>& local_ranks,
-                              const std::string& why) -> std::optional<std::vector<WorkerSpec>> {
+    auto replace = [&](const std::vector<int>& local_ranks,
+                       const std::string& why) -> std::optional<std::vector<WorkerSpec>> {
       replacements += static_cast<int>(local_ranks.size());
       if (replacements > kMaxReplacementsPerWorker * o.nproc_per_node) {
         logger->warn(
@@ -221,26 +256,16 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
             why, replacements);
         return std::nullopt;
       }
-      const std::string prefix = "round" + std::to_string(round) + "/recovery/";
       long long generation = 0;
       try {
-        // Only where every rank recovers in process (rtd::Recovery::enable).
-        std::vector<std::string> keys;
-        for (int r = 0; r < p.layout.world_size(); ++r)
-          keys.push_back(prefix + "capable/" + std::to_string(r));
-        for (std::size_t i = 0; i < keys.size(); i += 4096) {
-          const std::vector<std::string> some(
-              keys.begin() + static_cast<std::ptrdiff_t>(i),
-              keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), i + 4096)));
-          if (!store->check(some)) {
-            logger->warn(
-                "{}; not every worker of the job recovers in process "
-                "(rtd::Recovery::enable): the round ends as for any failure",
-                why);
-            return std::nullopt;
-          }
+        if (!every_rank_recovers(*store, cur_round, p.layout.world_size())) {
+          logger->warn(
+              "{}; not every worker of the job recovers in process "
+              "(rtd::Recovery::enable): the round ends as for any failure",
+              why);
+          return std::nullopt;
         }
-        generation = store->add(prefix + "generation", 1);
+        generation = store->add(recovery_key(cur_round, "generation"), 1);
       } catch (const Error& e) {
         logger->warn("{}; could not start a new generation: {}", why, e.what());
         return std::nullopt;
@@ -251,28 +276,34 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
           why, generation);
       return worker_specs(o, p, parent_env, static_cast<int>(generation), &local_ranks);
     };
-    Supervisor supervisor(SupervisorOptions{
-        .program_path = program,
-        .args = o.args,
-        .log_dir = o.log_dir,
-        .console_stdout = (o.redirects & 1) == 0,
-        .console_stderr = (o.redirects & 2) == 0,
-        .console_local_ranks = o.local_ranks_filter,
-        .attempt = round,
-        .grace_period = o.grace_period,
-        .guard = &guard,
-        // The other nodes learn why this one stops before its workers do.
-        .on_signal =
-            [&, round, node_rank](int sig) {
-              if (many)
-                peers.record_failure(round, node_rank,
-                                     Outcome{Ending::kSignal, 128 + sig, -1,
-                                             std::string("its dtrun received ") + strsignal(sig)},
-                                     true);
-            },
-        .replace = o.recovery_in_process ? ReplaceFn(replace) : ReplaceFn(),
-    });
-    supervisor.start(worker_specs(o, p, parent_env));
+    std::unique_ptr<Supervisor> supervisor = std::move(kept);
+    if (supervisor) {
+      supervisor->renumber(p.layout.node().first_rank());
+    } else {
+      supervisor = std::make_unique<Supervisor>(SupervisorOptions{
+          .program_path = program,
+          .args = o.args,
+          .log_dir = o.log_dir,
+          .console_stdout = (o.redirects & 1) == 0,
+          .console_stderr = (o.redirects & 2) == 0,
+          .console_local_ranks = o.local_ranks_filter,
+          .attempt = round,
+          .grace_period = o.grace_period,
+          .guard = &guard,
+          // The other nodes learn why this one stops before its workers do.
+          .on_signal =
+              [&](int sig) {
+                if (many)
+                  peers_of_host->record_failure(
+                      cur_round, cur_node_rank,
+                      Outcome{Ending::kSignal, 128 + sig, -1,
+                              std::string("its dtrun received ") + strsignal(sig)},
+                      true);
+              },
+          .replace = o.recovery_in_process ? ReplaceFn(replace) : ReplaceFn(),
+      });
+      supervisor->start(worker_specs(o, p, parent_env));
+    }
     StopCheck stop_check;
     if (many)
       stop_check = [&]() -> std::optional<Outcome> {
@@ -283,9 +314,19 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
                 Ending::kStopRequested, 1, -1,
                 "this node lost its lease in etcd, so the job goes on without it: " + why};
         }
-        return peers.check(round, node_rank, NodeState::kRunning);
+        std::optional<Outcome> news = peers.check(round, node_rank, NodeState::kRunning);
+        // A node lost, and every rank recovers in process: the workers stay,
+        // and move to the next round in place (their dtrun tells them where).
+        if (news && news->rejoin && news->node_lost && !news->host_lost && o.recovery_in_process) {
+          try {
+            news->keep_workers = every_rank_recovers(*store, round, p.layout.world_size());
+          } catch (const Error& e) {
+            logger->warn("could not tell whether every worker recovers in process: {}", e.what());
+          }
+        }
+        return news;
       };
-    Outcome out = supervisor.watch(stop_check, kPeerPoll);
+    Outcome out = supervisor->watch(stop_check, kPeerPoll);
     // This node's workers are done; the round is the job's once every node's are.
     if (many && out.ending == Ending::kSuccess) {
       if (auto ended = peers.meet_done(round, node_rank, nnodes)) out = *ended;
@@ -343,7 +384,9 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
       }
       next_restarts = restarts + 1;
     } else if (out.rejoin) {
-      logger->info("{}: the workers stopped; rejoining", out.reason);
+      logger->info(
+          "{}: {}", out.reason,
+          out.keep_workers ? "rejoining, the workers kept" : "the workers stopped; rejoining");
       next_restarts = restarts;
     }
     if (next_restarts >= 0 && !many) {
@@ -357,7 +400,12 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
           find_etcd_host(o, p, p.store_addr);
           connect();
         }
+        const int old_first = p.layout.node().first_rank();
         p.layout = join(o, p, round, next_restarts);
+        if (out.keep_workers) {
+          move_workers(*store, round, old_first, p.layout);
+          kept = std::move(supervisor);
+        }
         continue;
       } catch (const Error& e) {
         out = Outcome{Ending::kStopRequested, 1, -1,

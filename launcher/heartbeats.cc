@@ -103,7 +103,7 @@ HeartbeatReply HeartbeatClient::beat_now(int round, int node_rank, NodeState sta
   proto::HeartbeatResponse resp;
   grpc::Status status = impl_->stub->Heartbeat(&ctx, req, &resp);
   if (!status.ok()) throw error_from_grpc(status, "heartbeat", impl_->address);
-  return HeartbeatReply{resp.failure(), resp.rejoin(), resp.change(), {}, ""};
+  return HeartbeatReply{resp.failure(), resp.rejoin(), resp.change(), resp.loss(), {}, ""};
 }
 
 void HeartbeatClient::loop() {
@@ -143,11 +143,11 @@ void HeartbeatClient::loop() {
                                         std::to_string(impl_->timeout.count() / 1000) +
                                         " s (--heartbeat-timeout): it was killed, or is unreachable"
                                   : error_from_grpc(status, "heartbeat", impl_->address).what();
-      impl_->news = HeartbeatReply{"", false, "", {}, why};
+      impl_->news = HeartbeatReply{"", false, "", false, {}, why};
       continue;
     }
     if (!resp.failure().empty() || resp.rejoin() || !resp.values().empty()) {
-      HeartbeatReply reply{resp.failure(), resp.rejoin(), resp.change(), {}, ""};
+      HeartbeatReply reply{resp.failure(), resp.rejoin(), resp.change(), resp.loss(), {}, ""};
       for (const auto& [key, value] : resp.values()) reply.values[key] = value;
       impl_->news = std::move(reply);
     }

@@ -32,6 +32,7 @@ struct HeartbeatReply {
   std::string failure;
   bool rejoin = false;
   std::string change;  // with rejoin: why a new round forms
+  bool loss = false;   // with rejoin: only because members were lost
   std::map<std::string, std::string> values;
   std::string lost;  // non-empty: the host did not answer (why)
 };

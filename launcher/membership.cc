@@ -60,8 +60,9 @@ RoundConfig Membership::round_config(int round) const {
 }
 
 // A new round for a running job: it waits for every member not lost.
-void Membership::open_locked(SystemTime now, const std::string& why) {
+void Membership::open_locked(SystemTime now, const std::string& why, bool loss) {
   change_ = why;
+  change_loss_ = loss;
   RoundConfig c = round_config(running_ + 1);
   for (const Member& m : members_) {
     if (!m.lost) c.previous[m.who.node_id] = m.who.node_rank;
@@ -150,7 +151,8 @@ void Membership::join_async(const proto::JoinRequest& given, SystemTime deadline
 Beat Membership::heartbeat(int round, int node_rank, const std::string& secret, NodeState state,
                            SystemTime now) {
   std::lock_guard<std::mutex> lock(mu_);
-  Beat beat{failure_, forming_ != nullptr, forming_ ? change_ : "", ""};
+  Beat beat{failure_, forming_ != nullptr, forming_ ? change_ : "", "",
+            forming_ != nullptr && change_loss_};
   if (round != running_ || node_rank < 0 || node_rank >= static_cast<int>(members_.size()) ||
       members_[node_rank].lost) {
     beat.rejoin = true;  // left behind (counted as lost): it may come back as a newcomer
@@ -172,7 +174,8 @@ Beat Membership::peek(int round, int node_rank) {
   std::lock_guard<std::mutex> lock(mu_);
   const bool member = round == running_ && node_rank >= 0 &&
                       node_rank < static_cast<int>(members_.size()) && !members_[node_rank].lost;
-  return Beat{failure_, forming_ != nullptr || !member, forming_ ? change_ : "", ""};
+  return Beat{failure_, forming_ != nullptr || !member, forming_ ? change_ : "", "",
+              forming_ != nullptr && change_loss_};
 }
 
 void Membership::call_closed(int round, int node_rank, SystemTime arrived, SystemTime now) {
@@ -199,7 +202,7 @@ void Membership::lose_locked(Member& m, SystemTime now, const std::string& why) 
     if (forming_)
       forming_->forget(m.who.node_id);
     else
-      open_locked(now, what);
+      open_locked(now, what, true);
     return;
   }
   if (elastic && !finishing) {

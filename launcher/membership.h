@@ -26,6 +26,9 @@ struct Beat {
   bool rejoin = false;  // a new round forms: stop the workers and join it
   std::string change;   // with rejoin: why
   std::string refused;  // non-empty: the call does not speak for that node (nothing changed)
+  // With rejoin: the round forms only because members were lost (the
+  // survivors may keep their workers: in-process recovery).
+  bool loss = false;
 };
 
 // A job that goes on under a new host (the etcd backend, after the last host
@@ -84,7 +87,7 @@ class Membership {
   };
   RoundConfig round_config(int round) const;
   // why: what changes the membership, as the members are told.
-  void open_locked(SystemTime now, const std::string& why);
+  void open_locked(SystemTime now, const std::string& why, bool loss = false);
   void promote_locked(SystemTime now);
   std::string refusal_locked(const proto::JoinRequest& request) const;
   // why: how it was found ("has not been heard from for 31 s (...)").
@@ -97,7 +100,8 @@ class Membership {
   std::vector<Member> members_;     // of round running_, by node rank
   std::unique_ptr<Round> forming_;  // the next round, while it forms
   std::string failure_;
-  std::string change_;  // why the forming round forms
+  std::string change_;        // why the forming round forms
+  bool change_loss_ = false;  // ... only because members were lost
   long long generation_ = 0;
   std::map<std::string, std::string>
       secrets_;  // node_id -> secret, of every agent that was a member

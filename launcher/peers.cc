@@ -71,6 +71,7 @@ std::optional<Outcome> Peers::check(int round, int node_rank, NodeState state) {
                                            : reply->change) +
                     ")"};
     out.rejoin = true;
+    out.node_lost = reply->loss;
     return out;
   }
   return std::nullopt;

@@ -246,6 +246,7 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     resp->set_failure(beat.failure);
     resp->set_rejoin(beat.rejoin);
     resp->set_change(beat.change);
+    resp->set_loss(beat.loss);
     resp->mutable_values()->clear();
     for (const std::string& key : req.keys()) {
       if (auto value = store_->try_get(key)) (*resp->mutable_values())[key] = *value;

@@ -254,6 +254,10 @@ bool Supervisor::any_running() const {
   return false;
 }
 
+void Supervisor::renumber(int first_rank) {
+  for (auto& c : children_) c.rank = first_rank + c.local_rank;
+}
+
 bool Supervisor::replace_failed() {
   std::vector<Child*> failed;
   std::vector<int> local_ranks;
@@ -364,6 +368,11 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
     if (stop_check && std::chrono::steady_clock::now() >= next_check) {
       next_check = std::chrono::steady_clock::now() + poll_every;
       if (std::optional<Outcome> stop = stop_check()) {
+        if (stop->keep_workers) {
+          logger->info("{}; the workers keep running (in-process recovery)", stop->reason);
+          stop->ending = Ending::kStopRequested;
+          return *stop;
+        }
         if (stop->rejoin)
           logger->info("{}; stopping this node's workers", stop->reason);
         else

@@ -64,6 +64,11 @@ struct Outcome {
   bool rejoin = false;
   // With rejoin: the host of the rounds was lost (the etcd backend finds the next).
   bool host_lost = false;
+  // With rejoin: only because nodes were lost. With in-process recovery the
+  // survivors' workers are kept (keep_workers: watch() returns without
+  // stopping them) and move to the next round in place.
+  bool node_lost = false;
+  bool keep_workers = false;
 };
 
 // Returns nothing while the workers should go on, else the outcome to end with
@@ -80,6 +85,9 @@ class Supervisor {
   // Blocks until all workers ended, one failed, a signal arrived or stop_check
   // (polled every poll_every) asked to stop; every worker has exited on return.
   Outcome watch(const StopCheck& stop_check, std::chrono::milliseconds poll_every);
+  // In-process recovery moved the kept workers to a new round: their global
+  // ranks there (first_rank + local rank), for what it logs.
+  void renumber(int first_rank);
 
  private:
   struct Child {

@@ -13,10 +13,13 @@
 namespace rtd {
 namespace {
 
-// The store a rank of the job hosts, under mpirun or srun alone (at most one).
+// The store a rank of the job hosts, under mpirun or srun alone (at most one),
+// and under dtrun the store itself, unprefixed (a worker that moves to the
+// next round in process takes that round's prefix on it).
 struct StoreHosts {
   std::unique_ptr<MpiStoreHost> mpi;
   std::unique_ptr<SlurmStoreHost> slurm;
+  std::shared_ptr<Store> dtrun_root;
 };
 
 // The default communicator's namespace in the store: generation 0's is the
@@ -63,6 +66,21 @@ class ContextImpl : public Context {
     generation_ = generation;
   }
   int generation() const override { return generation_; }
+  void relocate(const Placement& next) override {
+    if (!hosts_.dtrun_root)
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "only a worker of dtrun moves to another round in process");
+    close_comm();
+    world_.rank = next.rank;
+    world_.world_size = next.world_size;
+    world_.node_rank = next.node_rank;
+    comm_options_.rank = next.rank;
+    comm_options_.size = next.world_size;
+    // What the trainer built on the old store keeps a valid reference.
+    retired_.push_back(store_);
+    store_ = make_prefix_store("round" + std::to_string(next.round), hosts_.dtrun_root);
+    reopen_comm(0);
+  }
   bool recovery_enabled() const override { return recovery_; }
   std::chrono::milliseconds recovery_wait() const override { return recovery_wait_; }
 
@@ -70,7 +88,8 @@ class ContextImpl : public Context {
   WorldInfo world_;
   StoreHosts hosts_;  // declared before comm_: outlives the communicator
   std::shared_ptr<Store> store_;
-  CommunicatorOptions comm_options_;  // its store set per generation
+  std::vector<std::shared_ptr<Store>> retired_;  // the stores of rounds moved out of
+  CommunicatorOptions comm_options_;             // its store set per generation
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   int generation_;
@@ -84,8 +103,8 @@ std::shared_ptr<Store> connect_store(const Config& config, const WorldInfo& worl
                                      StoreHosts* hosts) {
   if (world.world_size == 1) return make_memory_store();
   if (world.launcher == "dtrun") {
-    auto root = make_grpc_store(config.store_addr, config.token, "", config.tls);
-    return make_prefix_store("round" + std::to_string(config.round), root);
+    hosts->dtrun_root = make_grpc_store(config.store_addr, config.token, "", config.tls);
+    return make_prefix_store("round" + std::to_string(config.round), hosts->dtrun_root);
   }
   if (world.launcher == "mpirun") {
     hosts->mpi = std::make_unique<MpiStoreHost>(world, data_host(config, world));

@@ -3,6 +3,8 @@
 // communicator, and the state sent from a survivor.
 #include "rt_dist/recovery.h"
 
+#include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "rt_dist/error.h"
@@ -34,6 +36,7 @@ Recovery::~Recovery() = default;
 
 void Recovery::enable() {
   ctx_.store().set("recovery/capable/" + std::to_string(ctx_.rank()), "1");
+  enabled_ = true;
 }
 
 int Recovery::generation() const { return ctx_.generation(); }
@@ -49,10 +52,16 @@ bool Recovery::recover(const std::function<void()>& release) {
   if (release) release();
   ctx_.close_comm();
   if (!ctx_.recovery_enabled()) return false;
+  // Either dtrun starts a replacement (a new generation of this round), or
+  // a node was lost and this worker's dtrun moves it to the next round
+  // (a record under its rank: the round, its new rank and world size).
   const int from = ctx_.generation();
+  const std::string move_key = "recovery/move/" + std::to_string(ctx_.rank());
   const auto until = start + ctx_.recovery_wait();
   int next = from;
-  while ((next = static_cast<int>(ctx_.store().add(kGenerationKey, 0))) <= from) {
+  std::optional<std::string> move;
+  while ((next = static_cast<int>(ctx_.store().add(kGenerationKey, 0))) <= from &&
+         !(move = ctx_.store().try_get(move_key))) {
     if (std::chrono::steady_clock::now() >= until) {
       logger->warn(
           "no replacement worker started within {} s (RTD_RECOVERY_WAIT_S): the failure "
@@ -63,12 +72,26 @@ bool Recovery::recover(const std::function<void()>& release) {
     std::this_thread::sleep_for(kPoll);
   }
   const auto closed = std::chrono::steady_clock::now();
-  ctx_.reopen_comm(next);
-  store_ = generation_store(ctx_, next);
+  std::string what;
+  if (move) {
+    Context::Placement p;
+    if (std::sscanf(move->c_str(), "%d %d %d %d", &p.round, &p.rank, &p.world_size, &p.node_rank) !=
+            4 ||
+        p.rank < 0 || p.world_size < 1 || p.rank >= p.world_size)
+      throw Error(ErrorCategory::kInternal,
+                  "in-process recovery: a malformed move '" + *move + "' for this rank");
+    what = "moved to round " + std::to_string(p.round) + " as rank " + std::to_string(p.rank) +
+           " of " + std::to_string(p.world_size);
+    ctx_.relocate(p);
+  } else {
+    what = "generation " + std::to_string(next);
+    ctx_.reopen_comm(next);
+  }
+  store_ = generation_store(ctx_, ctx_.generation());
+  if (enabled_) enable();  // in the new round's store too
   logger->info(
-      "generation {}: communicator rebuilt ({:.0f} ms to close and learn of the replacement, "
-      "{:.0f} ms to rebuild)",
-      next, std::chrono::duration<double, std::milli>(closed - start).count(),
+      "{}: communicator rebuilt ({:.0f} ms to close and learn where, {:.0f} ms to rebuild)", what,
+      std::chrono::duration<double, std::milli>(closed - start).count(),
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - closed).count());
   return true;
 }

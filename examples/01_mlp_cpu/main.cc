@@ -434,7 +434,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mlp_cpu: %s\n", e.what());
     return 1;
   }
-  const int rank = ctx->rank(), world = ctx->world_size();
+  int rank = ctx->rank(), world = ctx->world_size();
   if (f.global_batch > 0) {
     // The same global batch in every world (an elastic job's rounds).
     if (f.global_batch % world != 0) {
@@ -451,7 +451,7 @@ int main(int argc, char** argv) {
                  "mlp_cpu trains on the CPU: run it with RTD_BACKEND=gloo (or without a GPU)\n");
     return 2;
   }
-  const int rows = f.batch;
+  int rows = f.batch;
 
   Mlp teacher{f.in, f.hidden, f.out, std::vector<float>(f.hidden * f.in),
               std::vector<float>(f.out * f.hidden)};
@@ -645,6 +645,28 @@ int main(int argc, char** argv) {
       const auto lost = std::chrono::steady_clock::now();
       if (!recovery.recover([&] { ddp.reset(); })) throw;
       const int source = recovery.sync(replicated, &done);
+      if (ctx->world_size() != world || ctx->rank() != rank) {
+        // A node was lost: this worker moved to the next round with a new
+        // rank and world size; the same global batch is split anew.
+        rank = ctx->rank();
+        world = ctx->world_size();
+        if (f.global_batch > 0) {
+          if (f.global_batch % world != 0) {
+            std::fprintf(stderr, "mlp_cpu: --global-batch %d does not split over %d ranks\n",
+                         f.global_batch, world);
+            return 2;
+          }
+          f.batch = f.global_batch / world;
+        }
+        rows = f.batch;
+        x.assign(static_cast<std::size_t>(rows) * f.in, 0.0f);
+        dy.assign(static_cast<std::size_t>(rows) * f.out, 0.0f);
+        da.assign(static_cast<std::size_t>(rows) * f.hidden, 0.0f);
+        if (ckpt)
+          ckpt = std::make_unique<rtd::ckpt::Checkpointer>(
+              ctx->store(), rank, world, rtd::ckpt::Options{.dir = f.ckpt_dir, .keep_last = 2});
+        if (rank == 0) std::printf("world size %d, %d samples per rank\n", world, f.batch);
+      }
       ddp = make_ddp();
       g1 = static_cast<float*>(ddp->grad(0).data);
       g2 = static_cast<float*>(ddp->grad(1).data);

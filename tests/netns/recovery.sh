@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# In-process recovery across hosts: two hosts in network namespaces, 2
-# workers each (mlp_cpu, DDP over Gloo on TCP). The last worker of host b
-# kills itself at step 20; its dtrun starts it again alone, the three others
-# keep their processes, and the job ends with the weights of a run without
-# the failure, bit for bit. Exits 77 (skipped) without root or iproute2.
+# In-process recovery across hosts in network namespaces, 2 workers each
+# (mlp_cpu, DDP over Gloo on TCP):
+# 1. two hosts; the last worker of host b kills itself at step 20; its dtrun
+#    starts it again alone, the three others keep their processes, and the
+#    job ends with the weights of a run without the failure, bit for bit;
+# 2. three hosts (--nnodes=2:3); host c's dtrun is killed mid-job: the four
+#    workers of a and b keep their processes and move to the next round in
+#    place (ranks 0-3 of 4), and the job ends with the loss of a run without
+#    the failure to 1e-6 (float rounding: the same global batch, summed in
+#    another order over 4 ranks instead of 6).
+# Exits 77 (skipped) without root or iproute2.
 set -u
 dtrun=$1 mlp=$2
 . "$(dirname "$0")/lib.sh"
@@ -12,11 +18,11 @@ require_netns
 tag=rtr$$
 cleanup() {
   for p in ${pids:-}; do kill -9 "$p" 2>/dev/null; done
-  for ns in ${tag}a ${tag}b ${tag}br; do ip netns del "$ns" 2>/dev/null; done
+  for ns in ${tag}a ${tag}b ${tag}c ${tag}br; do ip netns del "$ns" 2>/dev/null; done
   rm -rf "${out:-/nonexistent}"
 }
 trap cleanup EXIT
-bridge_hosts $tag 10.215.7 a:1 b:2
+bridge_hosts $tag 10.215.7 a:1 b:2 c:3
 out=$(mktemp -d)
 hash_of() { cat "$@" | grep -o "final weights fnv1a [0-9a-f]*" | awk '{print $4}' | head -1; }
 
@@ -52,4 +58,45 @@ done
 got=$(hash_of "$out"/rec.*)
 [ -n "$got" ] && [ "$got" = "$want" ] && echo "ok: the final weights equal the unbroken run's ($got)" ||
   { echo "FAILED: final weights '$got', without the failure '$want'"; fail=1; }
+
+# 2. A node lost: the survivors' workers move to the next round in place.
+elastic() {  # host, log, dtrun flags, trainer flags...
+  local h=$1 log=$2 flags=$3; shift 3
+  # shellcheck disable=SC2086
+  nsenter --net=/run/netns/"$tag$h" "$dtrun" --nproc-per-node=2 --nnodes=2:3 \
+    --rdzv=10.215.7.1:$port --token=t --rdzv-timeout=60 --rdzv-last-call=2 --max-restarts=0 $flags \
+    --env RTD_LOG=warn "$mlp" --steps 100 --optim adamw --lr 0.01 --log-every 10 --pace-ms 20 \
+    --global-batch 12 "$@" >"$log" 2>&1 &
+}
+loss_at() { grep -h "step $2 loss" "$1" | awk '{print $6}' | head -1; }
+port=29603
+for h in a b c; do elastic $h "$out/full.$h" ""; eval "q_$h=\$!"; pids="$pids $!"; done
+wait "$q_a" && wait "$q_b" && wait "$q_c" || { echo "FAILED: the 3-host run without a failure"; tail -n 20 "$out"/full.*; exit 1; }
+want=$(loss_at "$out/full.a" 100)
+port=29604
+for h in a b c; do elastic $h "$out/node.$h" --recovery=in-process --recover 1; eval "q_$h=\$!"; pids="$pids $!"; done
+for _ in $(seq 300); do grep -q "step 30 loss" "$out/node.a" && break; sleep 0.1; done
+t0=$(date +%s%3N)
+kill -9 "$q_c"
+if wait "$q_a" && wait "$q_b"; then echo "ok: the job finished on the two hosts left"; else
+  echo "FAILED: a surviving host failed"; tail -n 30 "$out"/node.a "$out"/node.b; fail=1; fi
+check "host a's dtrun kept its workers" "rejoining, the workers kept" "$out/node.a"
+check "they moved to the next round" "the workers move to round 1 in place" "$out/node.b"
+check "the global batch is split over 4 ranks" "world size 4, 3 samples per rank" "$out/node.a"
+for r in 0 1; do
+  [ "$(grep -c "rank $r pid" "$out/node.a")" = 1 ] && echo "ok: rank $r kept its process" ||
+    { echo "FAILED: rank $r started again"; fail=1; }
+done
+for r in 2 3; do
+  [ "$(grep -c "rank $r pid" "$out/node.b")" = 1 ] && echo "ok: rank $r kept its process" ||
+    { echo "FAILED: rank $r started again"; fail=1; }
+done
+done_ms=$(grep -o "completed after the resume at [0-9]*" "$out/node.a" | awk '{print $6}' | head -1)
+[ -n "$done_ms" ] && echo "info: from the kill of host c's dtrun to the first step after it: $(( done_ms - t0 )) ms"
+got=$(loss_at "$out/node.a" 100)
+if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}'; then
+  echo "ok: the final loss $got is the unbroken run's $want to 1e-6"
+else
+  echo "FAILED: final loss '$got', without the failure '$want'"; fail=1
+fi
 exit $fail

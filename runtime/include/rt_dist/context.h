@@ -83,6 +83,16 @@ class Context {
   virtual void reopen_comm(int generation) = 0;
   // The generation this process's communicator belongs to (DTRUN_GENERATION at init).
   virtual int generation() const = 0;
+  // In-process recovery after a node was lost: this worker moves to dtrun's
+  // next round with a new rank and world size (the store and the default
+  // communicator of that round; generation 0). world() says the new place.
+  struct Placement {
+    int round = 0;
+    int rank = 0;
+    int world_size = 1;
+    int node_rank = 0;
+  };
+  virtual void relocate(const Placement& next) = 0;
   // Whether dtrun restarts a lost worker alone (DTRUN_RECOVERY=in-process),
   // and how long a survivor waits for that (RTD_RECOVERY_WAIT_S).
   virtual bool recovery_enabled() const = 0;

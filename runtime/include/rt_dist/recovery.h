@@ -60,7 +60,10 @@ class Recovery {
   // closes it once its operations have ended (peers blocked on this rank
   // fail at once), calls `release` (destroy what holds the communicator: the
   // DDP), then waits up to RTD_RECOVERY_WAIT_S for dtrun to start a
-  // replacement (a new generation) and builds the communicator with it.
+  // replacement (a new generation) and builds the communicator with it; or,
+  // where a node was lost, for dtrun to move this worker to the next round
+  // (then ctx.world() holds its new rank and world size: the trainer
+  // re-splits its data).
   // Returns false, the communicator closed, when recovery is off or no
   // replacement came: the failure is the job's, and the caller rethrows it.
   bool recover(const std::function<void()>& release);
@@ -76,6 +79,7 @@ class Recovery {
   Context& ctx_;
   bool replacement_ = false;
   bool has_state_ = true;  // a replacement has none until its first sync()
+  bool enabled_ = false;
   std::shared_ptr<Store> store_;
 };
 
