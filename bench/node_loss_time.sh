@@ -31,10 +31,11 @@ if command -v etcd >/dev/null; then
   sleep 2
   backends="own etcd"
 fi
-port=29700
 run() {  # backend, mode, repeat: prints "kill_to_step_ms steps_redone"
-  local backend=$1 mode=$2 i=$3 flags rdzv
-  port=$((port + 1))
+  local backend=$1 mode=$2 i=$3 flags rdzv port
+  # A port (and job id, and checkpoint directory) of its own per run.
+  port=$((29700 + 10 * i + $([ "$mode" = restart ] && echo 1 || echo 0) + \
+    $([ "$backend" = etcd ] && echo 100 || echo 0)))
   rdzv="--rdzv=10.216.3.1:$port"
   [ "$backend" = etcd ] && rdzv="--rdzv-backend=etcd --rdzv=10.216.3.9:2379 --rdzv-id=bench$port"
   if [ "$mode" = in-process ]; then flags="--recovery=in-process"; extra="--recover 1";
@@ -58,8 +59,13 @@ run() {  # backend, mode, repeat: prints "kill_to_step_ms steps_redone"
   local line done first
   line=$(cat "$out/$mode.$backend.$i".* | grep -o "step [0-9]* completed after the resume at [0-9]*" | head -1)
   first=$(echo "$line" | awk '{print $2}'); done=$(echo "$line" | awk '{print $8}')
-  [ -z "$done" ] && { echo "- -"; return; }
-  echo "$((done - t0)) $((35 - first + 1))"
+  if [ -z "$done" ]; then
+    for h in a b c; do tail -n 4 "$out/$mode.$backend.$i.$h" | sed "s/^/  $h: /" >&2; done
+    echo "- -"; return
+  fi
+  local redone=$((35 - first + 1))
+  [ $redone -lt 0 ] && redone=0  # step 36 completed before the kill
+  echo "$((done - t0)) $redone"
 }
 printf "%-8s %-12s %4s %16s %14s\n" backend mode run kill_to_step_ms steps_redone
 for backend in $backends; do
