@@ -87,6 +87,18 @@ std::string EtcdHosting::find_host(const std::string& gone, SystemTime until,
     std::int64_t revision = 0;
     if (std::optional<EtcdKv> host = client_->get(key, &revision)) {
       const std::string address = host->value.substr(0, host->value.find(' '));
+      if (address != kElecting) {
+        try {
+          parse_etcd_endpoints(address);  // one HOST:PORT
+        } catch (const Error&) {
+          throw Error(ErrorCategory::kConfig,
+                      describe() + ": the job's host key " + key + " holds '" +
+                          host->value.substr(0, 80) +
+                          "', not the ADDRESS:PORT an agent writes: another program writes "
+                          "under /dtrun/" +
+                          o_.job + "/; give this job another --rdzv-id");
+        }
+      }
       if (address != gone && address != kElecting) return address;
       // The lost host's key goes with its lease, and an elected one says
       // where it listens a moment after: wait for either.

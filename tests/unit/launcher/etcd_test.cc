@@ -255,6 +255,42 @@ TEST_F(EtcdTest, ARecordOfAGoneJobIsNotTakenOver) {
   EXPECT_FALSE(client_->get("/dtrun/" + job + "/round").has_value()) << "the stale record goes";
 }
 
+// What an agent reads in etcd is checked: a host key that is not an address
+// is an error naming it, an unreadable round record is not taken over.
+TEST_F(EtcdTest, ForeignValuesInTheJobsKeysAreRefusedOrIgnored) {
+  const std::string job = "job-" + random_token().substr(0, 8);
+  const std::string prefix = "/dtrun/" + job + "/";
+  client_->put(prefix + "round", std::string("\xff\xfe not a record", 18));
+  EtcdHosting agent(EtcdHostingOptions{.endpoints = {etcd_->endpoint()},
+                                       .job = job,
+                                       .ttl = seconds(5),
+                                       .node_id = "n",
+                                       .node_addr = "127.0.0.1"});
+  std::optional<ResumeFrom> seen;
+  std::unique_ptr<RendezvousServer> server;
+  auto start = [&](const std::optional<ResumeFrom>& r) { return test_server(r, &seen); };
+  agent.find_host("", Clock::now() + seconds(10), start, &server);
+  ASSERT_NE(server, nullptr);
+  EXPECT_FALSE(seen.has_value()) << "an unreadable record is not taken over";
+
+  const std::string other = "job-" + random_token().substr(0, 8);
+  client_->put("/dtrun/" + other + "/host", "garbage");
+  EtcdHosting second(EtcdHostingOptions{.endpoints = {etcd_->endpoint()},
+                                        .job = other,
+                                        .ttl = seconds(5),
+                                        .node_id = "m",
+                                        .node_addr = "127.0.0.1"});
+  std::unique_ptr<RendezvousServer> none;
+  try {
+    second.find_host("", Clock::now() + seconds(10), start, &none);
+    FAIL() << "a host key holding 'garbage' was followed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kConfig);
+    EXPECT_NE(std::string(e.what()).find("holds 'garbage'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("another --rdzv-id"), std::string::npos) << e.what();
+  }
+}
+
 // etcd gone: the lease is lost within its TTL, and says why. It stops etcd:
 // the suite's last test.
 TEST_F(EtcdTest, TheLeaseIsLostWhenEtcdIsGone) {

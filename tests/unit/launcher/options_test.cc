@@ -265,6 +265,14 @@ TEST(Options, UnderSrunTheStepPlacesTheNode) {
   expect_error({"--nproc-per-node=8", "./train"}, "cannot read Slurm's node list", c);
 }
 
+TEST(Options, RecoveryFlag) {
+  EXPECT_FALSE(parse({"prog"}).options->recovery_in_process);
+  EXPECT_FALSE(parse({"--recovery=restart", "prog"}).options->recovery_in_process);
+  EXPECT_TRUE(parse({"--recovery", "in-process", "prog"}).options->recovery_in_process);
+  expect_error({"--recovery=inprocess", "prog"}, "--recovery=inprocess must be restart");
+  expect_error({"--recovery=", "prog"}, "--recovery");
+}
+
 // The etcd backend: the members in --rdzv, a job id, no --node-rank.
 TEST(Options, EtcdBackendTakesTheMembersAndAJobId) {
   ParseResult r = parse({"--nnodes=2:4", "--rdzv-backend=etcd-v2",

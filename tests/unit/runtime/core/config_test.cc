@@ -110,4 +110,28 @@ TEST(LauncherConfig, TheStoresQuotaAndTlsFiles) {
 }
 
 }  // namespace
+// In-process recovery's variables: dtrun writes them; a malformed one is
+// named, not taken as something else.
+TEST(Config, RecoveryVariables) {
+  Config off = Config::from_env({});
+  EXPECT_EQ(off.recovery, "");
+  EXPECT_EQ(off.generation, 0);
+  EXPECT_EQ(off.recovery_wait, std::chrono::seconds(60));
+  Config on = Config::from_env(
+      {{"DTRUN_RECOVERY", "in-process"}, {"DTRUN_GENERATION", "3"}, {"RTD_RECOVERY_WAIT_S", "5"}});
+  EXPECT_EQ(on.recovery, "in-process");
+  EXPECT_EQ(on.generation, 3);
+  EXPECT_EQ(on.recovery_wait, std::chrono::seconds(5));
+  for (const EnvMap& bad :
+       {EnvMap{{"DTRUN_RECOVERY", "yes"}}, EnvMap{{"DTRUN_GENERATION", "-1"}},
+        EnvMap{{"DTRUN_GENERATION", "2x"}}, EnvMap{{"RTD_RECOVERY_WAIT_S", "0"}}}) {
+    try {
+      Config::from_env(bad);
+      ADD_FAILURE() << bad.begin()->first << "=" << bad.begin()->second << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad.begin()->first), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace rtd
