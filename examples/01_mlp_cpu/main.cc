@@ -165,6 +165,19 @@ Flags parse_flags(int argc, char** argv) {
   return f;
 }
 
+// The same global batch in every world (an elastic job's rounds, a world
+// that shrank in process): f.batch per rank; false (said) when it does not split.
+bool split_batch(Flags& f, int world) {
+  if (f.global_batch <= 0) return true;
+  if (f.global_batch % world != 0) {
+    std::fprintf(stderr, "mlp_cpu: --global-batch %d does not split over %d ranks\n",
+                 f.global_batch, world);
+    return false;
+  }
+  f.batch = f.global_batch / world;
+  return true;
+}
+
 // Wall-clock milliseconds: comparable across the processes of one host.
 long long wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -435,15 +448,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   int rank = ctx->rank(), world = ctx->world_size();
-  if (f.global_batch > 0) {
-    // The same global batch in every world (an elastic job's rounds).
-    if (f.global_batch % world != 0) {
-      std::fprintf(stderr, "mlp_cpu: --global-batch %d does not split over %d ranks\n",
-                   f.global_batch, world);
-      return 2;
-    }
-    f.batch = f.global_batch / world;
-  }
+  if (!split_batch(f, world)) return 2;
   if (rank == 0 && !f.ckpt_dir.empty())
     std::printf("world size %d, %d samples per rank\n", world, f.batch);
   if (ctx->comm().backend() != "gloo") {
@@ -650,14 +655,7 @@ int main(int argc, char** argv) {
         // rank and world size; the same global batch is split anew.
         rank = ctx->rank();
         world = ctx->world_size();
-        if (f.global_batch > 0) {
-          if (f.global_batch % world != 0) {
-            std::fprintf(stderr, "mlp_cpu: --global-batch %d does not split over %d ranks\n",
-                         f.global_batch, world);
-            return 2;
-          }
-          f.batch = f.global_batch / world;
-        }
+        if (!split_batch(f, world)) return 2;
         rows = f.batch;
         x.assign(static_cast<std::size_t>(rows) * f.in, 0.0f);
         dy.assign(static_cast<std::size_t>(rows) * f.out, 0.0f);

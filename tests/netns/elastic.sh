@@ -33,16 +33,6 @@ elastic() {  # namespace, log, port; $! is the dtrun itself (nsenter execs it)
     --heartbeat-timeout=3 --rdzv-last-call=1 --rdzv-timeout=60 --max-restarts=0 \
     sh -c "$show" >"$2" 2>&1 &
 }
-wait_for() {  # what, file...: waits up to 30 s for every file to hold it
-  local what=$1; shift
-  for _ in $(seq 150); do
-    local all=1
-    for f in "$@"; do grep -qF -- "$what" "$f" 2>/dev/null || all=0; done
-    [ $all -eq 1 ] && { echo "ok: '$what' in $#"; return 0; }
-    sleep 0.2
-  done
-  echo "FAILED: '$what' did not appear in every log"; tail -n 20 "$@"; fail=1; return 1
-}
 
 # 1. Two nodes start the job (the minimum, after the last call).
 elastic "$a" "$out/a" 29500; pa=$!

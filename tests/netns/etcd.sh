@@ -57,16 +57,6 @@ node() {  # host, log: $! is the dtrun itself (nsenter execs it)
     --rdzv-id=job1 --token=t --heartbeat-timeout=3 --rdzv-last-call=1 --rdzv-timeout=60 \
     --max-restarts=0 sh -c "$show" >"$2" 2>&1 &
 }
-wait_for() {  # what, file...: waits up to 30 s for every file to hold it
-  local what=$1; shift
-  for _ in $(seq 150); do
-    local all=1
-    for f in "$@"; do grep -qF -- "$what" "$f" 2>/dev/null || all=0; done
-    [ $all -eq 1 ] && { echo "ok: '$what' in $#"; return 0; }
-    sleep 0.2
-  done
-  echo "FAILED: '$what' did not appear in every log"; tail -n 20 "$@"; fail=1; return 1
-}
 gone() {  # pid: waits up to 10 s for it to end
   for _ in $(seq 50); do running "$1" || return 0; sleep 0.2; done
   return 1

@@ -25,6 +25,16 @@ running() {
 }
 
 fail=0
+wait_for() {  # what, file...: waits up to 30 s for every file to hold it
+  local what=$1; shift
+  for _ in $(seq 150); do
+    local all=1
+    for f in "$@"; do grep -qF -- "$what" "$f" 2>/dev/null || all=0; done
+    [ $all -eq 1 ] && { echo "ok: '$what' in $#"; return 0; }
+    sleep 0.2
+  done
+  echo "FAILED: '$what' did not appear in every log"; tail -n 20 "$@"; fail=1; return 1
+}
 check() {  # name, expected substring, file
   if grep -qF -- "$2" "$3"; then echo "ok: $1"; else echo "FAILED: $1 (no '$2')"; cat "$3"; fail=1; fi
 }
