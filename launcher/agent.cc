@@ -146,7 +146,9 @@ bool every_rank_recovers(Store& store, int round, int world_size) {
 
 // The kept workers of this node, waiting in rtd::Recovery::recover, learn
 // their place in the next round: "ROUND RANK WORLD NODE" under their old rank.
-void move_workers(Store& store, int round, int old_first, const proto::JoinResponse& next) {
+// `heard`: when this node heard of the change (for the log: the time to the new round).
+void move_workers(Store& store, int round, int old_first, const proto::JoinResponse& next,
+                  std::chrono::steady_clock::time_point heard) {
   for (int local = 0; local < next.node().nproc(); ++local) {
     store.set(recovery_key(round, "move/" + std::to_string(old_first + local)),
               std::to_string(next.round()) + " " +
@@ -154,7 +156,13 @@ void move_workers(Store& store, int round, int old_first, const proto::JoinRespo
                   std::to_string(next.world_size()) + " " + std::to_string(next.node_rank()));
   }
   log::get("launcher")
-      ->info("the workers move to round {} in place (in-process recovery)", next.round());
+      ->info(
+          "the workers move to round {} in place, ranks {}-{} of {} (in-process recovery; the "
+          "round formed {:.0f} ms after this node heard of the loss)",
+          next.round(), next.node().first_rank(),
+          next.node().first_rank() + next.node().nproc() - 1, next.world_size(),
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - heard)
+              .count());
 }
 
 }  // namespace
@@ -327,6 +335,7 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
         return news;
       };
     Outcome out = supervisor->watch(stop_check, kPeerPoll);
+    const auto watched = std::chrono::steady_clock::now();
     // This node's workers are done; the round is the job's once every node's are.
     if (many && out.ending == Ending::kSuccess) {
       if (auto ended = peers.meet_done(round, node_rank, nnodes)) out = *ended;
@@ -403,7 +412,7 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
         const int old_first = p.layout.node().first_rank();
         p.layout = join(o, p, round, next_restarts);
         if (out.keep_workers) {
-          move_workers(*store, round, old_first, p.layout);
+          move_workers(*store, round, old_first, p.layout, watched);
           kept = std::move(supervisor);
         }
         continue;
