@@ -6,6 +6,8 @@
 // every member of the last one is back, so no node's new workers meet an old one.
 #include "launcher/agent.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -70,7 +72,7 @@ const std::string& python_dir() {
 // The workers of this node (`only`: these local ranks), starting in `generation`.
 std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
                                      const EnvMap& parent_env, int generation = 0,
-                                     const std::vector<int>* only = nullptr) {
+                                     const std::vector<int>* only = nullptr, bool joining = false) {
   std::vector<WorkerSpec> specs;
   const auto& node = p.layout.node();
   for (int local = 0; local < node.nproc(); ++local) {
@@ -91,6 +93,7 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
             .max_restarts = o.max_restarts,
             .recovery = o.recovery_in_process,
             .generation = generation,
+            .joining = joining,
             .overrides = &o.env,
             .python_dir = python_dir(),
         }),
@@ -221,6 +224,7 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
 
   std::unique_ptr<Supervisor> kept;  // workers kept across a round (in-process recovery)
   int cur_round = 0, cur_node_rank = 0, replacements = 0;
+  bool first_start = true;  // this agent's first workers (a newcomer's, where round > 0)
   for (;;) {
     Peers& peers = *peers_of_host;
     const int round = p.layout.round(), node_rank = p.layout.node_rank();
@@ -310,8 +314,12 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
               },
           .replace = o.recovery_in_process ? ReplaceFn(replace) : ReplaceFn(),
       });
-      supervisor->start(worker_specs(o, p, parent_env));
+      // A newcomer to a job that recovers in process: its workers get their
+      // state from the running ones (rtd::Recovery::sync).
+      const bool joining = o.recovery_in_process && first_start && round > 0;
+      supervisor->start(worker_specs(o, p, parent_env, 0, nullptr, joining));
     }
+    first_start = false;
     StopCheck stop_check;
     if (many)
       stop_check = [&]() -> std::optional<Outcome> {
@@ -323,9 +331,10 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
                 "this node lost its lease in etcd, so the job goes on without it: " + why};
         }
         std::optional<Outcome> news = peers.check(round, node_rank, NodeState::kRunning);
-        // A node lost, and every rank recovers in process: the workers stay,
-        // and move to the next round in place (their dtrun tells them where).
-        if (news && news->rejoin && news->node_lost && !news->host_lost && o.recovery_in_process) {
+        // A node lost or joined, and every rank recovers in process: the
+        // workers stay, and move to the next round in place (their dtrun
+        // tells them where; a newcomer's workers get the state from them).
+        if (news && news->rejoin && !news->host_lost && o.recovery_in_process) {
           try {
             news->keep_workers = every_rank_recovers(*store, round, p.layout.world_size());
           } catch (const Error& e) {
@@ -413,6 +422,9 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
         p.layout = join(o, p, round, next_restarts);
         if (out.keep_workers) {
           move_workers(*store, round, old_first, p.layout, watched);
+          // Workers still training (nothing failed: a node joined) look
+          // for the move when told (rtd::Recovery::should_move).
+          supervisor->signal_workers(SIGUSR1);
           kept = std::move(supervisor);
         }
         continue;

@@ -254,6 +254,12 @@ bool Supervisor::any_running() const {
   return false;
 }
 
+void Supervisor::signal_workers(int sig) {
+  for (const auto& c : children_) {
+    if (c.running) kill(c.pid, sig);
+  }
+}
+
 void Supervisor::renumber(int first_rank) {
   for (auto& c : children_) c.rank = first_rank + c.local_rank;
 }

@@ -88,6 +88,8 @@ class Supervisor {
   // In-process recovery moved the kept workers to a new round: their global
   // ranks there (first_rank + local rank), for what it logs.
   void renumber(int first_rank);
+  // Sends sig to every running worker (not its process group).
+  void signal_workers(int sig);
 
  private:
   struct Child {

@@ -37,6 +37,7 @@ std::vector<std::string> build_worker_env(const WorkerEnvInput& in) {
   if (in.recovery) {
     put("DTRUN_RECOVERY", "in-process");
     put("DTRUN_GENERATION", std::to_string(in.generation));
+    if (in.joining) put("DTRUN_RECOVERY_JOIN", "1");
   }
   if (env.find("OMP_NUM_THREADS") == env.end()) put("OMP_NUM_THREADS", "1");
   if (!in.python_dir.empty()) {

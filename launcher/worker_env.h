@@ -23,6 +23,7 @@ struct WorkerEnvInput {
   int max_restarts = 0;
   bool recovery = false;  // --recovery=in-process
   int generation = 0;     // with recovery: the generation a (replacement) worker starts in
+  bool joining = false;   // with recovery: a newcomer node's worker (its state comes from others)
   const std::vector<std::pair<std::string, std::string>>* overrides = nullptr;
   std::string python_dir;  // put first on PYTHONPATH (the rt_dist package), unless ""
 };

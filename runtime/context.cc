@@ -39,7 +39,9 @@ class ContextImpl : public Context {
         timeout_(config.timeout),
         generation_(config.generation),
         recovery_(config.recovery == "in-process"),
-        recovery_wait_(config.recovery_wait) {
+        recovery_wait_(config.recovery_wait),
+        round_(config.round),
+        joining_(config.recovery_join) {
     reopen_comm(generation_);
   }
 
@@ -79,9 +81,12 @@ class ContextImpl : public Context {
     // What the trainer built on the old store keeps a valid reference.
     retired_.push_back(store_);
     store_ = make_prefix_store("round" + std::to_string(next.round), hosts_.dtrun_root);
+    round_ = next.round;
     reopen_comm(0);
   }
   bool recovery_enabled() const override { return recovery_; }
+  int round() const override { return round_; }
+  bool joining() const override { return joining_; }
   std::chrono::milliseconds recovery_wait() const override { return recovery_wait_; }
 
  private:
@@ -95,6 +100,8 @@ class ContextImpl : public Context {
   int generation_;
   bool recovery_;
   std::chrono::milliseconds recovery_wait_;
+  int round_;
+  bool joining_;
 };
 
 // The job's store: dtrun's; under mpirun or srun alone, one that rank 0

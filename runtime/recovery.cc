@@ -3,6 +3,9 @@
 // communicator, and the state sent from a survivor.
 #include "rt_dist/recovery.h"
 
+#include <signal.h>
+
+#include <atomic>
 #include <cstdio>
 #include <optional>
 #include <thread>
@@ -17,6 +20,7 @@ namespace {
 // is the round's): it adds one before it starts a replacement.
 constexpr const char* kGenerationKey = "recovery/generation";
 constexpr std::chrono::milliseconds kPoll{50};
+std::atomic<bool> g_move_signalled{false};
 
 std::shared_ptr<Store> generation_store(Context& ctx, int generation) {
   // A non-owning handle: the context outlives the Recovery.
@@ -28,15 +32,32 @@ std::shared_ptr<Store> generation_store(Context& ctx, int generation) {
 
 Recovery::Recovery(Context& ctx)
     : ctx_(ctx),
-      replacement_(ctx.generation() > 0),
-      has_state_(ctx.generation() == 0),
+      // A replacement, a newcomer node's worker, and any worker started into
+      // a later round of a job that recovers in process agree on the state
+      // before their first step; the first two have none of their own.
+      replacement_(ctx.generation() > 0 || (ctx.recovery_enabled() && ctx.round() > 0)),
+      has_state_(ctx.generation() == 0 && !ctx.joining()),
       store_(generation_store(ctx, ctx.generation())) {}
 
 Recovery::~Recovery() = default;
 
 void Recovery::enable() {
   ctx_.store().set("recovery/capable/" + std::to_string(ctx_.rank()), "1");
+  if (!enabled_) {
+    // dtrun's word that this worker moves to a new round while nothing
+    // failed (a node joined): SIGUSR1, noted here, read by should_move().
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { g_move_signalled.store(true); };
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, nullptr);
+  }
   enabled_ = true;
+}
+
+bool Recovery::should_move() {
+  if (!g_move_signalled.exchange(false)) return false;
+  return ctx_.store().try_get("recovery/move/" + std::to_string(ctx_.rank())).has_value();
 }
 
 int Recovery::generation() const { return ctx_.generation(); }

@@ -561,6 +561,10 @@ int main(int argc, char** argv) {
   bool resumed = done > 0;
   for (int step = static_cast<int>(done) + 1; step <= f.steps; ++step) {
     try {
+      // A node joined the job: dtrun moved this worker to the next round
+      // (the same way out as a failure's).
+      if (f.recover && recovery.should_move())
+        throw rtd::Error(rtd::ErrorCategory::kBackend, "a node joined the job");
       if (!f.ckpt_async && step == f.kill_at_step && first_attempt && rank == world - 1) {
         std::printf("rank %d kills itself at step %d at %lld ms\n", rank, step, wall_ms());
         std::fflush(stdout);
@@ -646,7 +650,7 @@ int main(int argc, char** argv) {
       // replacement comes; every rank then takes the state of the lowest
       // surviving rank and goes on after the last step it completed.
       if (!f.recover) throw;
-      std::fprintf(stderr, "rank %d: step %d failed: %s; recovering\n", rank, step, e.what());
+      std::fprintf(stderr, "rank %d: step %d: %s; recovering\n", rank, step, e.what());
       const auto lost = std::chrono::steady_clock::now();
       if (!recovery.recover([&] { ddp.reset(); })) throw;
       const int source = recovery.sync(replicated, &done);

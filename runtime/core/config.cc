@@ -58,6 +58,9 @@ constexpr ConfigVar kVars[] = {
     {"DTRUN_GENERATION", "0",
      "in-process recovery: the generation this worker starts in (dtrun counts a replacement "
      "worker's start as a new one)"},
+    {"DTRUN_RECOVERY_JOIN", "0",
+     "1: this worker's node joined a job that runs with in-process recovery: its state comes "
+     "from a running worker"},
     {"RTD_RECOVERY_WAIT_S", "60",
      "seconds a survivor waits for dtrun to start a replacement before the failure is the job's"},
     {"RTD_LOG", "info", "log levels: 'debug' or per component 'store:debug,gloo:info'"},
@@ -196,6 +199,11 @@ Config Config::from_env(const EnvMap& env) {
     throw Error(ErrorCategory::kConfig, "environment variable DTRUN_RECOVERY='" + c.recovery +
                                             "' must be in-process or empty");
   c.generation = parse_int(env, "DTRUN_GENERATION", 0).value_or(0);
+  const int join = parse_int(env, "DTRUN_RECOVERY_JOIN", 0).value_or(0);
+  if (join > 1)
+    throw Error(ErrorCategory::kConfig, "environment variable DTRUN_RECOVERY_JOIN=" +
+                                            std::to_string(join) + " must be 0 or 1");
+  c.recovery_join = join == 1;
   c.recovery_wait = std::chrono::seconds(parse_int(env, "RTD_RECOVERY_WAIT_S", 1).value_or(60));
   c.log_spec = parse_string(env, "RTD_LOG", "info");
   c.trace_dir = parse_string(env, "RTD_TRACE_DIR", "");

@@ -46,13 +46,14 @@ struct Config {
   std::string slurm_nodelist;        // SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST
   std::string slurm_tasks_per_node;  // SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE
   // dtrun's own.
-  std::string store_addr;                           // DTRUN_STORE host:port
-  std::string token;                                // DTRUN_TOKEN
-  TlsFiles tls;                                     // DTRUN_TLS_CERT, DTRUN_TLS_KEY, DTRUN_TLS_CA
-  int round = 0;                                    // DTRUN_ROUND
-  std::string node_addr;                            // DTRUN_ADDR: where this node's workers listen
-  std::string recovery;                             // DTRUN_RECOVERY: "in-process" or empty
-  int generation = 0;                               // DTRUN_GENERATION
+  std::string store_addr;      // DTRUN_STORE host:port
+  std::string token;           // DTRUN_TOKEN
+  TlsFiles tls;                // DTRUN_TLS_CERT, DTRUN_TLS_KEY, DTRUN_TLS_CA
+  int round = 0;               // DTRUN_ROUND
+  std::string node_addr;       // DTRUN_ADDR: where this node's workers listen
+  std::string recovery;        // DTRUN_RECOVERY: "in-process" or empty
+  int generation = 0;          // DTRUN_GENERATION
+  bool recovery_join = false;  // DTRUN_RECOVERY_JOIN: a newcomer to a job running in process
   std::chrono::milliseconds recovery_wait{60'000};  // RTD_RECOVERY_WAIT_S
   // Library settings.
   std::string log_spec = "info";                // RTD_LOG

@@ -8,7 +8,9 @@
 #    workers of a and b keep their processes and move to the next round in
 #    place (ranks 0-3 of 4), and the job ends with the loss of a run without
 #    the failure to 1e-6 (float rounding: the same global batch, summed in
-#    another order over 4 ranks instead of 6).
+#    another order over 4 ranks instead of 6);
+# 3. the same job started on a and b, c joining mid-job: a's and b's
+#    workers keep their processes, c's get the state from them, the same loss.
 # Exits 77 (skipped) without root or iproute2.
 set -u
 dtrun=$1 mlp=$2
@@ -98,5 +100,26 @@ if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN{d=(a-b)/b; if (d<0) d=-d
   echo "ok: the final loss $got is the unbroken run's $want to 1e-6"
 else
   echo "FAILED: final loss '$got', without the failure '$want'"; fail=1
+fi
+
+# 3. A node joins: the four running workers keep their processes and move
+# to the next round in place; the newcomer's two get the state from them.
+port=29605
+for h in a b; do elastic $h "$out/grow.$h" --recovery=in-process --recover 1; eval "q_$h=\$!"; pids="$pids $!"; done
+for _ in $(seq 300); do grep -q "step 30 loss" "$out/grow.a" && break; sleep 0.1; done
+elastic c "$out/grow.c" --recovery=in-process --recover 1; q_c=$!; pids="$pids $!"
+if wait "$q_a" && wait "$q_b" && wait "$q_c"; then echo "ok: the grown job finished"; else
+  echo "FAILED: the grown job failed"; tail -n 30 "$out"/grow.*; fail=1; fi
+check "the running workers moved" "the workers move to round 1 in place" "$out/grow.a"
+check "the newcomer's workers got the state" "rank 4 joined generation 0, the state from rank 0" "$out/grow.c"
+for r in 0 1; do
+  [ "$(grep -c "rank $r pid" "$out/grow.a")" = 1 ] && echo "ok: rank $r kept its process" ||
+    { echo "FAILED: rank $r started again"; fail=1; }
+done
+got=$(loss_at "$out/grow.a" 100)
+if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}'; then
+  echo "ok: the final loss $got is the unbroken run's $want to 1e-6"
+else
+  echo "FAILED: final loss '$got' after growing, without the change '$want'"; fail=1
 fi
 exit $fail

@@ -96,6 +96,11 @@ class Context {
   // Whether dtrun restarts a lost worker alone (DTRUN_RECOVERY=in-process),
   // and how long a survivor waits for that (RTD_RECOVERY_WAIT_S).
   virtual bool recovery_enabled() const = 0;
+  // dtrun's round this process works in (DTRUN_ROUND, or where it moved), and
+  // whether its node joined a job running with in-process recovery
+  // (DTRUN_RECOVERY_JOIN: its state comes from a running worker).
+  virtual int round() const = 0;
+  virtual bool joining() const = 0;
   virtual std::chrono::milliseconds recovery_wait() const = 0;
 };
 

@@ -47,8 +47,14 @@ class Recovery {
   // (a trainer that cannot recover would otherwise wait for nothing).
   void enable();
 
-  // This process was started to replace a lost one: its state comes from
-  // sync() before its first step.
+  // Called at the start of a step: true when dtrun moved this worker to a
+  // new round though nothing failed (a node joined the job); the trainer
+  // then recovers as after a failure (recover(), sync(), its DDP anew).
+  bool should_move();
+
+  // This process was started to replace a lost one, or into a later round
+  // of the job (a newcomer node's worker): it calls sync() before its first
+  // step.
   bool replacement() const { return replacement_; }
   int generation() const;
   // The job's store under this generation's prefix: what is built on the
