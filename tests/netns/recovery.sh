@@ -26,6 +26,13 @@ cleanup() {
 trap cleanup EXIT
 bridge_hosts $tag 10.215.7 a:1 b:2 c:3
 out=$(mktemp -d)
+kept() {  # log, ranks...: each printed its pid once (it was never started again)
+  local log=$1 r; shift
+  for r in "$@"; do
+    [ "$(grep -c "rank $r pid" "$log")" = 1 ] && echo "ok: rank $r kept its process" ||
+      { echo "FAILED: rank $r started again"; fail=1; }
+  done
+}
 hash_of() { cat "$@" | grep -o "final weights fnv1a [0-9a-f]*" | awk '{print $4}' | head -1; }
 
 job() {  # port, log suffix, dtrun flags, trainer flags...
@@ -53,10 +60,7 @@ check "host b's dtrun started its worker alone" \
   "worker rank 3 was killed by signal 9 (Killed); starting it again alone, in generation 1" "$out/rec.b"
 check "host a's workers recovered in place" "rank 0 recovered in generation 1" "$out/rec.a"
 check "rank 3 got the state of step 19" "rank 3 joined generation 1, the state from rank 0: resuming after step 19" "$out/rec.b"
-for r in 0 1; do
-  [ "$(grep -c "rank $r pid" "$out/rec.a")" = 1 ] && echo "ok: rank $r kept its process" ||
-    { echo "FAILED: rank $r started again"; fail=1; }
-done
+kept "$out/rec.a" 0 1
 got=$(hash_of "$out"/rec.*)
 [ -n "$got" ] && [ "$got" = "$want" ] && echo "ok: the final weights equal the unbroken run's ($got)" ||
   { echo "FAILED: final weights '$got', without the failure '$want'"; fail=1; }
@@ -85,14 +89,8 @@ if wait "$q_a" && wait "$q_b"; then echo "ok: the job finished on the two hosts 
 check "host a's dtrun kept its workers" "rejoining, the workers kept" "$out/node.a"
 check "they moved to the next round" "the workers move to round 1 in place" "$out/node.b"
 check "the global batch is split over 4 ranks" "world size 4, 3 samples per rank" "$out/node.a"
-for r in 0 1; do
-  [ "$(grep -c "rank $r pid" "$out/node.a")" = 1 ] && echo "ok: rank $r kept its process" ||
-    { echo "FAILED: rank $r started again"; fail=1; }
-done
-for r in 2 3; do
-  [ "$(grep -c "rank $r pid" "$out/node.b")" = 1 ] && echo "ok: rank $r kept its process" ||
-    { echo "FAILED: rank $r started again"; fail=1; }
-done
+kept "$out/node.a" 0 1
+kept "$out/node.b" 2 3
 done_ms=$(grep -o "completed after the resume at [0-9]*" "$out/node.a" | awk '{print $6}' | head -1)
 [ -n "$done_ms" ] && echo "info: from the kill of host c's dtrun to the first step after it: $(( done_ms - t0 )) ms"
 got=$(loss_at "$out/node.a" 100)
@@ -112,10 +110,7 @@ if wait "$q_a" && wait "$q_b" && wait "$q_c"; then echo "ok: the grown job finis
   echo "FAILED: the grown job failed"; tail -n 30 "$out"/grow.*; fail=1; fi
 check "the running workers moved" "the workers move to round 1 in place" "$out/grow.a"
 check "the newcomer's workers got the state" "rank 4 joined generation 0, the state from rank 0" "$out/grow.c"
-for r in 0 1; do
-  [ "$(grep -c "rank $r pid" "$out/grow.a")" = 1 ] && echo "ok: rank $r kept its process" ||
-    { echo "FAILED: rank $r started again"; fail=1; }
-done
+kept "$out/grow.a" 0 1
 got=$(loss_at "$out/grow.a" 100)
 if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}'; then
   echo "ok: the final loss $got is the unbroken run's $want to 1e-6"
