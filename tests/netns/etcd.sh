@@ -54,7 +54,7 @@ echo "ok: a 3-member etcd cluster is up"
 show='echo $$ >> '"$out"'/worker.$DTRUN_ADDR; echo round=$DTRUN_ROUND world=$WORLD_SIZE rank=$RANK restarts=$TORCHELASTIC_RESTART_COUNT; while [ ! -e '"$out"'/finish ]; do sleep 0.2; done'
 node() {  # host, log: $! is the dtrun itself (nsenter execs it)
   nsenter --net=/run/netns/"$tag$1" "$dtrun" --nproc-per-node=2 --nnodes=2:3 --rdzv-backend=etcd --rdzv="$members" \
-    --rdzv-id=job1 --token=t --heartbeat-timeout=3 --rdzv-last-call=1 --rdzv-timeout=60 \
+    --rdzv-id=job1 --token=t --heartbeat-timeout=5 --rdzv-last-call=1 --rdzv-timeout=60 \
     --max-restarts=0 sh -c "$show" >"$2" 2>&1 &
 }
 gone() {  # pid: waits up to 10 s for it to end
@@ -126,7 +126,7 @@ in_ns "$tag$cut" ip link set "v$tag$i" up
 # and says why, and the last checkpoint resumes.
 train() {  # host, log
   nsenter --net=/run/netns/"$tag$1" "$dtrun" --nproc-per-node=1 --nnodes=3 --rdzv-backend=etcd --rdzv="$members" \
-    --rdzv-id=job2 --token=t --heartbeat-timeout=3 --rdzv-timeout=60 --env RTD_LOG=warn \
+    --rdzv-id=job2 --token=t --heartbeat-timeout=5 --rdzv-timeout=60 --env RTD_LOG=warn \
     "$mlp" --global-batch 12 --steps 100000 --pace-ms 20 --log-every 50 \
     --ckpt-dir "$out/ck" --ckpt-every 10 >"$2" 2>&1 &
 }
