@@ -33,6 +33,11 @@ Membership::Membership(RoundConfig job, std::chrono::milliseconds heartbeat_time
   if (!forming_ && failure_.empty()) open_locked(now, "the rendezvous host changed");
 }
 
+int Membership::running_round() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_;
+}
+
 proto::RoundRecord Membership::record() {
   std::lock_guard<std::mutex> lock(mu_);
   proto::RoundRecord r;

@@ -73,6 +73,9 @@ class Membership {
   void cancel(const std::string& why);
   // The running round (round -1 before the first starts), for the etcd backend's record.
   proto::RoundRecord record();
+  // The running round's number alone (-1 before the first): whether record()
+  // has anything new, without copying the members.
+  int running_round();
   // Grows whenever what heartbeat() answers may have changed (a round forms
   // or starts, the job fails): the server then answers the calls it holds.
   long long generation();

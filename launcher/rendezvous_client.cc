@@ -71,7 +71,8 @@ proto::JoinResponse join_rendezvous(const std::string& address, const std::strin
                     std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
                                        connect_deadline - (deadline - timeout))
                                        .count()) +
-                    " s (--rdzv-timeout); check that node rank 0's dtrun is running, that "
+                    (connect_deadline == deadline ? " s (--rdzv-timeout)" : " s") +
+                    "; check that node rank 0's dtrun is running, that "
                     "--rdzv names its address, and that the port is not blocked");
   }
   auto stub = proto::Rendezvous::NewStub(channel);

@@ -291,9 +291,11 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
   // recorded is not started: its joins fail (they look for the next host).
   void record_round() {
     if (!on_round_) return;
-    proto::RoundRecord record = membership_.record();
     std::string failed;
-    if (record.round() >= 0 && record.round() != recorded_) {
+    // Every tick: the members are copied only when a new round started.
+    const int running = membership_.running_round();
+    if (running >= 0 && running != recorded_) {
+      const proto::RoundRecord record = membership_.record();
       try {
         on_round_(record);
         recorded_ = record.round();
