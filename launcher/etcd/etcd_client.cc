@@ -29,11 +29,20 @@ std::string prefix_end(std::string prefix) {
   return std::string(1, '\0');  // every key
 }
 
-// Worth trying another member: this one is down, unreachable, or has no leader.
+// Worth trying another member (or this one again): anything but a refusal
+// of the request itself. A member without a leader answers with several
+// codes ("context deadline exceeded", "request timed out", "no leader").
 bool try_another(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-         s.error_code() == grpc::StatusCode::CANCELLED;
+  switch (s.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return false;
+    default:
+      return true;
+  }
 }
 
 EtcdKv to_kv(const etcdserverpb::KeyValue& kv) {
