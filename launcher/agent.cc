@@ -84,7 +84,7 @@ std::vector<WorkerSpec> worker_specs(const LaunchOptions& o, const Placement& p,
             .parent = &parent_env,
             .layout = &p.layout,
             .local_rank = local,
-            .store_addr = p.store_addr,
+            .store_addr = p.job_store_addr.empty() ? p.store_addr : p.job_store_addr,
             .token = o.token,
             .tls = &o.tls,
             .node_addr = p.node_addr,
@@ -218,6 +218,9 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
         p.etcd != nullptr);
   };
   connect();
+  // The workers' store: the host's, or with the etcd backend etcd itself,
+  // which a lost host does not take with it.
+  auto job_store = [&]() -> Store& { return p.job_store ? *p.job_store : *store; };
   const bool many = o.nnodes > 1;
   std::vector<std::string> failures;  // what failed before each restart, in order
   const double jitter = draw_jitter();
@@ -270,14 +273,14 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
       }
       long long generation = 0;
       try {
-        if (!every_rank_recovers(*store, cur_round, p.layout.world_size())) {
+        if (!every_rank_recovers(job_store(), cur_round, p.layout.world_size())) {
           logger->warn(
               "{}; not every worker of the job recovers in process "
               "(rtd::Recovery::enable): the round ends as for any failure",
               why);
           return std::nullopt;
         }
-        generation = store->add(recovery_key(cur_round, "generation"), 1);
+        generation = job_store().add(recovery_key(cur_round, "generation"), 1);
       } catch (const Error& e) {
         logger->warn("{}; could not start a new generation: {}", why, e.what());
         return std::nullopt;
@@ -334,9 +337,10 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
         // A node lost or joined, and every rank recovers in process: the
         // workers stay, and move to the next round in place (their dtrun
         // tells them where; a newcomer's workers get the state from them).
-        if (news && news->rejoin && !news->host_lost && o.recovery_in_process) {
+        // A lost host took the workers' store with it, unless it is in etcd.
+        if (news && news->rejoin && o.recovery_in_process && (!news->host_lost || p.job_store)) {
           try {
-            news->keep_workers = every_rank_recovers(*store, round, p.layout.world_size());
+            news->keep_workers = every_rank_recovers(job_store(), round, p.layout.world_size());
           } catch (const Error& e) {
             logger->warn("could not tell whether every worker recovers in process: {}", e.what());
           }
@@ -421,7 +425,7 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
         const int old_first = p.layout.node().first_rank();
         p.layout = join(o, p, round, next_restarts);
         if (out.keep_workers) {
-          move_workers(*store, round, old_first, p.layout, watched);
+          move_workers(job_store(), round, old_first, p.layout, watched);
           // Workers still training (nothing failed: a node joined) look
           // for the move when told (rtd::Recovery::should_move).
           supervisor->signal_workers(SIGUSR1);

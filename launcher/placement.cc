@@ -108,6 +108,9 @@ Placement rendezvous(const LaunchOptions& o) {
     p.host = false;
     find_etcd_host(o, p, "");
     p.layout = join(o, p, -1, 0);
+    p.job_store = p.etcd->job_store(p.layout.run_id());
+    p.relay = std::make_unique<StoreRelay>(p.node_addr, p.job_store, o.token, o.tls);
+    p.job_store_addr = join_host_port(p.node_addr, p.relay->port());
     return p;
   }
   if (p.host) {

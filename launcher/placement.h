@@ -7,6 +7,7 @@
 #include <string>
 
 #include "launcher/etcd/etcd_hosting.h"
+#include "launcher/etcd/store_relay.h"
 #include "launcher/options.h"
 #include "launcher/rendezvous_server.h"
 #include "rendezvous.pb.h"
@@ -21,6 +22,11 @@ struct Placement {
   bool host = false;                         // it hosts the rendezvous (node rank 0)
   std::unique_ptr<RendezvousServer> server;  // the host only
   std::unique_ptr<EtcdHosting> etcd;         // --rdzv-backend=etcd
+  // The etcd backend: the workers' store, in etcd, and this node's relay of
+  // it to its workers at job_store_addr. Otherwise the host's store (store_addr).
+  std::shared_ptr<Store> job_store;
+  std::unique_ptr<StoreRelay> relay;
+  std::string job_store_addr;
 };
 
 // Joins a round: the first (last_round -1) or the next one. With etcd, a

@@ -157,18 +157,28 @@ void EtcdClient::put(const std::string& key, const std::string& value, std::int6
 }
 
 bool EtcdClient::create(const std::string& key, const std::string& value, std::int64_t lease) {
+  return put_if(key, std::nullopt, value, lease);
+}
+
+bool EtcdClient::put_if(const std::string& key, const std::optional<std::string>& expected,
+                        const std::string& value, std::int64_t lease) {
   etcdserverpb::TxnRequest req;
   auto* cmp = req.add_compare();
   cmp->set_key(key);
-  cmp->set_target(etcdserverpb::Compare::CREATE);
   cmp->set_result(etcdserverpb::Compare::EQUAL);
-  cmp->set_create_revision(0);  // absent
+  if (expected) {
+    cmp->set_target(etcdserverpb::Compare::VALUE);
+    cmp->set_value(*expected);
+  } else {
+    cmp->set_target(etcdserverpb::Compare::CREATE);
+    cmp->set_create_revision(0);  // absent
+  }
   auto* put = req.add_success()->mutable_request_put();
   put->set_key(key);
   put->set_value(value);
   put->set_lease(lease);
   etcdserverpb::TxnResponse resp;
-  with_member("creating '" + key + "'",
+  with_member("writing '" + key + "'",
               [&](Stubs& s, grpc::ClientContext& ctx) { return s.kv->Txn(&ctx, req, &resp); });
   return resp.succeeded();
 }
@@ -185,6 +195,16 @@ bool EtcdClient::remove_if(const std::string& key, const std::string& value) {
   with_member("deleting '" + key + "'",
               [&](Stubs& s, grpc::ClientContext& ctx) { return s.kv->Txn(&ctx, req, &resp); });
   return resp.succeeded();
+}
+
+bool EtcdClient::remove(const std::string& key) {
+  etcdserverpb::DeleteRangeRequest req;
+  req.set_key(key);
+  etcdserverpb::DeleteRangeResponse resp;
+  with_member("deleting '" + key + "'", [&](Stubs& s, grpc::ClientContext& ctx) {
+    return s.kv->DeleteRange(&ctx, req, &resp);
+  });
+  return resp.deleted() > 0;
 }
 
 void EtcdClient::remove_prefix(const std::string& prefix) {

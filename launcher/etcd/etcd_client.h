@@ -40,8 +40,14 @@ class EtcdClient {
   void put(const std::string& key, const std::string& value, std::int64_t lease = 0);
   // Creates the key when it does not exist; returns whether it did.
   bool create(const std::string& key, const std::string& value, std::int64_t lease = 0);
+  // Writes the key when its value is `expected` (nullopt: when it does not
+  // exist); returns whether it did.
+  bool put_if(const std::string& key, const std::optional<std::string>& expected,
+              const std::string& value, std::int64_t lease = 0);
   // Deletes the key when its value is still `value`; returns whether it did.
   bool remove_if(const std::string& key, const std::string& value);
+  // Deletes the key; returns whether it existed.
+  bool remove(const std::string& key);
   void remove_prefix(const std::string& prefix);
 
   // A lease of `ttl` (etcd may lengthen a very short one); returns its id.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include "launcher/etcd/etcd_store.h"
 #include "launcher/net.h"
 #include "rt_dist/error.h"
 #include "runtime/core/log.h"
@@ -20,7 +21,7 @@ EtcdHosting::EtcdHosting(EtcdHostingOptions options)
   // lease renewed every third of its TTL is then renewed in time.
   const auto timeout = std::max<std::chrono::milliseconds>(
       std::chrono::seconds(2), std::chrono::duration_cast<std::chrono::milliseconds>(o_.ttl) / 2);
-  client_ = std::make_unique<EtcdClient>(o_.endpoints, o_.tls, timeout);
+  client_ = std::make_shared<EtcdClient>(o_.endpoints, o_.tls, timeout);
   lease_ = std::make_unique<EtcdLease>(*client_, o_.ttl);
   client_->put(prefix_ + "agents/" + o_.node_id, o_.node_addr, lease_->id());
 }
@@ -37,7 +38,14 @@ void EtcdHosting::record(const proto::RoundRecord& round) {
   client_->put(prefix_ + "round", round.SerializeAsString());
 }
 
-void EtcdHosting::forget_job() { client_->remove_prefix(prefix_ + "round"); }
+std::shared_ptr<Store> EtcdHosting::job_store(const std::string& run_id) {
+  return make_etcd_store(client_, prefix_ + "store/" + run_id + "/");
+}
+
+void EtcdHosting::forget_job() {
+  client_->remove_prefix(prefix_ + "round");
+  client_->remove_prefix(prefix_ + "store/");
+}
 
 // The running round to take over, with the members whose presence keys are
 // gone; none for a new job, or for a record left by an earlier job under the
@@ -114,6 +122,9 @@ std::string EtcdHosting::find_host(const std::string& gone, SystemTime until,
     std::string address;
     try {
       resume = resume_point();
+      // A new job: what an earlier one under this --rdzv-id left in its
+      // store (it failed, or was killed) is nobody's.
+      if (!resume) client_->remove_prefix(prefix_ + "store/");
       mine = start(resume);
       address = join_host_port(o_.node_addr, mine->port());
       client_->put(key, address + " " + o_.node_id, lease_->id());

@@ -9,7 +9,8 @@
 // would under one host (docs/rendezvous.md, "The etcd backend").
 //
 // Keys, under "/dtrun/<rdzv-id>/": "host" ("ADDR:PORT NODE_ID", leased),
-// "agents/<node_id>" (leased), "round" (proto::RoundRecord).
+// "agents/<node_id>" (leased), "round" (proto::RoundRecord), and the
+// workers' store under "store/<run id>/" (etcd_store.h).
 #pragma once
 
 #include <chrono>
@@ -23,6 +24,7 @@
 #include "launcher/etcd/etcd_lease.h"
 #include "launcher/membership.h"
 #include "launcher/rendezvous_server.h"
+#include "rt_dist/store.h"
 
 namespace rtd::launcher {
 
@@ -55,7 +57,10 @@ class EtcdHosting {
                         std::unique_ptr<RendezvousServer>* server);
   // Records the round the host's server started (ServerOptions::on_round).
   void record(const proto::RoundRecord& round);
-  // The job ended: its round record goes (the host's; the leased keys go with the lease).
+  // The workers' store of the run (JoinResponse.run_id), in etcd.
+  std::shared_ptr<Store> job_store(const std::string& run_id);
+  // The job ended: its round record and its store go (the host's; the leased
+  // keys go with the lease).
   void forget_job();
   // Empty while this agent's lease holds; else how it was lost.
   std::string lost();
@@ -66,7 +71,7 @@ class EtcdHosting {
 
   EtcdHostingOptions o_;
   std::string prefix_;
-  std::unique_ptr<EtcdClient> client_;
+  std::shared_ptr<EtcdClient> client_;
   std::unique_ptr<EtcdLease> lease_;
 };
 

@@ -20,6 +20,10 @@ Error error_from_grpc(const grpc::Status& status, const std::string& what,
       return Error(ErrorCategory::kTimeout, prefix + "deadline exceeded: " + detail,
                    status.error_code());
     case grpc::StatusCode::UNAVAILABLE:
+      // A node's relay of the store in etcd (the etcd backend) answered:
+      // etcd is what cannot be reached, and its words say so.
+      if (detail.rfind("etcd at ", 0) == 0)
+        return Error(ErrorCategory::kUnavailable, prefix + detail, status.error_code());
       return Error(ErrorCategory::kUnavailable,
                    prefix + "server unreachable (" + detail +
                        "); check that node rank 0's dtrun is running and the port is reachable",

@@ -64,6 +64,8 @@ grpc::Status to_status(const Error& e) {
       return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
     case ErrorCategory::kConfig:
       return {grpc::StatusCode::FAILED_PRECONDITION, e.what()};
+    case ErrorCategory::kUnavailable:
+      return {grpc::StatusCode::UNAVAILABLE, e.what()};
     default:
       return {grpc::StatusCode::INTERNAL, e.what()};
   }

@@ -14,8 +14,11 @@
 #include "launcher/etcd/etcd_client.h"
 #include "launcher/etcd/etcd_hosting.h"
 #include "launcher/etcd/etcd_lease.h"
+#include "launcher/etcd/etcd_store.h"
+#include "launcher/etcd/store_relay.h"
 #include "launcher/net.h"
 #include "rt_dist/error.h"
+#include "tests/testing/store_contract.h"
 
 extern char** environ;
 
@@ -160,6 +163,89 @@ TEST_F(EtcdTest, AWatchSeesAChangeOrTimesOut) {
   EXPECT_TRUE(client_->wait_change(prefix_ + "w", revision, Clock::now() + seconds(10)));
 }
 
+std::shared_ptr<EtcdClient> shared_client(const std::string& endpoint) {
+  return std::make_shared<EtcdClient>(std::vector<std::string>{endpoint}, TlsFiles{},
+                                      milliseconds(3000));
+}
+
+TEST_F(EtcdTest, TheWorkersStoreInEtcdFollowsTheStoreContract) {
+  auto store = make_etcd_store(shared_client(etcd_->endpoint()), prefix_ + "store/");
+  testing_util::check_store_contract(*store);
+  // Its keys are under its prefix, and nowhere else.
+  store->set("k", "v");
+  EXPECT_EQ(client_->get(prefix_ + "store/k")->value, "v");
+  EXPECT_FALSE(client_->get("k").has_value());
+}
+
+// Adds from several threads at once: every transaction that lost a race is
+// tried again, none is lost or counted twice; a check of many keys sees
+// each one (read as one range).
+TEST_F(EtcdTest, TheWorkersStoreCountsRacingAddsAndChecksManyKeys) {
+  auto store = make_etcd_store(shared_client(etcd_->endpoint()), prefix_ + "store/");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 25; ++i) store->add("count", 1);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(store->add("count", 0), 100);
+  std::vector<std::string> keys;
+  for (int r = 0; r < 20; ++r) keys.push_back("capable/" + std::to_string(r));
+  for (int r = 0; r < 19; ++r) store->set(keys[static_cast<std::size_t>(r)], "1");
+  store->set("capable/190", "1");  // under the same prefix, not asked for
+  EXPECT_FALSE(store->check(keys)) << "capable/19 is missing";
+  store->set("capable/19", "1");
+  EXPECT_TRUE(store->check(keys));
+}
+
+// The node's relay serves its workers the store in etcd as dtrun's own
+// store does: the token checked, waits woken by writes from elsewhere (another
+// node's relay), limits refused with the limit named.
+TEST_F(EtcdTest, TheRelayServesTheStoreInEtcdToTheWorkers) {
+  auto in_etcd = make_etcd_store(shared_client(etcd_->endpoint()), prefix_ + "store/");
+  StoreRelay relay("127.0.0.1", in_etcd, "secret", TlsFiles{});
+  const std::string address = "127.0.0.1:" + std::to_string(relay.port());
+  auto worker = make_grpc_store(address, "secret");
+  testing_util::check_store_contract(*worker);
+
+  std::thread other_node([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    in_etcd->set("late", "here");
+  });
+  EXPECT_EQ(worker->get("late", milliseconds(10000)), "here");
+  other_node.join();
+
+  for (const std::string token : {"wrong", ""}) {
+    try {
+      make_grpc_store(address, token)->set("k", "v");
+      ADD_FAILURE() << "token '" << token << "' was let in";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("token"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    worker->set("big", std::string((1u << 20) + 1, 'x'));
+    ADD_FAILURE() << "a value over the limit was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("over the job's store limit"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(in_etcd->try_get("big").has_value());
+}
+
+// A relay that ends while a worker's get waits ends the wait (within a slice).
+TEST_F(EtcdTest, AWaitingGetEndsWithTheRelay) {
+  auto in_etcd = make_etcd_store(shared_client(etcd_->endpoint()), prefix_ + "store/");
+  auto relay = std::make_unique<StoreRelay>("127.0.0.1", in_etcd, "", TlsFiles{});
+  auto worker = make_grpc_store("127.0.0.1:" + std::to_string(relay->port()), "");
+  std::thread waiter([&] { EXPECT_THROW(worker->get("never", milliseconds(60000)), Error); });
+  std::this_thread::sleep_for(milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  relay.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, seconds(5));
+  waiter.join();
+}
+
 // A member that is down is passed over; none answering is an error naming them.
 TEST_F(EtcdTest, DeadMembersArePassedOverAndNamed) {
   const std::string dead = "127.0.0.1:" + std::to_string(free_port("127.0.0.1"));
@@ -219,6 +305,7 @@ TEST_F(EtcdTest, AnAgentIsElectedAndASurvivorTakesOver) {
     m->set_secret(std::string("s-") + id);
   }
   first->record(record);
+  first->job_store("r")->set("workers-key", "v");
   first_server.reset();
   first.reset();  // exits: its lease (and the host key) go at once
   const std::string next = second.find_host(host, until, start, &second_server);
@@ -229,7 +316,11 @@ TEST_F(EtcdTest, AnAgentIsElectedAndASurvivorTakesOver) {
   EXPECT_EQ(seen->lost.count("first"), 1u);
   EXPECT_EQ(seen->lost.count("second"), 0u);
   EXPECT_TRUE(second.lost().empty());
+  EXPECT_EQ(second.job_store("r")->try_get("workers-key"), "v")
+      << "the workers' store outlives the host";
   second.forget_job();
+  EXPECT_FALSE(second.job_store("r")->try_get("workers-key").has_value())
+      << "the job's end takes its store";
 }
 
 // A record that no living agent is in (an earlier job under the same id) is
@@ -240,6 +331,7 @@ TEST_F(EtcdTest, ARecordOfAGoneJobIsNotTakenOver) {
   old.set_round(9);
   old.add_members()->set_node_id("long-gone");
   client_->put("/dtrun/" + job + "/round", old.SerializeAsString());
+  client_->put("/dtrun/" + job + "/store/old-run/k", "v");
   EtcdHosting agent(EtcdHostingOptions{.endpoints = {etcd_->endpoint()},
                                        .job = job,
                                        .ttl = seconds(5),
@@ -253,6 +345,8 @@ TEST_F(EtcdTest, ARecordOfAGoneJobIsNotTakenOver) {
   ASSERT_NE(server, nullptr);
   EXPECT_FALSE(seen.has_value());
   EXPECT_FALSE(client_->get("/dtrun/" + job + "/round").has_value()) << "the stale record goes";
+  EXPECT_FALSE(client_->get("/dtrun/" + job + "/store/old-run/k").has_value())
+      << "and so does the gone job's store";
 }
 
 // What an agent reads in etcd is checked: a host key that is not an address
