@@ -158,6 +158,11 @@ void move_workers(Store& store, int round, int old_first, const proto::JoinRespo
                   std::to_string(next.node().first_rank() + local) + " " +
                   std::to_string(next.world_size()) + " " + std::to_string(next.node_rank()));
   }
+  // The workers' communicators of the round end: those blocked in a
+  // collective with a lost peer abort it (Recovery's watch).
+  const long long generation = store.add(recovery_key(round, "generation"), 0);
+  store.set(recovery_key(round, "end/" + std::to_string(generation)),
+            "the workers move to round " + std::to_string(next.round()));
   log::get("launcher")
       ->info(
           "the workers move to round {} in place, ranks {}-{} of {} (in-process recovery; the "
@@ -281,6 +286,9 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
           return std::nullopt;
         }
         generation = job_store().add(recovery_key(cur_round, "generation"), 1);
+        // The survivors' communicators of the last generation end (their
+        // watch aborts those blocked on the lost worker).
+        job_store().set(recovery_key(cur_round, "end/" + std::to_string(generation - 1)), why);
       } catch (const Error& e) {
         logger->warn("{}; could not start a new generation: {}", why, e.what());
         return std::nullopt;

@@ -1,6 +1,8 @@
 // rtd::init(): configuration, logging, store and default communicator, in that order.
 #include "rt_dist/context.h"
 
+#include <mutex>
+
 #include "collectives/factory.h"
 #include "rt_dist/error.h"
 #include "runtime/core/config.h"
@@ -56,16 +58,27 @@ class ContextImpl : public Context {
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
   void close_comm() override {
-    if (!comm_) return;
-    comm_->abort();
-    comm_.reset();  // waits for what is in flight; closes the connections
+    std::unique_ptr<Communicator> closing;
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      closing = std::move(comm_);
+    }
+    if (!closing) return;
+    closing->abort();
+    closing.reset();  // waits for what is in flight; closes the connections
   }
   void reopen_comm(int generation) override {
     close_comm();
     CommunicatorOptions o = comm_options_;
     o.store = make_prefix_store(comm_prefix(generation), store_);
-    comm_ = make_communicator(o);
+    auto opened = make_communicator(o);
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    comm_ = std::move(opened);
     generation_ = generation;
+  }
+  void abort_comm() override {
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    if (comm_) comm_->abort();
   }
   int generation() const override { return generation_; }
   void relocate(const Placement& next) override {
@@ -95,6 +108,7 @@ class ContextImpl : public Context {
   std::shared_ptr<Store> store_;
   std::vector<std::shared_ptr<Store>> retired_;  // the stores of rounds moved out of
   CommunicatorOptions comm_options_;             // its store set per generation
+  std::mutex comm_mu_;  // comm_ itself: abort_comm() comes from another thread
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   int generation_;

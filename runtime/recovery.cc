@@ -20,6 +20,9 @@ namespace {
 // is the round's): it adds one before it starts a replacement.
 constexpr const char* kGenerationKey = "recovery/generation";
 constexpr std::chrono::milliseconds kPoll{50};
+// How long one wait of the watch holds the store (it waits again after):
+// the longest the thread takes to see that it is disarmed or must stop.
+constexpr std::chrono::milliseconds kWatchSlice{1000};
 std::atomic<bool> g_move_signalled{false};
 
 std::shared_ptr<Store> generation_store(Context& ctx, int generation) {
@@ -39,7 +42,70 @@ Recovery::Recovery(Context& ctx)
       has_state_(ctx.generation() == 0 && !ctx.joining()),
       store_(generation_store(ctx, ctx.generation())) {}
 
-Recovery::~Recovery() = default;
+Recovery::~Recovery() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    stopping_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+std::string Recovery::end_key(int generation) {
+  return "recovery/end/" + std::to_string(generation);
+}
+
+void Recovery::arm() {
+  if (!ctx_.recovery_enabled()) return;
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    ++epoch_;
+    armed_ = true;
+    watched_store_ = &ctx_.store();
+    watched_generation_ = ctx_.generation();
+    if (!watcher_.joinable()) watcher_ = std::thread([this] { watch(); });
+  }
+  watch_cv_.notify_all();
+}
+
+void Recovery::disarm() {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  ++epoch_;
+  armed_ = false;
+}
+
+void Recovery::watch() {
+  for (;;) {
+    Store* store;
+    int generation;
+    std::uint64_t epoch;
+    {
+      std::unique_lock<std::mutex> lock(watch_mu_);
+      watch_cv_.wait(lock, [this] { return stopping_ || armed_; });
+      if (stopping_) return;
+      store = watched_store_;
+      generation = watched_generation_;
+      epoch = epoch_;
+    }
+    std::string why;
+    try {
+      why = store->get(end_key(generation), kWatchSlice);
+    } catch (const Error& e) {
+      // Not yet (a slice passed), or the store cannot be reached: the
+      // operations fail or time out on their own then.
+      if (e.category() != ErrorCategory::kTimeout) std::this_thread::sleep_for(kWatchSlice);
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    if (stopping_) return;
+    if (!armed_ || epoch_ != epoch) continue;  // recover() runs, or ran since
+    armed_ = false;
+    log::get("recovery")
+        ->warn("generation {} of this round ends ({}): aborting the communicator", generation,
+               why);
+    ctx_.abort_comm();
+  }
+}
 
 void Recovery::enable() {
   ctx_.store().set("recovery/capable/" + std::to_string(ctx_.rank()), "1");
@@ -53,6 +119,7 @@ void Recovery::enable() {
     sigaction(SIGUSR1, &sa, nullptr);
   }
   enabled_ = true;
+  arm();
 }
 
 bool Recovery::should_move() {
@@ -65,6 +132,7 @@ int Recovery::generation() const { return ctx_.generation(); }
 bool Recovery::recover(const std::function<void()>& release) {
   auto logger = log::get("recovery");
   const auto start = std::chrono::steady_clock::now();
+  disarm();
   try {
     ctx_.comm().abort();
   } catch (const Error&) {
@@ -109,7 +177,7 @@ bool Recovery::recover(const std::function<void()>& release) {
     ctx_.reopen_comm(next);
   }
   store_ = generation_store(ctx_, ctx_.generation());
-  if (enabled_) enable();  // in the new round's store too
+  if (enabled_) enable();  // in the new round's store too; the watch armed again
   logger->info(
       "{}: communicator rebuilt ({:.0f} ms to close and learn where, {:.0f} ms to rebuild)", what,
       std::chrono::duration<double, std::milli>(closed - start).count(),

@@ -15,6 +15,7 @@
 #include "collectives/cpu_work.h"
 #include "collectives/gloo/gloo_ops.h"
 #include "collectives/gloo/gloo_store_adapter.h"
+#include "collectives/gloo/pair_abort.h"
 #include "collectives/group_work.h"
 #include "collectives/validate.h"
 #include "runtime/core/log.h"
@@ -278,9 +279,14 @@ std::unique_ptr<Communicator> GlooCommunicator::split(int color, int key) {
 }
 
 void GlooCommunicator::abort() {
-  // Gloo cannot interrupt an operation in flight: it ends at its timeout; every
-  // queued and later operation fails at once.
-  aborted_ = true;
+  // Every queued and later operation fails at once; the one in flight fails
+  // through its connections: each pair fails what waits on it, as it does
+  // when its peer's connection breaks (a peer cut off leaves them open).
+  if (aborted_.exchange(true)) return;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    fail_pair(*context_, peer, "rank " + std::to_string(rank_) + ": the communicator was aborted");
+  }
 }
 
 }  // namespace rtd::gloo_backend

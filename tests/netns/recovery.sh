@@ -9,7 +9,10 @@
 #    place (ranks 0-3 of 4), and the job ends with the loss of a run without
 #    the failure to 1e-6 (float rounding: the same global batch, summed in
 #    another order over 4 ranks instead of 6);
-# 3. the same job started on a and b, c joining mid-job: a's and b's
+# 3. the same, host c cut off instead (its link down): the survivors'
+#    collectives wait on it until dtrun says their generation ends, then
+#    abort and recover in place, the same loss;
+# 4. the same job started on a and b, c joining mid-job: a's and b's
 #    workers keep their processes, c's get the state from them, the same loss.
 # Exits 77 (skipped) without root or iproute2.
 set -u
@@ -100,7 +103,35 @@ else
   echo "FAILED: final loss '$got', without the failure '$want'"; fail=1
 fi
 
-# 3. A node joins: the four running workers keep their processes and move
+# 3. A node cut off (its link down): its peers' connections stay open, so
+# the survivors' collectives wait on it; when the host drops it (after the
+# heartbeat timeout), dtrun says their generation ends and their watch
+# aborts the communicator: they recover as in 2, long before RTD_TIMEOUT_S.
+port=29606
+for h in a b c; do
+  elastic $h "$out/cut.$h" "--recovery=in-process --heartbeat-timeout=3 --env RTD_TIMEOUT_S=120" --recover 1
+  eval "q_$h=\$!"; pids="$pids $!"
+done
+for _ in $(seq 300); do grep -q "step 30 loss" "$out/cut.a" && break; sleep 0.1; done
+in_ns ${tag}c ip link set "v${tag}2" down
+t0=$(date +%s%3N)
+if wait "$q_a" && wait "$q_b"; then echo "ok: the job finished without the cut-off host"; else
+  echo "FAILED: a surviving host failed"; tail -n 30 "$out"/cut.a "$out"/cut.b; fail=1; fi
+check "the survivors' watch aborted the waiting collectives" "aborting the communicator" "$out/cut.a"
+kept "$out/cut.a" 0 1
+kept "$out/cut.b" 2 3
+done_ms=$(grep -o "completed after the resume at [0-9]*" "$out/cut.a" | awk '{print $6}' | head -1)
+[ -n "$done_ms" ] && echo "info: from the cut to the first step after it: $(( done_ms - t0 )) ms (heartbeat timeout 3 s)"
+got=$(loss_at "$out/cut.a" 100)
+if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}'; then
+  echo "ok: the final loss $got is the unbroken run's $want to 1e-6"
+else
+  echo "FAILED: final loss '$got' after the cut, without the failure '$want'"; fail=1
+fi
+in_ns ${tag}c ip link set "v${tag}2" up
+wait "$q_c" 2>/dev/null
+
+# 4. A node joins: the four running workers keep their processes and move
 # to the next round in place; the newcomer's two get the state from them.
 port=29605
 for h in a b; do elastic $h "$out/grow.$h" --recovery=in-process --recover 1; eval "q_$h=\$!"; pids="$pids $!"; done

@@ -19,13 +19,26 @@
 //
 // Every rank ends up with the lowest-ranked survivor's state and step, so
 // ranks that finished the failed step and ranks that did not agree again.
+//
+// A lost peer does not always fail this rank's operations: a killed process
+// on the same host leaves NCCL's kernels waiting, and a host cut off leaves
+// TCP connections open. From enable() on, a thread of the Recovery waits in
+// the store for dtrun's word that the communicator's generation ends (dtrun
+// started a replacement, or moves the workers to the next round:
+// "recovery/end/<generation>") and then aborts the default communicator
+// (Context::abort_comm), so that the step in flight fails and the trainer
+// recovers at once instead of after RTD_TIMEOUT_S.
 // docs/recovery.md says when a failure costs a restart and when it does not.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "rt_dist/context.h"
@@ -74,6 +87,10 @@ class Recovery {
   // replacement came: the failure is the job's, and the caller rethrows it.
   bool recover(const std::function<void()>& release);
 
+  // The store key dtrun writes when generation `generation` of a round ends
+  // (under the round's prefix): what the watch waits for.
+  static std::string end_key(int generation);
+
   // Collective, after recover() (or in a replacement, before its first
   // step): every rank gets the lowest-ranked survivor's `state` (the
   // parameters, the optimizer's moments: the same buffers on every rank) and
@@ -82,11 +99,25 @@ class Recovery {
   int sync(const std::vector<BufferView>& state, std::int64_t* step);
 
  private:
+  // The watch (above): armed for the current generation while it runs.
+  void arm();
+  void disarm();
+  void watch();
+
   Context& ctx_;
   bool replacement_ = false;
   bool has_state_ = true;  // a replacement has none until its first sync()
   bool enabled_ = false;
   std::shared_ptr<Store> store_;
+
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::uint64_t epoch_ = 0;  // raised by every arm() and disarm()
+  bool armed_ = false;
+  bool stopping_ = false;
+  Store* watched_store_ = nullptr;  // the round's (the context keeps it alive)
+  int watched_generation_ = 0;
+  std::thread watcher_;
 };
 
 }  // namespace rtd

@@ -2,6 +2,7 @@
 // the mesh, a collective, and abort, without launching processes.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -57,6 +58,30 @@ TEST(GlooThreads, OperationsAfterAbortFailAtOnce) {
     EXPECT_TRUE(work->done());
     ASSERT_TRUE(work->error().has_value());
     EXPECT_NE(std::string(work->error()->what()).find("aborted"), std::string::npos);
+  });
+}
+
+// An operation in flight, its peer silent (a host cut off leaves the
+// connection open), fails at once when another thread aborts the
+// communicator, not at Gloo's timeout (20 s here).
+TEST(GlooThreads, AbortFailsTheOperationInFlight) {
+  std::atomic<bool> aborted{false};
+  on_ranks(2, [&](Communicator& comm) {
+    comm.barrier()->wait();
+    if (comm.rank() == 1) {
+      while (!aborted) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;  // never joins the all-reduce
+    }
+    std::vector<float> v(4);
+    auto work = comm.all_reduce(view(v.data(), 4), ReduceOp::kSum);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_FALSE(work->done()) << "the peer never called";
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread aborter([&] { comm.abort(); });
+    EXPECT_THROW(work->wait(), Error);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    aborter.join();
+    aborted = true;
   });
 }
 
