@@ -101,8 +101,7 @@ void Recovery::watch() {
     if (!armed_ || epoch_ != epoch) continue;  // recover() runs, or ran since
     armed_ = false;
     log::get("recovery")
-        ->warn("generation {} of this round ends ({}): aborting the communicator", generation,
-               why);
+        ->warn("generation {} of this round ends ({}): aborting the communicator", generation, why);
     ctx_.abort_comm();
   }
 }

@@ -110,9 +110,9 @@ class EtcdStore : public Store {
 
  private:
   Error raced(const std::string& key) const {
-    return Error(ErrorCategory::kUnavailable,
-                 "store: key '" + key.substr(0, 64) + "' changed under " +
-                     std::to_string(kMaxRaces) + " tries in a row in " + client_->describe());
+    return Error(ErrorCategory::kUnavailable, "store: key '" + key.substr(0, 64) +
+                                                  "' changed under " + std::to_string(kMaxRaces) +
+                                                  " tries in a row in " + client_->describe());
   }
 
   std::shared_ptr<EtcdClient> client_;

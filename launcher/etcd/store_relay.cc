@@ -72,9 +72,8 @@ class RelayService final : public proto::Store::Service {
     if (auto s = admit(ctx, req->key()); !s.ok()) return s;
     if (req->desired().size() > kMaxValueBytes)
       return too_large("value", req->desired().size(), kMaxValueBytes);
-    return run([&] {
-      resp->set_value(store_->compare_set(req->key(), req->expected(), req->desired()));
-    });
+    return run(
+        [&] { resp->set_value(store_->compare_set(req->key(), req->expected(), req->desired())); });
   }
 
   grpc::Status Delete(grpc::ServerContext* ctx, const proto::DeleteRequest* req,
@@ -167,9 +166,8 @@ StoreRelay::StoreRelay(const std::string& bind_ip, std::shared_ptr<Store> store,
   builder.RegisterService(impl_->service.get());
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || impl_->port == 0)
-    throw Error(ErrorCategory::kConfig,
-                "cannot serve the job's store to this node's workers on " + address +
-                    ": gRPC could not listen there");
+    throw Error(ErrorCategory::kConfig, "cannot serve the job's store to this node's workers on " +
+                                            address + ": gRPC could not listen there");
 }
 
 StoreRelay::~StoreRelay() {
