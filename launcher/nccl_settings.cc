@@ -153,8 +153,9 @@ Settings decode_settings(const std::string& text) {
 SettingsVerdict compare_settings(const std::vector<Settings>& nodes) {
   static const std::set<std::string> breaking = {"library nccl", "library rt_dist", "NCCL_PROTO",
                                                  "NCCL_ALGO",    "NCCL_IB_DISABLE", "NCCL_NET"};
-  static const std::set<std::string> node_specific = {
-      "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_DEBUG_FILE", "NCCL_TOPO_FILE", "RTD_TRACE_DIR"};
+  static const std::set<std::string> node_specific = {"NCCL_SOCKET_IFNAME", "NCCL_IB_HCA",
+                                                      "NCCL_DEBUG_FILE",    "NCCL_TOPO_FILE",
+                                                      "NCCL_HOSTID",        "RTD_TRACE_DIR"};
   std::set<std::string> keys;
   for (const Settings& n : nodes)
     for (const auto& [k, v] : n) keys.insert(k);

@@ -22,91 +22,20 @@
 #include "examples/02_mlp_gpu/checkpoint.h"
 #include "examples/02_mlp_gpu/inputs.h"
 #include "examples/02_mlp_gpu/model.h"
+#include "examples/02_mlp_gpu/run_common.h"
 #include "examples/02_mlp_gpu/sharded.h"
-#include "examples/02_mlp_gpu/wait_timer.h"
+#include "examples/02_mlp_gpu/train_ddp.h"
 #include "rt_dist/rt_dist.h"
 
 namespace {
 
-struct CkptFlags {
-  std::string dir;
-  int every = 0;
-  bool async = false;
-  std::string data;  // inputs from shard files there, through the loader
-};
-
-// What a user watches, every log_every steps (rank 0): the loss, then over
-// the steps since the last line the tokens/s, the step time, how long the
-// training stream waited for communication, and the GPU memory in use.
-struct Progress {
-  std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
-  int steps = 0;  // since the last line
-  mlp::WaitTimer waits;
-};
-
-void report(rtd::Context& ctx, mlp::Model& model, const mlp::MlpConfig& config, int step,
-            int first_step, int log_every, int steps, Progress& p, cudaStream_t stream) {
-  ++p.steps;
-  if (step % log_every != 0 && step != steps) return;
-  const int since =
-      std::min(step - first_step + 1, step % log_every == 0 ? log_every : step % log_every);
-  float loss = model.take_loss(since, stream);  // synchronizes the stream
-  const auto now = std::chrono::steady_clock::now();
-  const double secs = std::chrono::duration<double>(now - p.since).count();
-  const float wait_ms = p.waits.take_ms() / p.steps;
-  std::size_t free = 0, total = 0;
-  cudaMemGetInfo(&free, &total);
-  if (ctx.rank() == 0) {
-    std::printf("step %d loss %.6e tokens/s %.0f step_ms %.2f comm_wait_ms %.2f mem_GiB %.2f\n",
-                step, loss, static_cast<double>(p.steps) * config.batch * ctx.world_size() / secs,
-                1e3 * secs / p.steps, wait_ms, static_cast<double>(total - free) / (1u << 30));
-    std::fflush(stdout);
-  }
-  p.since = now;
-  p.steps = 0;
-}
-
-// The final weights' checksum, equal for equal weights whatever the strategy
-// or the number of GPUs.
-void print_checksum(rtd::Context& ctx, const rtd::ckpt::State& state) {
-  const std::uint64_t sum = mlp::weights_checksum(ctx, state, "mlp_gpu/checksum/");
-  if (ctx.rank() == 0) std::printf("final weights checksum %016llx\n", (unsigned long long)sum);
-}
-
-std::unique_ptr<rtd::ckpt::Checkpointer> open_checkpoints(rtd::Context& ctx, const CkptFlags& f) {
-  if (f.dir.empty()) return nullptr;
-  return std::make_unique<rtd::ckpt::Checkpointer>(
-      ctx.store(), ctx.rank(), ctx.world_size(), rtd::ckpt::Options{.dir = f.dir, .keep_last = 2});
-}
-
-// Loads the latest valid checkpoint into `state` (and the loader's position);
-// returns the step to start at.
-int resume(rtd::Context& ctx, rtd::ckpt::Checkpointer* ckpt, rtd::ckpt::State& state,
-           rtd::data::Loader* inputs) {
-  if (!ckpt) return 1;
-  auto step = ckpt->load(state);
-  if (!step) return 1;
-  if (inputs && state.meta.count("data_position"))
-    inputs->set_position(state.meta["data_position"]);
-  if (ctx.rank() == 0) std::printf("resumed from step %lld\n", static_cast<long long>(*step));
-  return static_cast<int>(*step) + 1;
-}
-
-// Saves at every f.every-th step: in the background on the training stream's
-// order, or now once the stream's work is done.
-void maybe_save(rtd::ckpt::Checkpointer* ckpt, const CkptFlags& f, int step,
-                const std::function<rtd::ckpt::State()>& make_state, rtd::data::Loader* inputs,
-                cudaStream_t stream) {
-  if (!ckpt || f.every <= 0 || step % f.every != 0) return;
-  rtd::ckpt::State state = make_state();
-  if (inputs) state.meta["data_position"] = inputs->position();
-  if (f.async) {
-    ckpt->save_async(step, state, rtd::StreamRef{stream});
-  } else {
-    cudaStreamSynchronize(stream);
-    ckpt->save(step, state);
-  }
-}
+using mlp::CkptFlags;
+using mlp::maybe_save;
+using mlp::open_checkpoints;
+using mlp::print_checksum;
+using mlp::Progress;
+using mlp::report;
+using mlp::resume;
 
 // The same training with the model states sharded: 16-bit weights gathered per
 // layer from fp32 master shards, gradients reduce-scattered into the shards.
@@ -189,6 +118,8 @@ int main(int argc, char** argv) {
   bool sharded = false;
   int update_in_backward = -1;  // -1: as --offload and --fp16 say
   CkptFlags ck;
+  bool recover = false;
+  int kill_at_step = 0;
   std::string make_data;
   long long records = 65536;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -236,6 +167,10 @@ int main(int argc, char** argv) {
       ck.async = value == "1";
     } else if (flag == "--data" && !value.empty()) {
       ck.data = value;
+    } else if (flag == "--recover" && (value == "0" || value == "1")) {
+      recover = value == "1";
+    } else if (flag == "--kill-at-step" && std::atoi(value.c_str()) > 0) {
+      kill_at_step = std::atoi(value.c_str());
     } else if (flag == "--make-data" && !value.empty()) {
       make_data = value;
     } else if (flag == "--records" && std::atoll(value.c_str()) > 0) {
@@ -252,6 +187,7 @@ int main(int argc, char** argv) {
           "               [--update-in-backward 0|1] [--delayed-update 0|1]\n"
           "               [--ckpt-dir DIR [--ckpt-every K] [--ckpt-async 0|1]]\n"
           "               [--data DIR | --make-data DIR --records N]\n"
+          "               [--recover 1] [--kill-at-step S]\n"
           "  --grads bf16: bf16 weight gradients, reduced in bf16 unless --reduce fp32\n"
           "  --shard: shard the model states (bf16 weights from fp32 master shards;\n"
           "  gradients in the --reduce dtype); --reshard 0 keeps gathered weights\n"
@@ -266,7 +202,10 @@ int main(int argc, char** argv) {
           "  run under the next forward (--offload optimizer, zero3)\n"
           "  --ckpt-dir: resume from the latest valid checkpoint there (saved by any\n"
           "  strategy and number of GPUs); --ckpt-every K: save every K steps\n"
-          "  --data: inputs (hidden bfloat16 values per token) from shard files\n");
+          "  --data: inputs (hidden bfloat16 values per token) from shard files\n"
+          "  --recover 1 (DDP, under dtrun --recovery=in-process): a lost worker's\n"
+          "  peers keep their processes, and its replacement gets their state;\n"
+          "  --kill-at-step S: the last rank kills itself at step S once (tests)\n");
       return 2;
     }
   }
@@ -300,6 +239,12 @@ int main(int argc, char** argv) {
   shard_options.update_in_backward =
       update_in_backward >= 0 ? update_in_backward == 1
                               : shard_options.offload != rtd::Offload::kNone && !config.fp16;
+  if (recover && (sharded || ck.async)) {
+    std::fprintf(stderr,
+                 "mlp_gpu: --recover 1 recovers DDP's replicated state: it does not take --shard "
+                 "(a shard exists on one rank only: restart from a checkpoint) or --ckpt-async\n");
+    return 2;
+  }
   if (config.fp16 && !sharded) {
     std::fprintf(stderr, "mlp_gpu: --fp16 needs --shard (FSDP scales the loss)\n");
     return 2;
@@ -319,57 +264,13 @@ int main(int argc, char** argv) {
       train_sharded(*ctx, config, shard_options, steps, log_every, ck, stream);
       return 0;
     }
-    mlp::Model model(config, stream);
-    std::vector<rtd::BufferView> params;
-    for (int l = 0; l < config.layers; ++l) {
-      params.push_back({model.master(l), model.layer_elems(), rtd::DType::kFloat32,
-                        rtd::DeviceType::kCuda, ctx->local_rank()});
-    }
-    cudaStreamSynchronize(stream);  // weights initialized before DDP broadcasts them
-    rtd::DDP ddp(*ctx, params, ddp_options);
-    cudaDeviceSynchronize();  // DDP broadcast rank 0's weights on the default stream
-    model.refresh_weights(stream);
-    auto ckpt = open_checkpoints(*ctx, ck);
-    auto inputs =
-        ck.data.empty() ? nullptr : mlp::open_inputs(ck.data, config.hidden, config.batch, *ctx);
-    rtd::ckpt::State loaded = mlp::ddp_state(model, config, *ctx, false, 0);
-    cudaStreamSynchronize(stream);
-    const int first_step = resume(*ctx, ckpt.get(), loaded, inputs.get());
-    if (first_step > 1) model.refresh_weights(stream);  // 16-bit copies of the loaded weights
-    rtd::StreamRef s{stream};
-    auto grad = [&](int l) { return ddp.grad(l).data; };
-    Progress progress;
-    for (int step = first_step; step <= steps; ++step) {
-      if (inputs) model.set_input(inputs->next_on_device(s), stream);
-      {
-        rtd::trace::Scope scope("forward");
-        model.forward(stream);
-      }
-      {
-        rtd::trace::Scope scope("backward");
-        model.backward(
-            grad, [&](int l) { ddp.grad_ready(l, s); }, stream);
-      }
-      // Each layer's update starts as soon as its bucket is reduced: the last
-      // layers' gradients arrive first, and their updates hide layer 0's reduction.
-      {
-        rtd::trace::Scope scope("optimizer");
-        for (int l = config.layers - 1; l >= 0; --l) {
-          progress.waits.before(stream);
-          ddp.wait_grad(l, s);
-          progress.waits.after(stream);
-          model.optimizer_step_layer(l, grad(l), step, stream);
-        }
-      }
-      ddp.finish(s);
-      report(*ctx, model, config, step, first_step, log_every, steps, progress, stream);
-      maybe_save(
-          ckpt.get(), ck, step, [&] { return mlp::ddp_state(model, config, *ctx, true, step); },
-          inputs.get(), stream);
-    }
-    if (ckpt) ckpt->wait();
-    cudaStreamSynchronize(stream);
-    print_checksum(*ctx, mlp::ddp_state(model, config, *ctx, true, steps));
+    mlp::train_ddp(*ctx, config, ddp_options,
+                   mlp::DdpRun{.steps = steps,
+                               .log_every = log_every,
+                               .ckpt = ck,
+                               .recover = recover,
+                               .kill_at_step = kill_at_step},
+                   stream);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mlp_gpu: %s\n", e.what());
     return 1;
