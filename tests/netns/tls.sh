@@ -5,6 +5,8 @@
 # trainer runs on 2 nodes with --tls-* (its workers' store client speaks TLS
 # too, from the DTRUN_TLS_* dtrun gives them); a node with the rogue
 # certificate, and one without TLS, are refused with a message saying why.
+# Then the same through etcd (--rdzv-backend=etcd) requiring client
+# certificates, where etcd is installed.
 # Exits 77 (skipped) without root, iproute2 or openssl.
 set -u
 dtrun=$1 mlp=$2
@@ -83,4 +85,47 @@ check "it is told the host may require TLS" "or the host requires TLS" "$out/b3"
 "$dtrun" --nnodes=2 --rdzv=10.213.11.1:29603 --tls-cert="$out/node.pem" true >"$out/half" 2>&1
 [ $? -eq 2 ] && echo "ok: --tls-cert alone exits 2" || { echo "FAILED: --tls-cert alone"; fail=1; }
 check "naming what is missing" "missing: --tls-key, --tls-ca" "$out/half"
+
+# 5. The etcd backend over TLS: etcd requires client certificates from the
+# job's CA; both nodes reach it with the same --tls-* files (and the
+# workers' store, relayed by each dtrun, stays on TLS); a node without them
+# is refused, naming etcd.
+if command -v etcd >/dev/null; then
+  nsenter --net=/run/netns/"$a" etcd --name tls --data-dir "$out/etcd" \
+    --listen-client-urls https://10.213.11.1:2379 --advertise-client-urls https://10.213.11.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster tls=http://127.0.0.1:2380 --client-cert-auth --trusted-ca-file "$out/ca.pem" \
+    --cert-file "$out/node.pem" --key-file "$out/node.key" >"$out/etcd.log" 2>&1 &
+  pids="$pids $!"
+  up=0
+  for _ in $(seq 100); do
+    nsenter --net=/run/netns/"$b" env ETCDCTL_API=3 etcdctl --endpoints=https://10.213.11.1:2379 \
+      --cacert "$out/ca.pem" --cert "$out/node.pem" --key "$out/node.key" --dial-timeout=1s \
+      endpoint health >/dev/null 2>&1 && { up=1; break; }
+    sleep 0.2
+  done
+  [ $up = 1 ] || { tail -5 "$out/etcd.log"; setup_failed "etcd with TLS did not start"; }
+  enode() {  # namespace, log, flags...
+    local ns=$1 log=$2
+    shift 2
+    nsenter --net=/run/netns/"$ns" "$dtrun" --nproc-per-node=2 --nnodes=2 --rdzv-backend=etcd \
+      --rdzv=10.213.11.1:2379 --rdzv-id=tlsjob --token=t "$@" --env RTD_LOG=warn "$mlp" \
+      --steps 20 --log-every 20 >"$log" 2>&1
+  }
+  enode "$a" "$out/e1a" $(tls node) --rdzv-timeout=60 & pa=$!
+  pids="$pids $pa"
+  enode "$b" "$out/e1b" $(tls node) --rdzv-timeout=60; rb=$?
+  wait $pa; ra=$?
+  if [ $ra -eq 0 ] && [ $rb -eq 0 ] && grep -q "step 20 loss" "$out/e1a" "$out/e1b"; then
+    echo "ok: the trainer ran on 2 nodes through etcd over mutual TLS"
+  else
+    echo "FAILED: the etcd TLS job exited $ra / $rb"; tail -5 "$out/e1a" "$out/e1b"; fail=1
+  fi
+  enode "$b" "$out/e2b" --rdzv-timeout=10; rb=$?
+  [ $rb -ne 0 ] && echo "ok: a node without the certificates is refused by etcd (exit $rb)" ||
+    { echo "FAILED: a node without TLS reached etcd"; fail=1; }
+  check "it names etcd" "etcd at 10.213.11.1:2379" "$out/e2b"
+else
+  echo "skipped: the etcd part (etcd is not installed)"
+fi
 exit $fail
