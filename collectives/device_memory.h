@@ -61,6 +61,9 @@ std::size_t free_bytes(int device);
 void release(void* ptr);
 void zero_async(void* ptr, std::size_t bytes, StreamRef stream);
 void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream);
+// Blocks until the work queued on `stream` is done (a host-side backend,
+// MPI, about to read a device buffer the stream writes).
+void synchronize(StreamRef stream);
 // Blocking copies between GPU `device` and host memory, for checkpoints:
 // they order after the work already queued on the legacy default stream
 // only, so the caller finishes the work that writes (or reads) the GPU

@@ -3,6 +3,7 @@
 
 #include "collectives/checked_communicator.h"
 #include "collectives/gloo/gloo_communicator.h"
+#include "collectives/mpi/mpi_communicator.h"
 #include "rt_dist/error.h"
 #ifdef RTD_HAVE_NCCL
 #include "collectives/nccl/nccl_communicator.h"
@@ -24,6 +25,16 @@ std::unique_ptr<Communicator> make_backend(const CommunicatorOptions& options) {
         .flight = options.flight,
     });
   }
+  if (options.backend == "mpi") {
+    return std::make_unique<mpi::MpiCommunicator>(mpi::MpiOptions{
+        .store = options.store,
+        .name = options.name,
+        .rank = options.rank,
+        .size = options.size,
+        .timeout = options.timeout,
+        .flight = options.flight,
+    });
+  }
 #ifdef RTD_HAVE_NCCL
   if (options.backend == "nccl") {
     return std::make_unique<nccl::NcclCommunicator>(nccl::NcclOptions{
@@ -37,9 +48,9 @@ std::unique_ptr<Communicator> make_backend(const CommunicatorOptions& options) {
         .settings = options.nccl,
     });
   }
-  const char* built = "gloo, nccl";
+  const char* built = "gloo, mpi, nccl";
 #else
-  const char* built = "gloo";
+  const char* built = "gloo, mpi";
 #endif
   throw Error(ErrorCategory::kConfig, "communicator backend '" + options.backend +
                                           "' is not built into this librt_dist (built: " + built +

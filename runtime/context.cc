@@ -186,6 +186,11 @@ std::shared_ptr<Context> init(const InitOptions& options) {
   comm_options.size = world.world_size;
   comm_options.host = data_host(config, world);
   comm_options.device = backend == "nccl" ? choose_device(world) : 0;
+  if (backend == "mpi" && world.world_size > 1 && world.launcher != "mpirun")
+    throw Error(ErrorCategory::kConfig,
+                "RTD_BACKEND=mpi needs a job started by mpirun (its ranks are MPI's); this one "
+                "was started by " +
+                    world.launcher + ": use RTD_BACKEND=gloo, or start it with mpirun -np N");
   if (config.generation > 0)
     logger->info("init: a replacement worker, in generation {} (in-process recovery)",
                  config.generation);

@@ -29,7 +29,7 @@ std::string random_token() {
 }  // namespace
 
 MpiStoreHost::MpiStoreHost(const WorldInfo& world, const std::string& host)
-    : world_(world), session_(mpi::MpiSession::open()) {
+    : world_(world), session_(mpi::MpiSession::shared()) {
   // From rank 0: "host:port token", or "!" and why it cannot host the store
   // (every rank takes part in the broadcast either way, so none is left waiting).
   std::string message;

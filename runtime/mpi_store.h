@@ -28,7 +28,7 @@ class MpiStoreHost {
 
  private:
   WorldInfo world_;
-  std::unique_ptr<mpi::MpiSession> session_;
+  std::shared_ptr<mpi::MpiSession> session_;
   std::unique_ptr<StoreServer> server_;  // rank 0 only
   std::shared_ptr<Store> store_;
 };

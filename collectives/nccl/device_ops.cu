@@ -216,6 +216,11 @@ void zero_async(void* ptr, std::size_t bytes, StreamRef stream) {
   check(cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream.cuda_stream)), "zeroing");
 }
 
+void synchronize(StreamRef stream) {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.cuda_stream)),
+        "waiting for the stream");
+}
+
 void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream) {
   auto s = static_cast<cudaStream_t>(stream.cuda_stream);
   if (src.count == 0) return;

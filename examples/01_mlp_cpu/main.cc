@@ -451,9 +451,10 @@ int main(int argc, char** argv) {
   if (!split_batch(f, world)) return 2;
   if (rank == 0 && !f.ckpt_dir.empty())
     std::printf("world size %d, %d samples per rank\n", world, f.batch);
-  if (ctx->comm().backend() != "gloo") {
+  if (ctx->comm().backend() == "nccl") {
     std::fprintf(stderr,
-                 "mlp_cpu trains on the CPU: run it with RTD_BACKEND=gloo (or without a GPU)\n");
+                 "mlp_cpu trains on the CPU: run it with RTD_BACKEND=gloo (or mpi under mpirun), "
+                 "or without a GPU\n");
     return 2;
   }
   int rows = f.batch;

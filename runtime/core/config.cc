@@ -73,7 +73,7 @@ constexpr ConfigVar kVars[] = {
      "1: every rank checks through the store that all call the same collective before it runs"},
     {"PATH", "/usr/local/bin:/usr/bin:/bin", "where dtrun looks for a program named without '/'"},
     {"RTD_BACKEND", "auto",
-     "default communicator: auto (NCCL when a GPU is visible), gloo or nccl"},
+     "default communicator: auto (NCCL when a GPU is visible), gloo, nccl or mpi (under mpirun)"},
     {"RTD_NCCL_CGA_CLUSTER_SIZE", "", "ncclConfig_t.cgaClusterSize of NCCL communicators"},
     {"RTD_NCCL_MIN_CTAS", "",
      "ncclConfig_t.minCTAs: fewest thread blocks NCCL uses; needs RTD_NCCL_MAX_CTAS too"},
@@ -219,9 +219,9 @@ Config Config::from_env(const EnvMap& env) {
   c.check_collectives = check == 1;
   c.flight_dir = parse_string(env, "RTD_FLIGHT_DIR", "");
   c.backend = parse_string(env, "RTD_BACKEND", "auto");
-  if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl") {
+  if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl" && c.backend != "mpi") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_BACKEND='" + c.backend +
-                                            "' is not one of: auto, gloo, nccl");
+                                            "' is not one of: auto, gloo, nccl, mpi");
   }
   c.nccl_cga_cluster_size = parse_int(env, "RTD_NCCL_CGA_CLUSTER_SIZE", 0).value_or(-1);
   c.nccl_min_ctas = parse_int(env, "RTD_NCCL_MIN_CTAS", 1).value_or(-1);
