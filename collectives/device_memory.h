@@ -61,9 +61,22 @@ std::size_t free_bytes(int device);
 void release(void* ptr);
 void zero_async(void* ptr, std::size_t bytes, StreamRef stream);
 void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream);
-// Blocks until the work queued on `stream` is done (a host-side backend,
-// MPI, about to read a device buffer the stream writes).
-void synchronize(StreamRef stream);
+// The point the work queued on a stream has reached when it is made (an
+// event), for a host-side backend (MPI) whose own thread must not touch a
+// device buffer before the stream has written it: that thread polls
+// reached(); the caller's thread never blocks.
+class StreamPoint {
+ public:
+  explicit StreamPoint(StreamRef stream);
+  ~StreamPoint();
+  StreamPoint(const StreamPoint&) = delete;
+  StreamPoint& operator=(const StreamPoint&) = delete;
+  // True once the stream's work up to the point is done; throws on a CUDA error.
+  bool reached();
+
+ private:
+  void* event_ = nullptr;
+};
 // Blocking copies between GPU `device` and host memory, for checkpoints:
 // they order after the work already queued on the legacy default stream
 // only, so the caller finishes the work that writes (or reads) the GPU

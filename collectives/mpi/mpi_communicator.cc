@@ -20,6 +20,8 @@ struct MpiCommunicator::Task {
   // Runs once they completed: a widened result narrowed, an average scaled.
   std::function<void()> finish;
   std::uint64_t call = 0;  // in the flight recorder (0: point-to-point)
+  // Device buffers: the caller's stream must reach this before MPI reads them.
+  std::shared_ptr<gpu::StreamPoint> ready;
 };
 
 namespace {
@@ -193,7 +195,6 @@ DeviceType MpiCommunicator::placement(const char* op, const BufferView& buf, Str
                     ": a device buffer, but this Open MPI is not CUDA-aware "
                     "(MPIX_Query_cuda_support() is not 1); use RTD_BACKEND=nccl for GPU "
                     "buffers, or an Open MPI built with CUDA (and UCX's cuda transports)");
-  gpu::synchronize(stream);  // MPI reads the buffer as the caller's stream left it
   return DeviceType::kCuda;
 }
 
@@ -212,11 +213,22 @@ void MpiCommunicator::run_tasks(const std::string& what,
                   what +
                       ": an earlier operation of this communicator timed out or was "
                       "aborted; it cannot be used any more");
+    const auto deadline = Clock::now() + timeout_;
+    // MPI reads device buffers as the caller's stream leaves them.
+    for (const auto& t : tasks) {
+      while (t->ready && !t->ready->reached()) {
+        if (aborted_) throw Error(ErrorCategory::kBackend, what + ": communicator was aborted");
+        if (Clock::now() >= deadline)
+          throw Error(ErrorCategory::kTimeout,
+                      what + ": the caller's stream did not reach the operation within " +
+                          std::to_string(timeout_.count()) + " ms");
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
     {
       MpiCallLock lock;
       for (const auto& t : tasks) t->post(api, comm_, reqs);
     }
-    const auto deadline = Clock::now() + timeout_;
     int idle = 0;
     for (std::size_t left = reqs.size(); left > 0;) {
       bool progressed = false;
@@ -268,8 +280,9 @@ void MpiCommunicator::run_tasks(const std::string& what,
 }
 
 std::shared_ptr<Work> MpiCommunicator::enqueue(const char* op, std::uint64_t call, DeviceType where,
-                                               std::shared_ptr<Task> task) {
+                                               std::shared_ptr<Task> task, StreamRef stream) {
   task->call = call;
+  if (where == DeviceType::kCuda) task->ready = std::make_shared<gpu::StreamPoint>(stream);
   if (group_) {
     group_->tasks.push_back(std::move(task));
     group_->device = group_->device || where == DeviceType::kCuda;
@@ -321,7 +334,7 @@ std::shared_ptr<Work> MpiCommunicator::all_reduce(BufferView in, BufferView out,
     };
     task->finish = [out, op, size] { average(out, op, size); };
   }
-  return enqueue("all_reduce", record(describe::all_reduce(in, op)), where, task);
+  return enqueue("all_reduce", record(describe::all_reduce(in, op)), where, task, stream);
 }
 
 std::shared_ptr<Work> MpiCommunicator::broadcast(BufferView buf, int root, StreamRef stream) {
@@ -333,7 +346,7 @@ std::shared_ptr<Work> MpiCommunicator::broadcast(BufferView buf, int root, Strea
     reqs.emplace_back();
     posted(api, api.ibcast(buf.data, bytes, api.byte, root, comm, &reqs.back()), "MPI_Ibcast");
   };
-  return enqueue("broadcast", record(describe::broadcast(buf, root)), where, task);
+  return enqueue("broadcast", record(describe::broadcast(buf, root)), where, task, stream);
 }
 
 std::shared_ptr<Work> MpiCommunicator::all_gather(BufferView in, BufferView out, StreamRef stream) {
@@ -349,7 +362,7 @@ std::shared_ptr<Work> MpiCommunicator::all_gather(BufferView in, BufferView out,
                           comm, &reqs.back()),
            "MPI_Iallgather");
   };
-  return enqueue("all_gather", record(describe::all_gather(in)), where, task);
+  return enqueue("all_gather", record(describe::all_gather(in)), where, task, stream);
 }
 
 std::shared_ptr<Work> MpiCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
@@ -393,7 +406,7 @@ std::shared_ptr<Work> MpiCommunicator::reduce_scatter(BufferView in, BufferView 
     std::memcpy(out.data, result->data(), out.bytes());
     average(out, op, size);
   };
-  return enqueue("reduce_scatter", record(describe::reduce_scatter(out, op)), where, task);
+  return enqueue("reduce_scatter", record(describe::reduce_scatter(out, op)), where, task, stream);
 }
 
 std::shared_ptr<Work> MpiCommunicator::all_to_all(BufferView in, BufferView out, StreamRef stream) {
@@ -407,18 +420,16 @@ std::shared_ptr<Work> MpiCommunicator::all_to_all(BufferView in, BufferView out,
            api.ialltoall(in.data, block, api.byte, out.data, block, api.byte, comm, &reqs.back()),
            "MPI_Ialltoall");
   };
-  return enqueue("all_to_all", record(describe::all_to_all(in)), where, task);
+  return enqueue("all_to_all", record(describe::all_to_all(in)), where, task, stream);
 }
 
 std::shared_ptr<Work> MpiCommunicator::barrier(StreamRef stream) {
-  // The caller's queued device work, if any, is not this barrier's concern.
-  (void)stream;
   auto task = std::make_shared<Task>();
   task->post = [](const MpiApi& api, void* comm, std::vector<void*>& reqs) {
     reqs.emplace_back();
     posted(api, api.ibarrier(comm, &reqs.back()), "MPI_Ibarrier");
   };
-  return enqueue("barrier", record(describe::barrier()), DeviceType::kCpu, task);
+  return enqueue("barrier", record(describe::barrier()), DeviceType::kCpu, task, stream);
 }
 
 std::shared_ptr<Work> MpiCommunicator::point_to_point(bool is_send, BufferView buf, int peer,
@@ -440,7 +451,7 @@ std::shared_ptr<Work> MpiCommunicator::point_to_point(bool is_send, BufferView b
     else
       posted(api, api.irecv(buf.data, bytes, api.byte, peer, tag, comm, &reqs.back()), "MPI_Irecv");
   };
-  return enqueue(op, 0, where, task);
+  return enqueue(op, 0, where, task, stream);
 }
 
 std::shared_ptr<Work> MpiCommunicator::send(BufferView buf, int peer, int tag, StreamRef stream) {

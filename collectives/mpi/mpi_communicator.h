@@ -71,10 +71,10 @@ class MpiCommunicator : public Communicator {
   MpiCommunicator(const MpiOptions& options, void* comm);  // a split's: takes comm
   void check_session();
   // Where the buffers live: host, or device where Open MPI is CUDA-aware
-  // (then the caller's stream is synchronized first). Throws otherwise.
+  // (MPI then reads them once the caller's stream reached the call). Throws otherwise.
   DeviceType placement(const char* op, const BufferView& buf, StreamRef stream);
   std::shared_ptr<Work> enqueue(const char* op, std::uint64_t call, DeviceType where,
-                                std::shared_ptr<Task> task);
+                                std::shared_ptr<Task> task, StreamRef stream);
   // On the queue thread: posts the tasks' requests together, tests them to
   // completion (or the timeout, or an abort), then finishes them.
   void run_tasks(const std::string& what, const std::vector<std::shared_ptr<Task>>& tasks,

@@ -216,9 +216,23 @@ void zero_async(void* ptr, std::size_t bytes, StreamRef stream) {
   check(cudaMemsetAsync(ptr, 0, bytes, static_cast<cudaStream_t>(stream.cuda_stream)), "zeroing");
 }
 
-void synchronize(StreamRef stream) {
-  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.cuda_stream)),
-        "waiting for the stream");
+StreamPoint::StreamPoint(StreamRef stream) {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating an event");
+  event_ = e;
+  check(cudaEventRecord(e, static_cast<cudaStream_t>(stream.cuda_stream)),
+        "recording the stream's point");
+}
+
+StreamPoint::~StreamPoint() {
+  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+bool StreamPoint::reached() {
+  cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (rc == cudaErrorNotReady) return false;
+  check(rc, "waiting for the stream's point");
+  return true;
 }
 
 void cast_async(const BufferView& src, const BufferView& dst, StreamRef stream) {
