@@ -141,13 +141,6 @@ std::shared_ptr<Store> connect_store(const Config& config, const WorldInfo& worl
                   "(dtrun --nproc-per-node=N ./train), mpirun or srun");
 }
 
-// The default backend: RTD_BACKEND, else the caller's choice, else NCCL when a GPU is visible.
-std::string choose_backend(const Config& config, const InitOptions& options) {
-  if (config.backend != "auto") return config.backend;
-  if (options.backend == Backend::kGloo) return "gloo";
-  if (options.backend == Backend::kNccl) return "nccl";
-  return usable_gpu_count(nullptr) > 0 ? "nccl" : "gloo";
-}
 
 // LOCAL_RANK's GPU; more workers than GPUs on a node is a configuration error.
 int choose_device(const WorldInfo& world) {
@@ -179,7 +172,7 @@ std::shared_ptr<Context> init(const InitOptions& options) {
 
   StoreHosts hosts;
   auto store = connect_store(config, world, &hosts);
-  std::string backend = choose_backend(config, options);
+  std::string backend = choose_backend(config, options, world);
   CommunicatorOptions comm_options = communicator_defaults(config, options.nccl);
   comm_options.backend = backend;
   comm_options.rank = world.rank;

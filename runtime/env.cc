@@ -6,7 +6,10 @@
 #include <optional>
 #include <string>
 
+#include "collectives/mpi/mpi_api.h"
+#include "collectives/mpi/mpi_session.h"
 #include "rt_dist/error.h"
+#include "runtime/core/log.h"
 #include "runtime/core/slurm.h"
 
 namespace rtd {
@@ -84,6 +87,31 @@ WorldInfo detect_world(const Config& c) {
     check_below(w.rank, "SLURM_PROCID", w.world_size, "SLURM_NTASKS");
   }
   return w;
+}
+
+// The default backend (env.h): RTD_BACKEND, else the caller's choice, else NCCL when
+// a GPU is visible, else on host buffers Open MPI's under mpirun (it measured
+// faster than Gloo there, on one host and through UCX: docs/mpi.md) and Gloo
+// otherwise.
+std::string choose_backend(const Config& config, const InitOptions& options,
+                           const WorldInfo& world) {
+  if (config.backend != "auto") return config.backend;
+  if (options.backend == Backend::kGloo) return "gloo";
+  if (options.backend == Backend::kNccl) return "nccl";
+  if (options.backend == Backend::kMpi) return "mpi";
+  if (usable_gpu_count(nullptr) > 0) return "nccl";
+  if (world.launcher != "mpirun" || world.world_size < 2) return "gloo";
+  // A trainer that initialized MPI itself without thread support keeps Gloo.
+  try {
+    if (mpi::MpiSession::shared()->thread_level() >= mpi::kThreadSerialized) return "mpi";
+  } catch (const Error& e) {
+    log::get("runtime")->warn("Open MPI cannot carry the collectives ({}): using Gloo", e.what());
+    return "gloo";
+  }
+  log::get("runtime")->warn(
+      "MPI was initialized without thread support (MPI_Init_thread with "
+      "MPI_THREAD_SERIALIZED or more lets librt_dist use it): the collectives use Gloo");
+  return "gloo";
 }
 
 std::string data_host(const Config& config, const WorldInfo& world) {

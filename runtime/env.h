@@ -15,6 +15,11 @@ WorldInfo detect_world(const Config& config);
 // Where this rank's CPU collectives listen: the node address dtrun found,
 // loopback when every rank is on this host, else this host's name.
 std::string data_host(const Config& config, const WorldInfo& world);
+// The default communicator's backend: RTD_BACKEND, else the caller's choice,
+// else NCCL when a GPU is visible, else Open MPI's under mpirun (a world of
+// more than one), else Gloo.
+std::string choose_backend(const Config& config, const InitOptions& options,
+                           const WorldInfo& world);
 
 // The NCCL settings the trainer left unset, filled from RTD_NCCL_* and RTD_CE_*.
 NcclSettings nccl_settings_from(const Config& config, NcclSettings settings = {});

@@ -36,7 +36,8 @@ class Runner {
   virtual void barrier() = 0;
 };
 
-std::unique_ptr<Runner> make_gloo_runner();
+// Our Gloo (mode "gloo") or MPI (mode "mpi", under mpirun) communicator on host buffers.
+std::unique_ptr<Runner> make_host_runner(const std::string& mode);
 // mode "ours" (our NCCL communicator) or "raw" (NCCL calls, no layer of ours).
 std::unique_ptr<Runner> make_gpu_runner(const std::string& mode);
 

@@ -20,7 +20,7 @@ struct BenchOptions {
   int iters = 20;             // per timed block
   int blocks = 5;             // timed blocks; the median block is reported
   bool check = true;          // count wrong elements after the timed loop
-  std::string mode = "ours";  // ours (our communicator), raw (NCCL directly), gloo
+  std::string mode = "ours";  // ours (our communicator), raw (NCCL directly), gloo, mpi (host)
   std::string json;           // write the rows here too (rank 0)
   std::string label;          // free text copied into the JSON
 };

@@ -14,7 +14,8 @@ namespace rtd {
 
 // kAuto: NCCL when librt_dist was built with it and this process sees a GPU,
 // else Gloo; RTD_BACKEND overrides it.
-enum class Backend { kAuto, kGloo, kNccl };
+// kMpi: Open MPI's collectives, for jobs started by mpirun (docs/mpi.md).
+enum class Backend { kAuto, kGloo, kNccl, kMpi };
 
 // Per-communicator NCCL settings (ncclConfig_t); -1 or empty leaves NCCL's default.
 // RTD_NCCL_* variables fill them when the trainer leaves them unset.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "collectives/mpi/mpi_session.h"
 #include "rt_dist/error.h"
 
 namespace rtd {
@@ -71,6 +72,36 @@ TEST(DetectWorld, OpenMpiAndSlurm) {
   EXPECT_EQ(s.launcher, "slurm");
   EXPECT_EQ(s.world_size, 3);
   expect_config_error({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "3"}}, "SLURM_PROCID=3");
+}
+
+// Host buffers under mpirun default to Open MPI's collectives (faster there
+// than Gloo: docs/mpi.md); an explicit choice, RTD_BACKEND, or another
+// launcher keeps its own. (Where a GPU is visible, NCCL comes first.)
+TEST(ChooseBackend, MpirunDefaultsToMpiOnHostBuffers) {
+  if (usable_gpu_count(nullptr) > 0) GTEST_SKIP() << "a GPU is visible: the default is NCCL";
+  const EnvMap mpirun = {{"OMPI_COMM_WORLD_RANK", "0"},
+                         {"OMPI_COMM_WORLD_SIZE", "2"},
+                         {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                         {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
+  const Config c = Config::from_env(mpirun);
+  const WorldInfo w = detect_world(c);
+  ASSERT_EQ(w.launcher, "mpirun");
+  // The choice asks Open MPI for its thread support (a singleton here, held
+  // through the test as the job's store would hold it under mpirun).
+  std::shared_ptr<mpi::MpiSession> session;
+  try {
+    session = mpi::MpiSession::shared();
+  } catch (const Error& e) {
+    GTEST_SKIP() << "Open MPI cannot start here: " << e.what();
+  }
+  EXPECT_EQ(choose_backend(c, {}, w), "mpi");
+  EXPECT_EQ(choose_backend(c, {.backend = Backend::kGloo}, w), "gloo");
+  EnvMap forced = mpirun;
+  forced["RTD_BACKEND"] = "gloo";
+  EXPECT_EQ(choose_backend(Config::from_env(forced), {}, w), "gloo");
+  const Config none = Config::from_env({});
+  EXPECT_EQ(choose_backend(none, {}, detect_world(none)), "gloo") << "not under mpirun";
+  EXPECT_EQ(choose_backend(none, {.backend = Backend::kMpi}, detect_world(none)), "mpi");
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// The collective benchmark over our Gloo communicator: host buffers, host clock.
+// The collective benchmark over our host communicators (Gloo, or MPI under
+// mpirun): host buffers, host clock.
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -20,12 +21,14 @@ std::shared_ptr<Work> issue(Communicator& comm, const std::string& op, const OpB
   return comm.all_to_all(in, out, stream);
 }
 
-class GlooRunner : public Runner {
+class HostRunner : public Runner {
  public:
-  GlooRunner() : ctx_(init(InitOptions{.backend = Backend::kGloo})) {}
+  explicit HostRunner(Backend backend) : ctx_(init(InitOptions{.backend = backend})) {}
   int rank() const override { return ctx_->rank(); }
   int size() const override { return ctx_->world_size(); }
-  std::string describe() const override { return "our Gloo communicator (CPU)"; }
+  std::string describe() const override {
+    return "our " + ctx_->comm().backend() + " communicator (CPU)";
+  }
   void* alloc(std::size_t bytes) override { return std::malloc(bytes == 0 ? 1 : bytes); }
   void release(void* ptr) override { std::free(ptr); }
   void upload(void* dst, const void* src, std::size_t n) override { std::memcpy(dst, src, n); }
@@ -44,6 +47,8 @@ class GlooRunner : public Runner {
 
 }  // namespace
 
-std::unique_ptr<Runner> make_gloo_runner() { return std::make_unique<GlooRunner>(); }
+std::unique_ptr<Runner> make_host_runner(const std::string& mode) {
+  return std::make_unique<HostRunner>(mode == "mpi" ? Backend::kMpi : Backend::kGloo);
+}
 
 }  // namespace rtd::bench
