@@ -141,7 +141,6 @@ std::shared_ptr<Store> connect_store(const Config& config, const WorldInfo& worl
                   "(dtrun --nproc-per-node=N ./train), mpirun or srun");
 }
 
-
 // LOCAL_RANK's GPU; more workers than GPUs on a node is a configuration error.
 int choose_device(const WorldInfo& world) {
   std::string why;

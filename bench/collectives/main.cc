@@ -70,8 +70,8 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "collective_bench: %s\n%s\n", e.what(), bench_usage().c_str());
     return 2;
   }
-  std::unique_ptr<Runner> runner = o.mode == "gloo" || o.mode == "mpi" ? make_host_runner(o.mode)
-                                                                       : make_gpu_runner(o.mode);
+  std::unique_ptr<Runner> runner =
+      o.mode == "gloo" || o.mode == "mpi" ? make_host_runner(o.mode) : make_gpu_runner(o.mode);
   const bool leader = runner->rank() == 0;
   if (leader) {
     print_header(runner->describe() + ", " + std::to_string(runner->size()) + " ranks, median of " +
