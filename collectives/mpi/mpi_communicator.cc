@@ -259,12 +259,12 @@ void MpiCommunicator::run_tasks(const std::string& what,
                                                  " ms (a peer may have failed or not called it)" +
                                                  (why.empty() ? "" : "; " + why));
       }
-      // Spin a little (small messages complete in microseconds), then back off.
+      // Keep testing, as MPI_Wait would: Open MPI's non-blocking collectives
+      // (libnbc) advance their rounds only inside MPI_Test, so a thread that
+      // sleeps between tests stretches every round of a large one. After a
+      // short spin it yields the core to any thread that needs it.
       idle = progressed ? 0 : idle + 1;
-      if (idle > 2000)
-        std::this_thread::sleep_for(std::chrono::microseconds(std::min(idle - 2000, 1000)));
-      else if (idle > 200)
-        std::this_thread::yield();
+      if (idle > 200) std::this_thread::yield();
     }
     for (const auto& t : tasks)
       if (t->finish) t->finish();
