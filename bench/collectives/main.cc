@@ -2,9 +2,16 @@
 // Runner (our communicator on GPU or CPU, or raw NCCL), with a wrong-element
 // count per row. Run it under dtrun; rank 0 prints the table (and JSON).
 //   dtrun --nproc-per-node=2 collective_bench --mode ours --max-bytes 1G
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "bench/collectives/runner.h"
@@ -62,6 +69,45 @@ Row measure(Runner& runner, const BenchOptions& o, const std::string& op, DType 
   return make_row(op, dtype, count * esize, blocks[blocks.size() / 2], n, wrong);
 }
 
+long long now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// When this process started (Unix ms): /proc/self/stat's start time is in
+// clock ticks after boot; CLOCK_BOOTTIME says how long ago that was.
+long long process_start_ms() {
+  std::ifstream stat("/proc/self/stat");
+  std::string line;
+  std::getline(stat, line);
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+  }
+  timespec boot{};
+  clock_gettime(CLOCK_BOOTTIME, &boot);
+  const long long since_boot_ms = boot.tv_sec * 1000LL + boot.tv_nsec / 1000000;
+  const long long started_ms = std::stoll(field) * 1000 / sysconf(_SC_CLK_TCK);
+  return now_ms() - (since_boot_ms - started_ms);
+}
+
+// The start-up: init() has returned; one all-reduce of 4 bytes, then the stamps.
+int time_startup(Runner& runner, long long process_start) {
+  const long long ready = now_ms();
+  OpBuffers b{runner.alloc(4), runner.alloc(4), 1, 1, DType::kFloat32};
+  runner.time("all_reduce", b, 1);
+  const long long first = now_ms();
+  runner.release(b.in);
+  runner.release(b.out);
+  if (runner.rank() == 0)
+    std::printf(
+        "startup: process started at %lld ms, init returned at %lld ms, first all_reduce "
+        "completed at %lld ms\n",
+        process_start, ready, first);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   BenchOptions o;
   try {
@@ -70,9 +116,11 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "collective_bench: %s\n%s\n", e.what(), bench_usage().c_str());
     return 2;
   }
+  const long long process_start = process_start_ms();
   std::unique_ptr<Runner> runner =
       o.mode == "gloo" || o.mode == "mpi" ? make_host_runner(o.mode) : make_gpu_runner(o.mode);
   const bool leader = runner->rank() == 0;
+  if (o.startup) return time_startup(*runner, process_start);
   if (leader) {
     print_header(runner->describe() + ", " + std::to_string(runner->size()) + " ranks, median of " +
                  std::to_string(o.blocks) + " blocks of " + std::to_string(o.iters) + " ops");

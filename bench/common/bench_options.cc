@@ -47,7 +47,8 @@ std::string bench_usage() {
   return "flags: --mode ours|raw|gloo|mpi  --ops "
          "all_reduce,reduce_scatter,all_gather,broadcast,all_to_all\n"
          "       --min-bytes 1K --max-bytes 1G --factor 2 --dtypes float32,bfloat16\n"
-         "       --warmup 5 --iters 20 --blocks 5 --no-check --json FILE --label TEXT";
+         "       --warmup 5 --iters 20 --blocks 5 --no-check --json FILE --label TEXT\n"
+         "       --startup (time the start-up to the first all-reduce instead)";
 }
 
 BenchOptions parse_bench_options(int argc, char** argv) {
@@ -56,6 +57,10 @@ BenchOptions parse_bench_options(int argc, char** argv) {
     std::string flag = argv[i];
     if (flag == "--no-check") {
       o.check = false;
+      continue;
+    }
+    if (flag == "--startup") {
+      o.startup = true;
       continue;
     }
     if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");

@@ -23,6 +23,10 @@ struct BenchOptions {
   std::string mode = "ours";  // ours (our communicator), raw (NCCL directly), gloo, mpi (host)
   std::string json;           // write the rows here too (rank 0)
   std::string label;          // free text copied into the JSON
+  // Time the start-up instead of sweeping: rank 0 prints when its process
+  // started, when init() returned and when its first all-reduce completed
+  // (Unix milliseconds), then the program ends (bench/startup_time.sh).
+  bool startup = false;
 };
 
 // Throws std::invalid_argument naming the flag.
