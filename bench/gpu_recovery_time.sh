@@ -39,21 +39,13 @@ run() {  # log, dtrun flags...: 2 workers
   port=$((port + 1))
   return $rc
 }
-measure() {  # log: prints "seconds steps_redone"
-  local kill done first
-  kill=$(grep -o "kills itself at step [0-9]* at [0-9]* ms" "$1" | awk '{print $7}')
-  done=$(grep -o "step [0-9]* completed after the resume at [0-9]* ms" "$1" | tail -1)
-  first=$(echo "$done" | awk '{print $2}')
-  done=$(echo "$done" | awk '{print $8}')
-  [ -z "$kill" ] || [ -z "$done" ] && { echo "- -"; return; }
-  awk -v k="$kill" -v d="$done" -v f="$first" 'BEGIN{printf "%.3f %d\n", (d-k)/1000, 20-f}'
-}
+. "$(dirname "$0")/kill_to_step.sh"
 echo "GPUs: $ngpu ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)); hidden $hidden, 8 layers"
 printf "%-12s %4s %15s %13s\n" mode run kill_to_step_s steps_redone
 for i in $(seq "$repeats"); do
   run "$out/inproc$i" --max-restarts=0 --recovery=in-process "$mlp" "${common[@]}" --recover 1 ||
     { echo "in-process run failed"; tail -30 "$out/inproc$i"; exit 1; }
-  read -r s r <<<"$(measure "$out/inproc$i")"
+  read -r s r <<<"$(kill_to_step "$out/inproc$i" 20)"
   printf "%-12s %4d %15s %13s\n" in-process "$i" "$s" "$r"
   grep -h "recovered in generation" "$out/inproc$i" | sed 's/^/    /'
   grep -h "ready on GPU" "$out/inproc$i" | tail -2 | sed 's/^/    /'
@@ -62,7 +54,7 @@ for i in $(seq "$repeats"); do
   run "$out/restart$i" --max-restarts=1 --restart-backoff=0 "$mlp" "${common[@]}" \
     --ckpt-dir "$out/ck" --ckpt-every 10 ||
     { echo "restart run failed"; tail -30 "$out/restart$i"; exit 1; }
-  read -r s r <<<"$(measure "$out/restart$i")"
+  read -r s r <<<"$(kill_to_step "$out/restart$i" 20)"
   printf "%-12s %4d %15s %13s\n" restart "$i" "$s" "$r"
   echo "{\"mode\":\"restart\",\"run\":$i,\"gpus\":$ngpu,\"hidden\":$hidden,\"kill_to_step_s\":$s,\"steps_redone\":$r}" >>"$out/json"
 done

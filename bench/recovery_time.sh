@@ -13,27 +13,19 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 common=(--steps 120 --optim adamw --lr 0.01 --log-every 1000 --pace-ms 20 --kill-at-step 50
         --hidden 256 --global-batch $((nproc * 16)))
-measure() {  # log: prints "seconds steps_redone"
-  local kill done first
-  kill=$(grep -o "kills itself at step [0-9]* at [0-9]* ms" "$1" | awk '{print $7}')
-  done=$(grep -o "step [0-9]* completed after the resume at [0-9]* ms" "$1" | tail -1)
-  first=$(echo "$done" | awk '{print $2}')
-  done=$(echo "$done" | awk '{print $8}')
-  [ -z "$kill" ] || [ -z "$done" ] && { echo "- -"; return; }
-  awk -v k="$kill" -v d="$done" -v f="$first" 'BEGIN{printf "%.3f %d\n", (d-k)/1000, 50-f}'
-}
+. "$(dirname "$0")/kill_to_step.sh"
 printf "%-12s %6s %14s %12s\n" mode run kill_to_step_s steps_redone
 for i in $(seq "$repeats"); do
   "$dtrun" --nproc-per-node="$nproc" --max-restarts=0 --recovery=in-process --env RTD_LOG=warn \
     "$mlp" "${common[@]}" --recover 1 >"$out/inproc$i" 2>&1 || { echo "in-process run failed"; cat "$out/inproc$i"; exit 1; }
-  read -r s r <<<"$(measure "$out/inproc$i")"
+  read -r s r <<<"$(kill_to_step "$out/inproc$i" 50)"
   printf "%-12s %6d %14s %12s\n" in-process "$i" "$s" "$r"
   echo "{\"mode\":\"in-process\",\"run\":$i,\"nproc\":$nproc,\"kill_to_step_s\":$s,\"steps_redone\":$r}" >>"$out/json"
   rm -rf "$out/ck"
   "$dtrun" --nproc-per-node="$nproc" --max-restarts=1 --restart-backoff=0 --env RTD_LOG=warn \
     "$mlp" "${common[@]}" --ckpt-dir "$out/ck" --ckpt-every 10 >"$out/restart$i" 2>&1 ||
     { echo "restart run failed"; cat "$out/restart$i"; exit 1; }
-  read -r s r <<<"$(measure "$out/restart$i")"
+  read -r s r <<<"$(kill_to_step "$out/restart$i" 50)"
   printf "%-12s %6d %14s %12s\n" restart "$i" "$s" "$r"
   echo "{\"mode\":\"restart\",\"run\":$i,\"nproc\":$nproc,\"kill_to_step_s\":$s,\"steps_redone\":$r}" >>"$out/json"
 done

@@ -39,7 +39,7 @@ class RelayService final : public proto::Store::Service {
     if (auto s = admit(ctx, req->key()); !s.ok()) return s;
     if (req->value().size() > kMaxValueBytes)
       return too_large("value", req->value().size(), kMaxValueBytes);
-    return run([&] { store_->set(req->key(), req->value()); });
+    return status_of([&] { store_->set(req->key(), req->value()); });
   }
 
   grpc::Status Get(grpc::ServerContext* ctx, const proto::GetRequest* req,
@@ -53,7 +53,7 @@ class RelayService final : public proto::Store::Service {
     }
     const auto timeout = std::min<std::chrono::milliseconds>(
         std::chrono::milliseconds(std::max<std::int64_t>(0, req->timeout_ms())), kMaxWait);
-    grpc::Status s = run([&] { resp->set_value(wait_for(ctx, req->key(), timeout)); });
+    grpc::Status s = status_of([&] { resp->set_value(wait_for(ctx, req->key(), timeout)); });
     waiting_.fetch_sub(1);
     return s;
   }
@@ -64,7 +64,7 @@ class RelayService final : public proto::Store::Service {
   grpc::Status Add(grpc::ServerContext* ctx, const proto::AddRequest* req,
                    proto::AddResponse* resp) override {
     if (auto s = admit(ctx, req->key()); !s.ok()) return s;
-    return run([&] { resp->set_value(store_->add(req->key(), req->delta())); });
+    return status_of([&] { resp->set_value(store_->add(req->key(), req->delta())); });
   }
 
   grpc::Status CompareSet(grpc::ServerContext* ctx, const proto::CompareSetRequest* req,
@@ -72,14 +72,14 @@ class RelayService final : public proto::Store::Service {
     if (auto s = admit(ctx, req->key()); !s.ok()) return s;
     if (req->desired().size() > kMaxValueBytes)
       return too_large("value", req->desired().size(), kMaxValueBytes);
-    return run(
+    return status_of(
         [&] { resp->set_value(store_->compare_set(req->key(), req->expected(), req->desired())); });
   }
 
   grpc::Status Delete(grpc::ServerContext* ctx, const proto::DeleteRequest* req,
                       proto::DeleteResponse* resp) override {
     if (auto s = admit(ctx, req->key()); !s.ok()) return s;
-    return run([&] { resp->set_deleted(store_->remove(req->key())); });
+    return status_of([&] { resp->set_deleted(store_->remove(req->key())); });
   }
 
   grpc::Status Check(grpc::ServerContext* ctx, const proto::CheckRequest* req,
@@ -95,7 +95,7 @@ class RelayService final : public proto::Store::Service {
         return too_large("key", key.size(), kMaxKeyBytes);
       keys.push_back(key);
     }
-    return run([&] { resp->set_all_present(store_->check(keys)); });
+    return status_of([&] { resp->set_all_present(store_->check(keys)); });
   }
 
  private:
@@ -122,18 +122,6 @@ class RelayService final : public proto::Store::Service {
       if (ctx->IsCancelled() || stopping_)
         throw Error(ErrorCategory::kTimeout,
                     "store: the wait for key '" + key.substr(0, 64) + "' was cancelled");
-    }
-  }
-
-  template <typename Fn>
-  static grpc::Status run(Fn&& body) {
-    try {
-      body();
-      return grpc::Status::OK;
-    } catch (const Error& e) {
-      return to_status(e);
-    } catch (const std::exception& e) {
-      return {grpc::StatusCode::INTERNAL, e.what()};
     }
   }
 

@@ -78,6 +78,15 @@ elastic() {  # host, log, dtrun flags, trainer flags...
     --global-batch 12 "$@" >"$log" 2>&1 &
 }
 loss_at() { grep -h "step $2 loss" "$1" | awk '{print $6}' | head -1; }
+same_loss() {  # log, after what: its final loss is the unbroken run's ($want) to 1e-6
+  local got
+  got=$(loss_at "$1" 100)
+  if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}'; then
+    echo "ok: the final loss $got after $2 is the unbroken run's $want to 1e-6"
+  else
+    echo "FAILED: final loss '$got' after $2, without it '$want'"; fail=1
+  fi
+}
 port=29603
 for h in a b c; do elastic $h "$out/full.$h" ""; eval "q_$h=\$!"; pids="$pids $!"; done
 wait "$q_a" && wait "$q_b" && wait "$q_c" || { echo "FAILED: the 3-host run without a failure"; tail -n 20 "$out"/full.*; exit 1; }
@@ -96,12 +105,7 @@ kept "$out/node.a" 0 1
 kept "$out/node.b" 2 3
 done_ms=$(grep -o "completed after the resume at [0-9]*" "$out/node.a" | awk '{print $6}' | head -1)
 [ -n "$done_ms" ] && echo "info: from the kill of host c's dtrun to the first step after it: $(( done_ms - t0 )) ms"
-got=$(loss_at "$out/node.a" 100)
-if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}'; then
-  echo "ok: the final loss $got is the unbroken run's $want to 1e-6"
-else
-  echo "FAILED: final loss '$got', without the failure '$want'"; fail=1
-fi
+same_loss "$out/node.a" "host c's loss"
 
 # 3. A node cut off (its link down): its peers' connections stay open, so
 # the survivors' collectives wait on it; when the host drops it (after the
@@ -122,12 +126,7 @@ kept "$out/cut.a" 0 1
 kept "$out/cut.b" 2 3
 done_ms=$(grep -o "completed after the resume at [0-9]*" "$out/cut.a" | awk '{print $6}' | head -1)
 [ -n "$done_ms" ] && echo "info: from the cut to the first step after it: $(( done_ms - t0 )) ms (heartbeat timeout 3 s)"
-got=$(loss_at "$out/cut.a" 100)
-if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}'; then
-  echo "ok: the final loss $got is the unbroken run's $want to 1e-6"
-else
-  echo "FAILED: final loss '$got' after the cut, without the failure '$want'"; fail=1
-fi
+same_loss "$out/cut.a" "the cut"
 in_ns ${tag}c ip link set "v${tag}2" up
 wait "$q_c" 2>/dev/null
 
@@ -142,10 +141,5 @@ if wait "$q_a" && wait "$q_b" && wait "$q_c"; then echo "ok: the grown job finis
 check "the running workers moved" "the workers move to round 1 in place" "$out/grow.a"
 check "the newcomer's workers got the state" "rank 4 joined generation 0, the state from rank 0" "$out/grow.c"
 kept "$out/grow.a" 0 1
-got=$(loss_at "$out/grow.a" 100)
-if [ -n "$got" ] && awk -v a="$got" -v b="$want" 'BEGIN{d=(a-b)/b; if (d<0) d=-d; exit !(d < 1e-6)}'; then
-  echo "ok: the final loss $got is the unbroken run's $want to 1e-6"
-else
-  echo "FAILED: final loss '$got' after growing, without the change '$want'"; fail=1
-fi
+same_loss "$out/grow.a" "growing"
 exit $fail

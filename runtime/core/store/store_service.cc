@@ -23,19 +23,6 @@ grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx, const grpc::S
   return reactor;
 }
 
-// Runs body, converting rtd::Error (and anything else) to a status.
-template <typename Fn>
-grpc::Status run(Fn&& body) {
-  try {
-    body();
-    return grpc::Status::OK;
-  } catch (const Error& e) {
-    return to_status(e);
-  } catch (const std::exception& e) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
-  }
-}
-
 std::string shown(const std::string& key) {
   return "'" + key.substr(0, 64) + (key.size() > 64 ? "...'" : "'");
 }
@@ -103,7 +90,7 @@ template <typename Fn>
 grpc::ServerUnaryReactor* StoreService::write(grpc::CallbackServerContext* ctx,
                                               const std::string& key, Fn&& body) {
   grpc::Status status = admit_write(ctx, key);
-  if (status.ok()) status = run(body);
+  if (status.ok()) status = status_of(body);
   return finish(ctx, status);
 }
 
@@ -143,7 +130,7 @@ grpc::ServerUnaryReactor* StoreService::Check(grpc::CallbackServerContext* ctx,
                               " one call may name");
   }
   if (status.ok()) {
-    status = run([&] {
+    status = status_of([&] {
       std::vector<std::string> keys(req->keys().begin(), req->keys().end());
       resp->set_all_present(store_.check(keys));
     });

@@ -42,6 +42,18 @@ inline constexpr int kMaxControlMessageBytes = 4 << 20;
 // OK when the call carries `token`; UNAUTHENTICATED or PERMISSION_DENIED otherwise.
 grpc::Status check_token(grpc::ServerContextBase* ctx, const std::string& token);
 grpc::Status to_status(const Error& e);
+// Runs body, converting rtd::Error (and anything else it throws) to a status.
+template <typename Fn>
+grpc::Status status_of(Fn&& body) {
+  try {
+    body();
+    return grpc::Status::OK;
+  } catch (const Error& e) {
+    return to_status(e);
+  } catch (const std::exception& e) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+  }
+}
 
 class StoreService final : public proto::Store::CallbackService {
  public:
