@@ -3,7 +3,13 @@
 # copies. One of the three floors of an offloaded step (docs/benchmarks.md).
 # Prints one "RESULT {json}" line of GB/s.
 #   python3 bench/pcie_copy.py
+# As a load beside another benchmark (the offloaded step's copies, while the
+# host AdamW runs): copies both ways for SECONDS, at most GBPS in all (0: as
+# fast as the link goes), then prints what it moved.
+#   python3 bench/pcie_copy.py --load SECONDS [--gbps GBPS]
+import argparse
 import json
+import time
 
 import torch
 
@@ -43,9 +49,38 @@ def main():
                 torch.cuda.current_stream().wait_stream(s)
         return step
 
+    args = parse_args()
+    if args.load > 0:
+        load(copies(True, True), args.load, args.gbps)
+        return
     res = {"h2d_GBps": rate(copies(True, False), 1), "d2h_GBps": rate(copies(False, True), 1),
            "both_GBps": rate(copies(True, True), 2)}
     print("RESULT " + json.dumps(res), flush=True)
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--load", type=float, default=0, help="copy both ways for this many seconds")
+    p.add_argument("--gbps", type=float, default=0, help="at most this many GB/s in all (0: no cap)")
+    return p.parse_args()
+
+
+def load(step, seconds, gbps):
+    """Copies 2 GiB a step (1 GiB each way) for `seconds`, paced to `gbps`."""
+    per_step = 2 * (1 << 30) / 1e9
+    start = time.time()
+    steps = 0
+    while time.time() - start < seconds:
+        step()
+        torch.cuda.synchronize()
+        steps += 1
+        if gbps > 0:
+            ahead = start + steps * per_step / gbps - time.time()
+            if ahead > 0:
+                time.sleep(ahead)
+    spent = time.time() - start
+    print("LOAD " + json.dumps({"seconds": round(spent, 1), "GBps": round(steps * per_step / spent, 1)}),
+          flush=True)
 
 
 if __name__ == "__main__":
