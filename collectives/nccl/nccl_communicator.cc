@@ -108,6 +108,7 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   }
   state_->settle(init_comm, who + " creating the NCCL communicator", deadline);
 
+  const auto initialized = std::chrono::steady_clock::now();
   start_watchdog();
   ncclConfig_t data_config = make_config(true);
   ncclComm_t data_comm = nullptr;
@@ -145,8 +146,10 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   // (in-process recovery measures what its rebuild costs).
   log::get("nccl")->info(
       "NCCL communicator of {} ranks ready on GPU {} in {:.0f} ms ({:.0f} ms of it NCCL's own "
-      "initialization, after the unique id)",
-      size_, options_.device, ms(started), ms(id_known));
+      "initialization, after the unique id: {:.0f} ms the first communicator, {:.0f} ms the "
+      "blocking one split from it, and what follows)",
+      size_, options_.device, ms(started), ms(id_known),
+      std::chrono::duration<double, std::milli>(initialized - id_known).count(), ms(initialized));
 }
 
 NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclComm_t comm, int rank,
