@@ -78,6 +78,14 @@ elastic() {  # host, log, dtrun flags, trainer flags...
     --global-batch 12 "$@" >"$log" 2>&1 &
 }
 loss_at() { grep -h "step $2 loss" "$1" | awk '{print $6}' | head -1; }
+moved_in_place() {  # log suffix, kill time (ms), after what: a's and b's workers kept, the time, the loss
+  kept "$out/$1.a" 0 1
+  kept "$out/$1.b" 2 3
+  local done_ms
+  done_ms=$(grep -o "completed after the resume at [0-9]*" "$out/$1.a" | awk '{print $6}' | head -1)
+  [ -n "$done_ms" ] && echo "info: from $3 to the first step after it: $(( done_ms - $2 )) ms"
+  same_loss "$out/$1.a" "$3"
+}
 same_loss() {  # log, after what: its final loss is the unbroken run's ($want) to 1e-6
   local got
   got=$(loss_at "$1" 100)
@@ -101,11 +109,7 @@ if wait "$q_a" && wait "$q_b"; then echo "ok: the job finished on the two hosts 
 check "host a's dtrun kept its workers" "rejoining, the workers kept" "$out/node.a"
 check "they moved to the next round" "the workers move to round 1 in place" "$out/node.b"
 check "the global batch is split over 4 ranks" "world size 4, 3 samples per rank" "$out/node.a"
-kept "$out/node.a" 0 1
-kept "$out/node.b" 2 3
-done_ms=$(grep -o "completed after the resume at [0-9]*" "$out/node.a" | awk '{print $6}' | head -1)
-[ -n "$done_ms" ] && echo "info: from the kill of host c's dtrun to the first step after it: $(( done_ms - t0 )) ms"
-same_loss "$out/node.a" "host c's loss"
+moved_in_place node "$t0" "the kill of host c's dtrun"
 
 # 3. A node cut off (its link down): its peers' connections stay open, so
 # the survivors' collectives wait on it; when the host drops it (after the
@@ -122,11 +126,7 @@ t0=$(date +%s%3N)
 if wait "$q_a" && wait "$q_b"; then echo "ok: the job finished without the cut-off host"; else
   echo "FAILED: a surviving host failed"; tail -n 30 "$out"/cut.a "$out"/cut.b; fail=1; fi
 check "the survivors' watch aborted the waiting collectives" "aborting the communicator" "$out/cut.a"
-kept "$out/cut.a" 0 1
-kept "$out/cut.b" 2 3
-done_ms=$(grep -o "completed after the resume at [0-9]*" "$out/cut.a" | awk '{print $6}' | head -1)
-[ -n "$done_ms" ] && echo "info: from the cut to the first step after it: $(( done_ms - t0 )) ms (heartbeat timeout 3 s)"
-same_loss "$out/cut.a" "the cut"
+moved_in_place cut "$t0" "the cut (heartbeat timeout 3 s)"
 in_ns ${tag}c ip link set "v${tag}2" up
 wait "$q_c" 2>/dev/null
 
