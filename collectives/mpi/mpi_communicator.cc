@@ -488,16 +488,18 @@ std::shared_ptr<Work> MpiCommunicator::group(const std::function<void()>& body) 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   // MPI_Comm_split is collective and blocking: run in order after what was
   // posted, on the queue thread.
-  void* sub = nullptr;
+  // The new handle lands in a holder the queue thread owns too: a wait that
+  // times out leaves the task, and MPI, still holding it.
+  auto sub = std::make_shared<void*>(nullptr);
   auto work = std::make_shared<CpuWork>("mpi split on rank " + std::to_string(rank_),
                                         timeout_ + std::chrono::seconds(5));
-  queue_.post([this, color, key, &sub, work] {
+  queue_.post([this, color, key, sub, work] {
     const MpiApi& api = mpi_api();
     try {
       if (aborted_ || broken_)
         throw Error(ErrorCategory::kBackend, "mpi split: the communicator was aborted");
       MpiCallLock lock;
-      posted(api, api.comm_split(comm_, color < 0 ? kUndefined : color, key, &sub),
+      posted(api, api.comm_split(comm_, color < 0 ? kUndefined : color, key, sub.get()),
              "MPI_Comm_split");
       work->complete();
     } catch (const Error& e) {
@@ -506,12 +508,12 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   });
   work->wait();
   const std::uint32_t seq = next_split_++;
-  if (color < 0 || sub == mpi_api().comm_null) return nullptr;
+  if (color < 0 || *sub == mpi_api().comm_null) return nullptr;
   int sub_rank = 0, sub_size = 0;
   {
     MpiCallLock lock;
-    mpi_api().comm_rank(sub, &sub_rank);
-    mpi_api().comm_size(sub, &sub_size);
+    mpi_api().comm_rank(*sub, &sub_rank);
+    mpi_api().comm_size(*sub, &sub_size);
   }
   MpiOptions o = options_;
   o.name = options_.name + "/split" + std::to_string(seq) + "/color" + std::to_string(color);
@@ -519,7 +521,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
                               options_.store);
   o.rank = sub_rank;
   o.size = sub_size;
-  return std::unique_ptr<Communicator>(new MpiCommunicator(o, sub));
+  return std::unique_ptr<Communicator>(new MpiCommunicator(o, *sub));
 }
 
 void MpiCommunicator::abort() {
