@@ -58,27 +58,36 @@ class ContextImpl : public Context {
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
   void close_comm() override {
-    std::unique_ptr<Communicator> closing;
+    std::shared_ptr<Communicator> closing;
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
       closing = std::move(comm_);
     }
     if (!closing) return;
     closing->abort();
-    closing.reset();  // waits for what is in flight; closes the connections
+    // Waits for what is in flight and closes the connections (or, where
+    // abort_comm() still holds it, that thread does so when it lets go).
+    closing.reset();
   }
   void reopen_comm(int generation) override {
     close_comm();
     CommunicatorOptions o = comm_options_;
     o.store = make_prefix_store(comm_prefix(generation), store_);
-    auto opened = make_communicator(o);
+    std::shared_ptr<Communicator> opened = make_communicator(o);
     std::lock_guard<std::mutex> lock(comm_mu_);
     comm_ = std::move(opened);
     generation_ = generation;
   }
-  void abort_comm() override {
-    std::lock_guard<std::mutex> lock(comm_mu_);
-    if (comm_) comm_->abort();
+  void abort_comm(int round, int generation) override {
+    // Aborted outside the lock (an abort may wait on the backend's own
+    // locks), on a reference of its own, and only the communicator the
+    // caller meant: not one a recovery built since.
+    std::shared_ptr<Communicator> target;
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      if (round_ == round && generation_ == generation) target = comm_;
+    }
+    if (target) target->abort();
   }
   int generation() const override { return generation_; }
   void relocate(const Placement& next) override {
@@ -94,7 +103,10 @@ class ContextImpl : public Context {
     // What the trainer built on the old store keeps a valid reference.
     retired_.push_back(store_);
     store_ = make_prefix_store("round" + std::to_string(next.round), hosts_.dtrun_root);
-    round_ = next.round;
+    {
+      std::lock_guard<std::mutex> lock(comm_mu_);
+      round_ = next.round;
+    }
     reopen_comm(0);
   }
   bool recovery_enabled() const override { return recovery_; }
@@ -108,8 +120,9 @@ class ContextImpl : public Context {
   std::shared_ptr<Store> store_;
   std::vector<std::shared_ptr<Store>> retired_;  // the stores of rounds moved out of
   CommunicatorOptions comm_options_;             // its store set per generation
-  std::mutex comm_mu_;  // comm_ itself: abort_comm() comes from another thread
-  std::unique_ptr<Communicator> comm_;
+  // comm_, generation_ and round_ as abort_comm() reads them from another thread.
+  std::mutex comm_mu_;
+  std::shared_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   int generation_;
   bool recovery_;

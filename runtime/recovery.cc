@@ -63,6 +63,7 @@ void Recovery::arm() {
     armed_ = true;
     watched_store_ = &ctx_.store();
     watched_generation_ = ctx_.generation();
+    watched_round_ = ctx_.round();
     if (!watcher_.joinable()) watcher_ = std::thread([this] { watch(); });
   }
   watch_cv_.notify_all();
@@ -77,7 +78,7 @@ void Recovery::disarm() {
 void Recovery::watch() {
   for (;;) {
     Store* store;
-    int generation;
+    int generation, round;
     std::uint64_t epoch;
     {
       std::unique_lock<std::mutex> lock(watch_mu_);
@@ -85,6 +86,7 @@ void Recovery::watch() {
       if (stopping_) return;
       store = watched_store_;
       generation = watched_generation_;
+      round = watched_round_;
       epoch = epoch_;
     }
     std::string why;
@@ -96,13 +98,17 @@ void Recovery::watch() {
       if (e.category() != ErrorCategory::kTimeout) std::this_thread::sleep_for(kWatchSlice);
       continue;
     }
-    std::lock_guard<std::mutex> lock(watch_mu_);
-    if (stopping_) return;
-    if (!armed_ || epoch_ != epoch) continue;  // recover() runs, or ran since
-    armed_ = false;
+    {
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      if (stopping_) return;
+      if (!armed_ || epoch_ != epoch) continue;  // recover() runs, or ran since
+      armed_ = false;
+    }
+    // Outside the lock: recover() must never wait for an abort. The context
+    // aborts only the communicator of that round and generation.
     log::get("recovery")
         ->warn("generation {} of this round ends ({}): aborting the communicator", generation, why);
-    ctx_.abort_comm();
+    ctx_.abort_comm(round, generation);
   }
 }
 

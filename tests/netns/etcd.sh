@@ -137,7 +137,7 @@ recov() {  # host, log, rdzv-id, flags...
     --global-batch 12 $(case "$*" in *in-process*) echo --recover 1;; esac) >"$log" 2>&1 &
 }
 for h in a b c; do recov $h "$out/full.$h" job3; eval "q_$h=\$!"; pids="$pids $!"; done
-if wait "$q_a" && wait "$q_b" && wait "$q_c"; then
+if finish 120 "$q_a" "$q_b" "$q_c" "$out"/full.*; then
   want=$(grep -h "step 100 loss" "$out"/full.* | awk '{print $6}' | head -1)
 else echo "FAILED: the run without a failure"; tail -n 20 "$out"/full.*; fail=1; want=; fi
 for h in a b c; do recov $h "$out/rec.$h" job4 --recovery=in-process; eval "q_$h=\$!"; pids="$pids $!"; done
@@ -146,7 +146,7 @@ rhost=$(grep -l "elected to host" "$out"/rec.* | head -1); rhost=${rhost##*.}
 set -- $(echo a b c | tr ' ' '\n' | grep -v "^$rhost$")
 t0=$(date +%s%3N)
 eval "kill -9 \$q_$rhost"
-if eval "wait \$q_$1 && wait \$q_$2"; then echo "ok: the job finished on the two nodes left"; else
+if eval "finish 120 \$q_$1 \$q_$2 \"$out/rec.$1\" \"$out/rec.$2\""; then echo "ok: the job finished on the two nodes left"; else
   echo "FAILED: a surviving node failed"; tail -n 30 "$out/rec.$1" "$out/rec.$2"; fail=1; fi
 for h in "$1" "$2"; do
   check "node $h kept its workers across the host's loss" "rejoining, the workers kept" "$out/rec.$h"

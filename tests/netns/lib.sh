@@ -25,6 +25,33 @@ running() {
 }
 
 fail=0
+# finish SECONDS PID... LOG...: waits for the dtruns; one still running after
+# SECONDS is a hang: its logs' tails are shown (what it waited for) and it
+# is killed, so that a stuck job fails the test with its reason instead of
+# running into CTest's limit. Exits as the first non-zero exit status.
+finish() {
+  local limit=$1 pid rc=0 give_up
+  shift
+  local pids=() logs=()
+  for a in "$@"; do
+    if [[ $a =~ ^[0-9]+$ ]]; then pids+=("$a"); else logs+=("$a"); fi
+  done
+  give_up=$((SECONDS + limit))
+  for pid in "${pids[@]}"; do
+    while running "$pid" && [ $SECONDS -lt $give_up ]; do sleep 0.2; done
+    if running "$pid"; then
+      echo "FAILED: a dtrun still ran after ${limit} s; its logs end with:"
+      tail -n 15 "${logs[@]}"
+      kill -9 "${pids[@]}" 2>/dev/null
+      rc=1
+      break
+    fi
+    wait "$pid"
+    local status=$?
+    [ $status -ne 0 ] && [ $rc -eq 0 ] && rc=$status
+  done
+  return $rc
+}
 wait_for() {  # what, file...: waits up to 30 s for every file to hold it
   local what=$1; shift
   for _ in $(seq 150); do

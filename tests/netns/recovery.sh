@@ -49,7 +49,7 @@ job() {  # port, log suffix, dtrun flags, trainer flags...
     pids="${pids:-} $!"
     eval "p_$h=\$!"
   done
-  wait "$p_a" && wait "$p_b"
+  finish 90 "$p_a" "$p_b" "$out/$tag2.a" "$out/$tag2.b"
 }
 
 job 29601 plain "" || { echo "FAILED: the run without a failure"; tail -n 20 "$out"/plain.*; exit 1; }
@@ -97,14 +97,14 @@ same_loss() {  # log, after what: its final loss is the unbroken run's ($want) t
 }
 port=29603
 for h in a b c; do elastic $h "$out/full.$h" ""; eval "q_$h=\$!"; pids="$pids $!"; done
-wait "$q_a" && wait "$q_b" && wait "$q_c" || { echo "FAILED: the 3-host run without a failure"; tail -n 20 "$out"/full.*; exit 1; }
+finish 90 "$q_a" "$q_b" "$q_c" "$out"/full.* || { echo "FAILED: the 3-host run without a failure"; tail -n 20 "$out"/full.*; exit 1; }
 want=$(loss_at "$out/full.a" 100)
 port=29604
 for h in a b c; do elastic $h "$out/node.$h" --recovery=in-process --recover 1; eval "q_$h=\$!"; pids="$pids $!"; done
 for _ in $(seq 300); do grep -q "step 30 loss" "$out/node.a" && break; sleep 0.1; done
 t0=$(date +%s%3N)
 kill -9 "$q_c"
-if wait "$q_a" && wait "$q_b"; then echo "ok: the job finished on the two hosts left"; else
+if finish 90 "$q_a" "$q_b" "$out"/node.*; then echo "ok: the job finished on the two hosts left"; else
   echo "FAILED: a surviving host failed"; tail -n 30 "$out"/node.a "$out"/node.b; fail=1; fi
 check "host a's dtrun kept its workers" "rejoining, the workers kept" "$out/node.a"
 check "they moved to the next round" "the workers move to round 1 in place" "$out/node.b"
@@ -123,12 +123,14 @@ done
 for _ in $(seq 300); do grep -q "step 30 loss" "$out/cut.a" && break; sleep 0.1; done
 in_ns ${tag}c ip link set "v${tag}2" down
 t0=$(date +%s%3N)
-if wait "$q_a" && wait "$q_b"; then echo "ok: the job finished without the cut-off host"; else
+if finish 90 "$q_a" "$q_b" "$out"/cut.*; then echo "ok: the job finished without the cut-off host"; else
   echo "FAILED: a surviving host failed"; tail -n 30 "$out"/cut.a "$out"/cut.b; fail=1; fi
 check "the survivors' watch aborted the waiting collectives" "aborting the communicator" "$out/cut.a"
 moved_in_place cut "$t0" "the cut (heartbeat timeout 3 s)"
 in_ns ${tag}c ip link set "v${tag}2" up
-wait "$q_c" 2>/dev/null
+# The cut-off host's dtrun ends on its own (it lost the host); bounded too.
+finish 60 "$q_c" "$out/cut.c" >"$out/cut.finish"
+grep -q "still ran" "$out/cut.finish" && { cat "$out/cut.finish"; fail=1; }
 
 # 4. A node joins: the four running workers keep their processes and move
 # to the next round in place; the newcomer's two get the state from them.
@@ -136,7 +138,7 @@ port=29605
 for h in a b; do elastic $h "$out/grow.$h" --recovery=in-process --recover 1; eval "q_$h=\$!"; pids="$pids $!"; done
 for _ in $(seq 300); do grep -q "step 30 loss" "$out/grow.a" && break; sleep 0.1; done
 elastic c "$out/grow.c" --recovery=in-process --recover 1; q_c=$!; pids="$pids $!"
-if wait "$q_a" && wait "$q_b" && wait "$q_c"; then echo "ok: the grown job finished"; else
+if finish 90 "$q_a" "$q_b" "$q_c" "$out"/grow.*; then echo "ok: the grown job finished"; else
   echo "FAILED: the grown job failed"; tail -n 30 "$out"/grow.*; fail=1; fi
 check "the running workers moved" "the workers move to round 1 in place" "$out/grow.a"
 check "the newcomer's workers got the state" "rank 4 joined generation 0, the state from rank 0" "$out/grow.c"

@@ -82,10 +82,10 @@ class Context {
   // Whatever holds the old communicator must be gone before close_comm().
   virtual void close_comm() = 0;
   virtual void reopen_comm(int generation) = 0;
-  // Aborts the default communicator, if open, from any thread (its
-  // operations fail; the thread that uses it then closes it). For
-  // in-process recovery's watch (rt_dist/recovery.h).
-  virtual void abort_comm() = 0;
+  // Aborts the default communicator from any thread, if it is still that of
+  // `round` and `generation` (its operations fail; the thread that uses it
+  // then closes it). For in-process recovery's watch (rt_dist/recovery.h).
+  virtual void abort_comm(int round, int generation) = 0;
   // The generation this process's communicator belongs to (DTRUN_GENERATION at init).
   virtual int generation() const = 0;
   // In-process recovery after a node was lost: this worker moves to dtrun's

@@ -117,6 +117,7 @@ class Recovery {
   bool stopping_ = false;
   Store* watched_store_ = nullptr;  // the round's (the context keeps it alive)
   int watched_generation_ = 0;
+  int watched_round_ = 0;
   std::thread watcher_;
 };
 
