@@ -12,6 +12,8 @@
 
 #include <vector>
 
+#include "collectives/half_floats.h"
+
 namespace rtd::gloo_backend {
 namespace {
 
@@ -46,14 +48,10 @@ void typed_all_reduce(const OpArgs& args, const T* in, T* out, std::size_t count
 }
 
 // bfloat16 or float16: reduced in float32, rounded once at the end.
-void half_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out, ReduceOp op,
-                     float (*widen)(std::uint16_t), std::uint16_t (*narrow)(float)) {
-  const auto* src = static_cast<const std::uint16_t*>(in.data);
-  std::vector<float> wide(in.count);
-  for (std::size_t i = 0; i < in.count; ++i) wide[i] = widen(src[i]);
+void half_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& out, ReduceOp op) {
+  std::vector<float> wide = widen(in);
   typed_all_reduce<float>(args, wide.data(), wide.data(), wide.size(), op);
-  auto* dst = static_cast<std::uint16_t*>(out.data);
-  for (std::size_t i = 0; i < out.count; ++i) dst[i] = narrow(wide[i]);
+  narrow(wide, out);
 }
 
 }  // namespace
@@ -73,9 +71,9 @@ void run_all_reduce(const OpArgs& args, const BufferView& in, const BufferView& 
       return typed_all_reduce(args, static_cast<const std::int64_t*>(in.data),
                               static_cast<std::int64_t*>(out.data), in.count, op);
     case DType::kBFloat16:
-      return half_all_reduce(args, in, out, op, bf16_to_float, float_to_bf16);
+      return half_all_reduce(args, in, out, op);
     case DType::kFloat16:
-      return half_all_reduce(args, in, out, op, f16_to_float, float_to_f16);
+      return half_all_reduce(args, in, out, op);
   }
 }
 

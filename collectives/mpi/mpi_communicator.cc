@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "collectives/device_memory.h"
+#include "collectives/half_floats.h"
 #include "collectives/mpi/mpi_api.h"
 #include "collectives/mpi/mpi_session.h"
 #include "collectives/validate.h"
@@ -85,23 +86,6 @@ void average(const BufferView& out, ReduceOp op, int size) {
   if (op != ReduceOp::kAvg) return;
   if (out.dtype == DType::kFloat64) return scale<double>(out.data, out.count, size);
   scale<float>(out.data, out.count, size);
-}
-
-// A 16-bit float buffer widened to float32, and the way back.
-std::vector<float> widen(const BufferView& b) {
-  std::vector<float> wide(b.count);
-  const auto* src = static_cast<const std::uint16_t*>(b.data);
-  const bool bf16 = b.dtype == DType::kBFloat16;
-  for (std::size_t i = 0; i < b.count; ++i)
-    wide[i] = bf16 ? bf16_to_float(src[i]) : f16_to_float(src[i]);
-  return wide;
-}
-
-void narrow(const std::vector<float>& wide, const BufferView& out) {
-  auto* dst = static_cast<std::uint16_t*>(out.data);
-  const bool bf16 = out.dtype == DType::kBFloat16;
-  for (std::size_t i = 0; i < out.count; ++i)
-    dst[i] = bf16 ? float_to_bf16(wide[i]) : float_to_f16(wide[i]);
 }
 
 // The Work of an operation on device buffers: what a stream waits for is
