@@ -22,8 +22,9 @@ for backend in nccl rtd; do
   rc=$?
   echo "== $backend: exit $rc in $((SECONDS - start)) s"
   tail -3 "$out/$backend.log"
-  ckpt=$(ls -d "$dir"/checkpoints/*/ 2>/dev/null | tail -1)
-  [ -n "$ckpt" ] && cp "$ckpt/model_state_dict.pt" "$out/$backend.model.pt"
+  # checkpoints/<dtensor_api|dcp_api>/<time>/model_state_dict.pt
+  saved=$(find "$dir/checkpoints" -name model_state_dict.pt 2>/dev/null | sort | tail -1)
+  [ -n "$saved" ] && cp "$saved" "$out/$backend.model.pt"
   rm -rf "$dir"
 done
 "$py" - "$out" <<'PY'

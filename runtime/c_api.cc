@@ -208,6 +208,16 @@ void rtd_comm_abort(rtd_comm* comm) {
   });
 }
 
+int rtd_comm_failed(rtd_comm* comm) {
+  return guarded<int>(1, [&] {
+    if (auto e = checked(comm).comm->failure()) {
+      set_error(*e);
+      return 1;
+    }
+    return 0;
+  });
+}
+
 void* rtd_comm_stream(rtd_comm* comm) {
   return guarded<void*>(nullptr, [&] { return checked(comm).comm->stream().cuda_stream; });
 }

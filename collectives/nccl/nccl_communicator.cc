@@ -427,6 +427,8 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
 
 void NcclCommunicator::abort() { state_->abort("abort() called"); }
 
+std::optional<Error> NcclCommunicator::failure() { return state_->failure(); }
+
 std::shared_ptr<void> NcclCommunicator::allocate_registered(std::size_t bytes) {
   const std::string who = "rank " + std::to_string(rank_);
   if (auto failure = state_->failure()) {

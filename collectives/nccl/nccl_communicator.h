@@ -54,6 +54,7 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> group(const std::function<void()>& body) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
   void abort() override;
+  std::optional<Error> failure() override;
   std::shared_ptr<void> allocate_registered(std::size_t bytes) override;
   // Copy engines (ce_all_reduce.h) when every rank is on one host with peer
   // access and options.copy_engines; else one all_reduce per run.

@@ -9,7 +9,7 @@ own search (LD_LIBRARY_PATH, ld.so.conf).
 import ctypes
 import os
 
-API_VERSION = 1
+API_VERSION = 2
 
 from rt_dist._codes import (  # noqa: F401  (re-exported: the interface's numbers)
     AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, OP_ALL_GATHER,
@@ -99,6 +99,7 @@ def _declare(lib):
                                 i, ctypes.c_char_p, i64, i]),
         "rtd_comm_destroy": (None, [c]),
         "rtd_comm_abort": (None, [c]),
+        "rtd_comm_failed": (i, [c]),
         "rtd_comm_stream": (_p, [c]),
         "rtd_all_reduce": (w, [c, _p, _p, i64, i, i, i, _p]),
         "rtd_broadcast": (w, [c, _p, i64, i, i, i, _p]),

@@ -1,13 +1,19 @@
 """What a user sees when ranks disagree (run under dtrun with 2 ranks):
-    dtrun --nproc-per-node=2 python tests/torch/failures.py missing|mismatch [cpu|cuda]
+    dtrun --nproc-per-node=2 python tests/torch/failures.py CASE [cpu|cuda]
 missing: rank 1 skips an all_reduce; rank 0's call fails within the timeout
-with an exception naming rank 1. mismatch: the ranks reduce different sizes;
-every rank's call fails with an exception. Each rank prints what it caught
-and exits 3, so that the caller can tell this from a crash.
+with an exception naming rank 1 (on CUDA, whose calls return before they
+run: at the latest its next call). mismatch: the ranks reduce different
+sizes; every rank's call fails with an exception. Each rank prints what it
+caught and exits 3, so that the caller can tell this from a crash.
+CUDA only: late: as missing, but rank 0 calls nothing more; the failure
+must be raised in its main thread all the same (the failure watch). exit:
+as late, with that raise turned off (RTD_TORCH_ASYNC_ERRORS=0) and rank 0
+ending its script: the process must still exit 1, naming the failure.
 """
 
 import os
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -23,13 +29,19 @@ dist.init_process_group("rtd", timeout=timedelta(seconds=4))
 rank = dist.get_rank()
 dist.all_reduce(torch.ones(4, device=device))  # the communicator is up on every rank
 try:
-    if case == "missing":
+    if case in ("missing", "late", "exit"):
         if rank != 1:
             dist.all_reduce(torch.ones(4, device=device))
             if device == "cuda":
-                torch.cuda.synchronize()
+                torch.cuda.synchronize()  # returns once the timeout aborted the call
+                if case == "missing":
+                    dist.all_reduce(torch.ones(4, device=device))
+                elif case == "late":
+                    for _ in range(200):  # 10 s of host work, no call of the group
+                        time.sleep(0.05)
+                else:
+                    sys.exit(0)
         else:
-            import time
             time.sleep(12)
             sys.exit(0)
     else:

@@ -23,6 +23,10 @@ step test_failure_missing 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure missi
   "rank 1 has not called it"
 step test_failure_mismatch 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure mismatch \
   "ranks disagree" RTD_CHECK_COLLECTIVES=1
+step test_failure_late 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure late \
+  "rank 1 has not called it"
+step test_failure_exit 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure exit \
+  "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=0
 grep -hE "checks passed|stream order|train:|^ok:|FAILED|Error" "$out"/test_*.log | head -20
 dt=("$b/bin/dtrun" --nproc-per-node=2 --env RTD_LOG=warn)
 step bench_torch 200 env BENCH_JSON="$out/bench_torch.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"

@@ -20,9 +20,10 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from rt_dist.torch._failure_watch import CommunicatorFailed
 from rt_dist.torch._process_group import ProcessGroupRTD
 
-__all__ = ["ProcessGroupRTD", "register"]
+__all__ = ["CommunicatorFailed", "ProcessGroupRTD", "register"]
 
 BACKEND = "rtd"
 

@@ -12,6 +12,7 @@ the current stream after it without blocking the host.
 import atexit
 import ctypes
 import os
+import sys
 import threading
 import weakref
 from collections import deque
@@ -21,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from rt_dist import _codes as C
+from rt_dist.torch import _failure_watch
 
 _DTYPES = {
     torch.float32: C.FLOAT32,
@@ -38,8 +40,15 @@ _LIVE = weakref.WeakSet()  # process groups to close before the interpreter goes
 
 
 def _close_all():
+    status = _failure_watch.exit_status()
     for pg in list(_LIVE):
         pg._close()
+    if status:
+        # A collective failed after its call returned and nothing raised it:
+        # this process must not end as a success (see _failure_watch).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 atexit.register(_close_all)
@@ -132,6 +141,10 @@ class _Comm:
         if not handle:
             raise pg._error("init", c.last_error())
         self.handle = handle
+        self.who = f"{name} on rank {pg.rank()} of {pg.size()}"
+        self.lock = threading.Lock()  # the handle against close() while the watch reads it
+        self.seen = False  # a failure of this communicator was raised to a caller
+        self.raise_in_main = False
         self.side = torch.cuda.Stream(device) if self.cuda else None
         # The tensors an operation uses are recorded on a stream of torch's
         # that waits for each operation: the caching allocator then reuses
@@ -140,6 +153,8 @@ class _Comm:
         # (the communicator's own is destroyed with it).
         self.track = torch.cuda.Stream(device) if self.cuda else None
         self.track_handle = self.track.cuda_stream if self.cuda else None
+        if self.cuda:
+            _failure_watch.watch(self)
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         if not self.cuda:
             self.stream = lambda: None
@@ -149,15 +164,30 @@ class _Comm:
         else:
             self.stream = lambda: torch.cuda.current_stream(device).cuda_stream
 
+    def failed(self, pg, what):
+        """The exception of a call that failed (its message in rtd_last_error())."""
+        error = pg._error(what, _capi().last_error())
+        self.seen = True
+        return error
+
+    def unseen_failure(self):
+        """Why this communicator failed, once, if no call raised it yet; else None."""
+        with self.lock:
+            if self.seen or not self.handle or not self.lib.rtd_comm_failed(self.handle):
+                return None
+            self.seen = True
+            return f"{self.who}: {_capi().last_error()}"
+
     def track_use(self, work, tensors):
         self.lib.rtd_work_wait_stream(work, self.track_handle)
         for t in tensors:
             t.record_stream(self.track)
 
     def close(self):
-        if self.handle:
-            self.lib.rtd_comm_destroy(self.handle)
-            self.handle = None
+        with self.lock:
+            handle, self.handle = self.handle, None
+        if handle:
+            self.lib.rtd_comm_destroy(handle)
         self.bridge.close()
 
 
@@ -184,13 +214,13 @@ class _Work(dist.Work):
 
     def _raise_if_failed(self):
         if self._comm.lib.rtd_work_error(self._handle):
-            raise self._pg._error(self._what, _capi().last_error())
+            raise self._comm.failed(self._pg, self._what)
 
     def _finish_host(self, timeout_ms):
         if self._finished:
             return
         if self._comm.lib.rtd_work_wait(self._handle, timeout_ms) != 0:
-            raise self._pg._error(self._what, _capi().last_error())
+            raise self._comm.failed(self._pg, self._what)
         self._finished = True
         if self._after:
             self._after()
@@ -206,7 +236,7 @@ class _Work(dist.Work):
             self._raise_if_failed()
             # The caller's stream waits for the operation; the host does not.
             if self._comm.lib.rtd_work_wait_stream(self._handle, self._comm.stream()) != 0:
-                raise self._pg._error(self._what, _capi().last_error())
+                raise self._comm.failed(self._pg, self._what)
             if self._after:
                 self._after()
                 self._after = None
@@ -227,7 +257,7 @@ class _Work(dist.Work):
             side.wait_stream(torch.cuda.current_stream(self._comm.device))
             with torch.cuda.stream(side):
                 if self._comm.lib.rtd_work_wait_stream(self._handle, side.cuda_stream) != 0:
-                    raise self._pg._error(self._what, _capi().last_error())
+                    raise self._comm.failed(self._pg, self._what)
                 if self._after:
                     self._after()
                     self._after = None
@@ -377,8 +407,10 @@ class ProcessGroupRTD(dist.ProcessGroup):
 
     def abort(self):
         for comm in list(self._comms.values()):
-            if comm.handle:
-                comm.lib.rtd_comm_abort(comm.handle)
+            with comm.lock:
+                comm.seen = True  # the caller knows: nothing to raise in its thread
+                if comm.handle:
+                    comm.lib.rtd_comm_abort(comm.handle)
 
     def _close(self):
         with self._lock:
@@ -428,7 +460,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
         """The Work of an operation just launched (handle NULL: it failed)."""
         self.calls += 1
         if not handle:
-            raise self._error(what, _capi().last_error())
+            raise comm.failed(self, what)
         if comm.cuda:
             comm.track_use(handle, tensors)
         return _Work(self, comm, handle, what, tensors, result, after)

@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Raised whenever a signature below changes; the caller checks it first. */
-#define RTD_C_API_VERSION 1
+#define RTD_C_API_VERSION 2
 int rtd_c_api_version(void);
 
 /* The message of the last failure on this thread ("" if none). */
@@ -66,6 +66,10 @@ rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const c
 /* Frees it (NCCL: finishes or, past the timeout, aborts what is queued). */
 void rtd_comm_destroy(rtd_comm* comm);
 void rtd_comm_abort(rtd_comm* comm);
+/* 1 once the communicator can no longer be used (an asynchronous NCCL error,
+ * an operation past its timeout, an abort), with why in rtd_last_error();
+ * 0 while it can. Gloo answers 0: its Works carry their failures. */
+int rtd_comm_failed(rtd_comm* comm);
 /* The CUDA stream on which its operations read and write the caller's
  * buffers (NULL for Gloo): see Communicator::stream(). */
 void* rtd_comm_stream(rtd_comm* comm);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,14 @@ class Communicator {
 
   // Fails every outstanding and later operation, in bounded time. Not collective.
   virtual void abort() = 0;
+
+  // Why this communicator can no longer be used (an asynchronous backend
+  // error, an operation past its timeout, an abort), or none while it can. A
+  // caller that orders GPU work after ours without waiting on the host (as
+  // PyTorch's backends do) asks this to learn of a failure before its next call.
+  // Backends whose waits are the host's (Gloo, MPI) answer none: their Works
+  // carry the failure.
+  virtual std::optional<Error> failure() { return std::nullopt; }
 
   // The stream on which this communicator's GPU operations read and write the
   // caller's buffers ({} for CPU backends): a caller whose memory allocator

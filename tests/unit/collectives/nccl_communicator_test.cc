@@ -87,11 +87,18 @@ TEST_F(NcclWithFakes, OperationNobodyWaitsForOnTheHostIsAbortedAtItsDeadline) {
     auto work = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
     work->wait(StreamRef{reinterpret_cast<cudaStream_t>(0x42)});  // a stream wait only
   }  // and the trainer drops the Work, as DDP does
+  EXPECT_FALSE(base(*comm).failure().has_value()) << "usable until its deadline";
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (log_.count("comm_abort") == 0 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(log_.count("comm_abort"), 1);
+  // What a caller that never waits on the host (the torch backend) asks.
+  auto failure = base(*comm).failure();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->category(), ErrorCategory::kTimeout);
+  EXPECT_NE(std::string(failure->what()).find("no report from rank(s) 1"), std::string::npos)
+      << failure->what();
   try {
     base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
     FAIL() << "expected the aborted communicator to refuse";
