@@ -5,7 +5,12 @@ Each configuration runs on a nccl group and on an rtd group in turn (so both
 see the same GPUs, clocks and neighbours); prints step times, scaling
 efficiency against one GPU, peak memory, all_reduce busbw (fp32, 16 MB to
 1 GB) and the cost of a 4-byte all_reduce, and writes JSON to $BENCH_JSON.
-Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), STEPS.
+Also, on nccl only, two floors no backend can beat: DDP whose comm hook
+returns each bucket unreduced (DDP's own cost, no transfer), and FSDP2 on a
+group of one rank (its copies in and out and its hooks, no transfer); and DDP
+with PyTorch's bf16 compression hook on every backend.
+Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), STEPS,
+FLOORS=0 (leave the floors and the bf16 hook out).
 """
 
 import json
@@ -16,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -119,9 +125,17 @@ def main():
     log(f"single-GPU step {t1 * 1e3:.2f} ms peak {p1:.2f} GiB")
     res.update(single_ms=t1 * 1e3, single_gib=p1)
 
-    def ddp(g):
-        return DDP(mk(), device_ids=[torch.cuda.current_device()], process_group=g,
-                   bucket_cap_mb=25, gradient_as_bucket_view=True)
+    def ddp(g, hook=None):
+        m = DDP(mk(), device_ids=[torch.cuda.current_device()], process_group=g,
+                bucket_cap_mb=25, gradient_as_bucket_view=True)
+        if hook is not None:
+            m.register_comm_hook(g, hook)
+        return m
+
+    def unreduced(_state, bucket):
+        fut = torch.futures.Future()
+        fut.set_result(bucket.buffer())
+        return fut
 
     def fsdp(g, reshard, reduce_dtype):
         def make():
@@ -140,6 +154,9 @@ def main():
         ("fsdp2", lambda g: fsdp(g, True, torch.float32)),
         ("fsdp2_noreshard_bf16", lambda g: fsdp(g, False, torch.bfloat16)),
     ]
+    floors = os.environ.get("FLOORS", "1") == "1"
+    if floors:
+        configs.append(("ddp_bf16hook", lambda g: (lambda: ddp(g, default_hooks.bf16_compress_hook))))
     for tag, maker in configs:
         for name, g in groups.items():
             t, p = run(f"{tag}_{name}", maker(g))
@@ -147,6 +164,17 @@ def main():
             res[f"{tag}_{name}_ms"] = t * 1e3
             res[f"{tag}_{name}_gib"] = p
             res[f"{tag}_{name}_eff"] = t1 / t
+    if floors and "nccl" in groups:
+        # Each rank alone in a group of its own (new_group is collective: all make all).
+        alone = [dist.new_group([r], backend="nccl") for r in range(n)][dist.get_rank()]
+        for tag, make in (("floor_ddp_unreduced", lambda: ddp(groups["nccl"], unreduced)),
+                          ("floor_fsdp2_alone", fsdp(alone, True, torch.float32)),
+                          ("floor_fsdp2_noreshard_bf16_alone", fsdp(alone, False, torch.bfloat16))):
+            t, p = run(tag, make)
+            log(f"{tag} step {t * 1e3:.2f} ms peak {p:.2f} GiB  eff {t1 / t:.3f}")
+            res[f"{tag}_ms"] = t * 1e3
+            res[f"{tag}_gib"] = p
+            res[f"{tag}_eff"] = t1 / t
     if dist.get_rank() == 0 and os.environ.get("BENCH_JSON"):
         with open(os.environ["BENCH_JSON"], "w") as f:
             json.dump(res, f, indent=1)

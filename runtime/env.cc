@@ -132,6 +132,7 @@ NcclSettings nccl_settings_from(const Config& config, NcclSettings settings) {
   if (settings.ce_copy_streams <= 0) settings.ce_copy_streams = config.ce_copy_streams;
   settings.staged_copy_engines = settings.staged_copy_engines || config.ce_staged;
   if (settings.inline_bytes < 0) settings.inline_bytes = config.nccl_inline_bytes;
+  if (settings.split_share < 0) settings.split_share = config.nccl_split_share ? 1 : 0;
   return settings;
 }
 

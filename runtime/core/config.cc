@@ -237,6 +237,12 @@ Config Config::from_env(const EnvMap& env) {
   }
   c.ce_staged = staged == 1;
   c.nccl_inline_bytes = parse_int(env, "RTD_NCCL_INLINE_BYTES", 0).value_or(0);
+  const int split_share = parse_int(env, "RTD_NCCL_SPLIT_SHARE", 0).value_or(0);
+  if (split_share > 1) {
+    throw Error(ErrorCategory::kConfig, "environment variable RTD_NCCL_SPLIT_SHARE=" +
+                                            std::to_string(split_share) + " must be 0 or 1");
+  }
+  c.nccl_split_share = split_share == 1;
   if (!c.nccl_cta_policy.empty() && c.nccl_cta_policy != "default" &&
       c.nccl_cta_policy != "efficiency" && c.nccl_cta_policy != "zero") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_NCCL_CTA_POLICY='" +

@@ -72,6 +72,7 @@ struct Config {
   int ce_copy_streams = 0;          // RTD_CE_COPY_STREAMS (0: unset, one stream)
   bool ce_staged = false;           // RTD_CE_STAGED: all_reduce staged by copy engines
   long long nccl_inline_bytes = 0;  // RTD_NCCL_INLINE_BYTES: small calls on the caller's stream
+  bool nccl_split_share = false;    // RTD_NCCL_SPLIT_SHARE: the data-path split shares resources
   std::string trace_dir;            // RTD_TRACE_DIR (empty: no trace)
   int trace_events = 200000;        // RTD_TRACE_EVENTS: the ring's size
 

@@ -129,7 +129,8 @@ class FakeNcclApi : public nccl::NcclApi {
   ncclResult_t comm_split(ncclComm_t, int color, int key, ncclComm_t* out,
                           ncclConfig_t* config) override {
     log_->add("comm_split " + std::to_string(color) + " " + std::to_string(key) + " blocking=" +
-              std::to_string(config->blocking) + " CTAPolicy=" + std::to_string(config->CTAPolicy));
+              std::to_string(config->blocking) + " CTAPolicy=" + std::to_string(config->CTAPolicy) +
+              (config->splitShare == 1 ? " share" : ""));
     *out = color < 0 ? nullptr : reinterpret_cast<ncclComm_t>(0x5000);
     return ncclInProgress;
   }

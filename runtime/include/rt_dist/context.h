@@ -43,6 +43,10 @@ struct NcclSettings {
   // 2-5 us of host time a call), but the caller's later work on that stream
   // waits for them. -1: RTD_NCCL_INLINE_BYTES (default 0: none).
   long long inline_bytes = -1;
+  // The data-path communicator split off the init one shares its resources
+  // (NCCL's splitShare): the split then skips most of a second init (0.5 s of
+  // the start-up on 2xH200). -1: RTD_NCCL_SPLIT_SHARE (default 0: off).
+  int split_share = -1;
 };
 
 struct InitOptions {

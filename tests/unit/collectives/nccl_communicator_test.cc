@@ -67,6 +67,21 @@ TEST_F(NcclWithFakes, DataPathRunsOnABlockingCommunicatorSplitOffTheInitOne) {
       << "the init communicator is released";
 }
 
+TEST_F(NcclWithFakes, OnlyTheDataPathSplitSharesTheInitCommunicatorsResources) {
+  auto shared_splits = [&] {
+    auto calls = log_.calls();
+    return std::count_if(calls.begin(), calls.end(), [](const std::string& c) {
+      return c.rfind("comm_split", 0) == 0 && c.find(" share") != std::string::npos;
+    });
+  };
+  auto comm = make(std::chrono::seconds(5), NcclSettings{.split_share = 1});
+  EXPECT_EQ(log_.count("comm_split"), 1);
+  EXPECT_EQ(shared_splits(), 1);
+  auto sub = comm->split(0, 0);  // a trainer's split never shares
+  EXPECT_EQ(log_.count("comm_split"), 2);
+  EXPECT_EQ(shared_splits(), 1);
+}
+
 TEST_F(NcclWithFakes, WorkOutstandingAtAbortFailsEvenIfItsEventFiresLater) {
   auto comm = make();
   auto seen = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
