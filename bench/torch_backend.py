@@ -5,6 +5,7 @@ Each configuration runs on a nccl group and on an rtd group in turn (so both
 see the same GPUs, clocks and neighbours); prints step times, scaling
 efficiency against one GPU, peak memory, all_reduce busbw (fp32, 16 MB to
 1 GB) and the cost of a 4-byte all_reduce, and writes JSON to $BENCH_JSON.
+DDP also with rt_dist.torch.ddp_hook (on nccl it is PyTorch's allreduce_hook).
 Also, on nccl only, two floors no backend can beat: DDP whose comm hook
 returns each bucket unreduced (DDP's own cost, no transfer), and FSDP2 on a
 group of one rank (its copies in and out and its hooks, no transfer); and DDP
@@ -25,7 +26,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import rt_dist.torch  # noqa: F401
+import rt_dist.torch
 
 
 def log(*a):
@@ -151,6 +152,8 @@ def main():
 
     configs = [
         ("ddp", lambda g: (lambda: ddp(g))),
+        # rt_dist's hook: each bucket set up once (on nccl: PyTorch's allreduce_hook).
+        ("ddp_hook", lambda g: (lambda: ddp(g, rt_dist.torch.ddp_hook))),
         ("fsdp2", lambda g: fsdp(g, True, torch.float32)),
         ("fsdp2_noreshard_bf16", lambda g: fsdp(g, False, torch.bfloat16)),
     ]

@@ -133,6 +133,11 @@ struct rtd_work {
   std::shared_ptr<rtd::Work> work;
 };
 
+struct rtd_persistent {
+  std::unique_ptr<rtd::PersistentAllReduce> reduce;
+  std::string method;
+};
+
 namespace {
 
 rtd_comm& checked(rtd_comm* comm) {
@@ -388,5 +393,31 @@ int rtd_work_error(rtd_work* work) {
 }
 
 void rtd_work_free(rtd_work* work) { delete work; }
+
+rtd_persistent* rtd_persistent_all_reduce(rtd_comm* comm, void* buf, int64_t count, int dtype,
+                                          int op, int device, int copy_engines) {
+  return guarded<rtd_persistent*>(nullptr, [&] {
+    rtd_comm& c = checked(comm);
+    auto reduce = c.comm->persistent_all_reduce({view(buf, count, dtype, device)}, reduce_op(op),
+                                                rtd::PersistentOptions{copy_engines != 0});
+    std::string method = reduce->method();
+    return new rtd_persistent{std::move(reduce), std::move(method)};
+  });
+}
+
+rtd_work* rtd_persistent_run(rtd_persistent* reduce, void* stream) {
+  return guarded<rtd_work*>(nullptr, [&] {
+    if (!reduce || !reduce->reduce) {
+      throw rtd::Error(rtd::ErrorCategory::kInvalidArgument, "the persistent all-reduce is gone");
+    }
+    return wrap(reduce->reduce->run(0, stream_ref(stream)));
+  });
+}
+
+const char* rtd_persistent_method(rtd_persistent* reduce) {
+  return reduce ? reduce->method.c_str() : "";
+}
+
+void rtd_persistent_free(rtd_persistent* reduce) { delete reduce; }
 
 }  // extern "C"

@@ -9,7 +9,7 @@ own search (LD_LIBRARY_PATH, ld.so.conf).
 import ctypes
 import os
 
-API_VERSION = 2
+API_VERSION = 3
 
 from rt_dist._codes import (  # noqa: F401  (re-exported: the interface's numbers)
     AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, OP_ALL_GATHER,
@@ -115,6 +115,10 @@ def _declare(lib):
         "rtd_work_wait_stream": (i, [w, _p]),
         "rtd_work_error": (i, [w]),
         "rtd_work_free": (None, [w]),
+        "rtd_persistent_all_reduce": (_p, [c, _p, i64, i, i, i, i]),
+        "rtd_persistent_run": (w, [_p, _p]),
+        "rtd_persistent_method": (ctypes.c_char_p, [_p]),
+        "rtd_persistent_free": (None, [_p]),
     }
     for name, (restype, argtypes) in sig.items():
         f = getattr(lib, name)

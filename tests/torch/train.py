@@ -2,7 +2,9 @@
 nccl) in one process, from the same start on the same data: the parameters
 must agree at the end (run under dtrun, 2 or more ranks):
     dtrun --nproc-per-node=N python tests/torch/train.py [cpu|cuda] [steps]
-DDP: no_sync() gradient accumulation and a comm hook (bf16 compression);
+DDP: no_sync() gradient accumulation and a comm hook (bf16 compression), and
+rt_dist's own hook (rt_dist.torch.ddp_hook: each bucket set up once; on the
+reference group it is PyTorch's allreduce_hook);
 FSDP2: fully_shard per layer, with a MixedPrecisionPolicy.
 """
 
@@ -48,10 +50,10 @@ def batch(step, micro=0):
     return x.to(device), y.to(device)
 
 
-def train_ddp(group, hook):
+def train_ddp(group, hook=None):
     m = DDP(model(), process_group=group, bucket_cap_mb=0.01, gradient_as_bucket_view=True)
-    if hook:
-        m.register_comm_hook(group, default_hooks.bf16_compress_hook)
+    if hook is not None:
+        m.register_comm_hook(group, hook)
     opt = torch.optim.SGD(m.parameters(), lr=0.05)
     for step in range(steps):
         with m.no_sync():  # accumulate the first micro-batch locally
@@ -87,14 +89,23 @@ results = []
 # (the compression hook) round each partial sum, so the order shows at bf16's
 # precision (a few 1e-3 of a gradient; after 20 steps about 1e-4 of a weight).
 for name, run, rtol, atol in (
-        ("DDP", lambda g: train_ddp(g, False), 1e-5, 1e-6),
-        ("DDP with no_sync and a bf16 comm hook", lambda g: train_ddp(g, True), 1e-2, 5e-4),
+        ("DDP", lambda g: train_ddp(g), 1e-5, 1e-6),
+        ("DDP with no_sync and a bf16 comm hook",
+         lambda g: train_ddp(g, default_hooks.bf16_compress_hook), 1e-2, 5e-4),
+        ("DDP with rt_dist's bucket hook", lambda g: train_ddp(g, rt_dist.torch.ddp_hook),
+         1e-5, 1e-6),
         ("FSDP2", lambda g: train_fsdp(g, False), 1e-5, 1e-6),
         ("FSDP2 bf16 params, fp32 reduce", lambda g: train_fsdp(g, True), 1e-5, 1e-6)):
     before = dist.group.WORLD.calls
     ours = run(dist.group.WORLD)
     if dist.group.WORLD.calls == before:
         raise AssertionError(f"{name}: no collective went through rtd")
+    how = ""
+    if "bucket hook" in name:
+        buckets = dist.group.WORLD._comms[device].buckets
+        if not buckets:
+            raise AssertionError(f"{name}: no bucket was set up")
+        how = f", {len(buckets)} buckets by {sorted({b.method for b in buckets.values()})}"
     theirs = run(reference)
     start = model()
     moved = sum((p.detach().reshape(-1) - q).abs().sum().item() for p, q in zip(
@@ -105,7 +116,7 @@ for name, run, rtol, atol in (
                                msg=lambda m: f"rank {rank}: {name}: rtd and reference differ: {m}")
     diff = (ours - theirs).abs().max().item()
     results.append(f"{name}: same parameters as the reference ({ours.numel()} values, "
-                   f"largest difference {diff:.1e})")
+                   f"largest difference {diff:.1e}{how})")
 dist.barrier()
 if rank == 0:
     for line in results:

@@ -20,10 +20,11 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from rt_dist.torch._ddp_hook import ddp_hook
 from rt_dist.torch._failure_watch import CommunicatorFailed
 from rt_dist.torch._process_group import ProcessGroupRTD
 
-__all__ = ["CommunicatorFailed", "ProcessGroupRTD", "register"]
+__all__ = ["CommunicatorFailed", "ProcessGroupRTD", "ddp_hook", "register"]
 
 BACKEND = "rtd"
 

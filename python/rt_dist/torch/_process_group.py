@@ -144,6 +144,7 @@ class _Comm:
         self.who = f"{name} on rank {pg.rank()} of {pg.size()}"
         self.lock = threading.Lock()  # the handle against close() while the watch reads it
         self.seen = False  # a failure of this communicator was raised to a caller
+        self.buckets = {}  # DDP bucket index -> _Bucket (bucket_allreduce)
         self.raise_in_main = False
         self.side = torch.cuda.Stream(device) if self.cuda else None
         # The tensors an operation uses are recorded on a stream of torch's
@@ -184,11 +185,29 @@ class _Comm:
             t.record_stream(self.track)
 
     def close(self):
+        buckets, self.buckets = list(self.buckets.values()), {}
+        for bucket in buckets:  # before the communicator they belong to
+            bucket.free()
         with self.lock:
             handle, self.handle = self.handle, None
         if handle:
             self.lib.rtd_comm_destroy(handle)
         self.bridge.close()
+
+
+class _Bucket:
+    """A DDP bucket's persistent all-reduce: the tensor it was set up for."""
+
+    def __init__(self, comm, t, handle):
+        self.lib = comm.lib
+        self.handle = handle
+        self.key = (t.data_ptr(), t.numel(), t.dtype)
+        self.method = comm.lib.rtd_persistent_method(handle).decode()
+
+    def free(self):
+        if self.handle:
+            self.lib.rtd_persistent_free(self.handle)
+            self.handle = None
 
 
 class _Work(dist.Work):
@@ -487,6 +506,33 @@ class ProcessGroupRTD(dist.ProcessGroup):
         handle = comm.lib.rtd_all_reduce(comm.handle, ptr, ptr, t.numel(), dt, op, comm.device,
                                          comm.stream())
         return self._work(comm, handle, "allreduce", [t], tensors)
+
+    def bucket_allreduce(self, index, t):
+        """The average of DDP bucket `index` (its flat buffer t), in place.
+
+        Collective. Each bucket is set up once, at its first call and again
+        whenever DDP hands another buffer for it (DDP rebuilds its buckets
+        once, after the first step, on every rank alike): the peers map it,
+        and on one host copy engines move its data with no staging copy
+        (RTD_TORCH_COPY_ENGINES=0: NCCL's all_reduce, through the same call).
+        See rt_dist.torch.ddp_hook.
+        """
+        _check_tensor(t, "allreduce (DDP bucket)")
+        dt = _dtype(t, "allreduce (DDP bucket)")
+        comm = self._comm(t.device)
+        bucket = comm.buckets.get(index)
+        if bucket is None or bucket.key != (t.data_ptr(), t.numel(), t.dtype):
+            if bucket is not None:
+                bucket.free()
+                del comm.buckets[index]
+            handle = comm.lib.rtd_persistent_all_reduce(
+                comm.handle, t.data_ptr(), t.numel(), dt, C.AVG, comm.device,
+                1 if self._copy_engines else 0)
+            if not handle:
+                raise comm.failed(self, "allreduce (DDP bucket set-up)")
+            bucket = comm.buckets[index] = _Bucket(comm, t, handle)
+        handle = comm.lib.rtd_persistent_run(bucket.handle, comm.stream())
+        return self._work(comm, handle, "allreduce (DDP bucket)", [t], [t])
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,

@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Raised whenever a signature below changes; the caller checks it first. */
-#define RTD_C_API_VERSION 2
+#define RTD_C_API_VERSION 3
 int rtd_c_api_version(void);
 
 /* The message of the last failure on this thread ("" if none). */
@@ -125,6 +125,21 @@ int rtd_work_wait_stream(rtd_work* work, void* stream);
 /* 0 while running or on success, else 1 with the message in rtd_last_error(). */
 int rtd_work_error(rtd_work* work);
 void rtd_work_free(rtd_work* work);
+
+/* One buffer reduced in place many times, as a DDP bucket is
+ * (PersistentAllReduce): collective, every rank the same count, dtype, op
+ * and copy_engines. With NCCL and every rank on one host with peer access,
+ * the peers map the buffer once and copy engines move the data (copy_engines
+ * 1); else each run is an all_reduce. The buffer must outlive it, and it
+ * must be freed before its communicator. NULL on failure. */
+typedef struct rtd_persistent rtd_persistent;
+rtd_persistent* rtd_persistent_all_reduce(rtd_comm* comm, void* buf, int64_t count, int dtype,
+                                          int op, int device, int copy_engines);
+/* Reduces the buffer, ordered after `stream` as the other calls are. */
+rtd_work* rtd_persistent_run(rtd_persistent* reduce, void* stream);
+/* How runs move the data: "copy engines" or "all_reduce". */
+const char* rtd_persistent_method(rtd_persistent* reduce);
+void rtd_persistent_free(rtd_persistent* reduce);
 
 #ifdef __cplusplus
 }

@@ -104,6 +104,27 @@ TEST(CApi, CollectivesOnRawPointers) {
   });
 }
 
+TEST(CApi, APersistentAllReduceReducesItsBufferAtEachRun) {
+  on_ranks(2, [](int r, rtd_comm* comm) {
+    std::vector<float> bucket(6, float(r + 1));
+    rtd_persistent* p =
+        rtd_persistent_all_reduce(comm, bucket.data(), 6, RTD_FLOAT32, RTD_AVG, -1, 1);
+    ASSERT_NE(p, nullptr) << rtd_last_error();
+    EXPECT_STREQ(rtd_persistent_method(p), "all_reduce");  // Gloo: no copy engines
+    for (int run = 0; run < 2; ++run) {
+      for (auto& x : bucket) x = float((r + 1) * (run + 1));
+      rtd_work* w = rtd_persistent_run(p, nullptr);
+      ASSERT_NE(w, nullptr) << rtd_last_error();
+      EXPECT_EQ(rtd_work_wait(w, 10000), 0) << rtd_last_error();
+      rtd_work_free(w);
+      EXPECT_EQ(bucket, std::vector<float>(6, 1.5f * float(run + 1)));  // the mean of 1 and 2, 2 and 4
+    }
+    rtd_persistent_free(p);
+    EXPECT_EQ(rtd_persistent_run(nullptr, nullptr), nullptr);
+    EXPECT_NE(std::string(rtd_last_error()).find("gone"), std::string::npos);
+  });
+}
+
 TEST(CApi, BadArgumentsFailWithAMessageNotAnException) {
   Callbacks cb;
   EXPECT_EQ(rtd_comm_create(&cb.ops, "mpi", "x", 0, 1, -1, "127.0.0.1", 1000, 0), nullptr);
