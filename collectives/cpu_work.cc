@@ -9,6 +9,7 @@ CpuWork::CpuWork(std::string what, std::chrono::milliseconds default_timeout)
 void CpuWork::complete() {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;  // failed first (by an abort): stays failed
     done_ = true;
   }
   cv_.notify_all();
@@ -17,6 +18,7 @@ void CpuWork::complete() {
 void CpuWork::fail(const Error& error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;  // the first outcome stands (an abort races the operation's own)
     error_ = error;
     done_ = true;
   }

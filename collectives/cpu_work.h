@@ -1,5 +1,6 @@
 // CpuWork: the Work of an operation that a background thread runs on the host
-// (Gloo, MPI). Completed or failed by that thread; waited on by the caller.
+// (Gloo, MPI). Completed or failed by that thread (or failed by an abort:
+// the first outcome stands); waited on by the caller.
 #pragma once
 
 #include <condition_variable>

@@ -2,6 +2,8 @@
 #include "rt_dist/context.h"
 
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "collectives/factory.h"
 #include "rt_dist/error.h"
@@ -65,6 +67,14 @@ class ContextImpl : public Context {
     }
     if (!closing) return;
     closing->abort();
+    if (closing->backend() == "gloo") {
+      // The abort failed every Work, but Gloo's thread may stay inside the
+      // operation it ran until Gloo's own timeout (a peer lost mid-ring), and
+      // the destructor waits for it: a thread of its own does, so that
+      // neither the recovery nor the process's exit waits for Gloo.
+      std::thread([c = std::move(closing)]() mutable { c.reset(); }).detach();
+      return;
+    }
     // Waits for what is in flight and closes the connections (or, where
     // abort_comm() still holds it, that thread does so when it lets go).
     closing.reset();

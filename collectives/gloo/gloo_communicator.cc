@@ -113,6 +113,7 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t ta
     return work;
   }
   OpArgs args{.context = context_, .tag = tag, .timeout = timeout_};
+  track(work);
   std::shared_ptr<Work> result = work;
   if (group_) group_->works.push_back(work);
   queue_.post([this, work, what, args, call, fn = std::forward<Fn>(fn)]() {
@@ -278,14 +279,46 @@ std::unique_ptr<Communicator> GlooCommunicator::split(int color, int key) {
   return std::make_unique<GlooCommunicator>(sub);
 }
 
+void GlooCommunicator::track(const std::shared_ptr<CpuWork>& work) {
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  // Forget what finished now and then: the list stays as long as what is in flight.
+  if (pending_.size() >= 64) {
+    std::erase_if(pending_, [](const std::weak_ptr<CpuWork>& w) {
+      auto p = w.lock();
+      return !p || p->done();
+    });
+  }
+  pending_.push_back(work);
+}
+
 void GlooCommunicator::abort() {
   // Every queued and later operation fails at once; the one in flight fails
   // through its connections: each pair fails what waits on it, as it does
   // when its peer's connection breaks (a peer cut off leaves them open).
   if (aborted_.exchange(true)) return;
+  const std::string why = "rank " + std::to_string(rank_) + ": the communicator was aborted";
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    fail_pair(*context_, peer, "rank " + std::to_string(rank_) + ": the communicator was aborted");
+    fail_pair(*context_, peer, why);
+  }
+  // And every Work not done yet fails here, whatever Gloo does with the
+  // operation it runs (the queue's thread may stay inside it until Gloo's own
+  // timeout; the communicator's destructor waits for that, see Context).
+  std::vector<std::weak_ptr<CpuWork>> pending;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    pending.swap(pending_);
+  }
+  int failed_here = 0;
+  for (const auto& w : pending) {
+    auto work = w.lock();
+    if (!work || work->done()) continue;
+    work->fail(Error(ErrorCategory::kBackend, why));
+    ++failed_here;
+  }
+  if (failed_here > 0) {
+    log::get("gloo")->info("rank {}: the abort failed {} operation(s) still pending", rank_,
+                           failed_here);
   }
 }
 

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "collectives/cpu_work.h"
 #include "collectives/flight_recorder.h"
@@ -85,6 +87,12 @@ class GlooCommunicator : public Communicator {
   const std::chrono::milliseconds timeout_;
   std::shared_ptr<::gloo::Context> context_;
   std::atomic<bool> aborted_{false};
+  // The Works of operations posted and not yet seen done: abort() fails them
+  // itself, so that a caller's wait ends even if Gloo never wakes the
+  // operation it runs (seen: a ring all-reduce waiting on a lost peer's pair).
+  std::mutex pending_mu_;
+  std::vector<std::weak_ptr<CpuWork>> pending_;
+  void track(const std::shared_ptr<CpuWork>& work);
   std::uint32_t next_tag_ = 0;
   std::unique_ptr<FlightRecorder> recorder_;
   OpQueue queue_;  // last: its thread stops before what it uses goes
