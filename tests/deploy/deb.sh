@@ -48,7 +48,9 @@ fi
 # the packaged librt_dist (torch itself is not needed for that much).
 out=$(in_root dtrun --nproc-per-node=1 python3 -c \
   "import rt_dist._capi as c; print('c api', c.lib.rtd_c_api_version(), c.lib._name)" 2>&1)
-if echo "$out" | grep -q "c api 1 .*librt_dist.so.0"; then
+# The C interface's version this tree's header declares: the package must carry the same.
+api=$(sed -n 's/^#define RTD_C_API_VERSION \([0-9]*\)$/\1/p' "$here/../../runtime/include/rt_dist/c_api.h")
+if [ -n "$api" ] && echo "$out" | grep -q "c api $api .*librt_dist.so.0"; then
   echo "ok: the packaged rt_dist Python package is on the workers' path and finds librt_dist"
 else
   echo "FAILED: the rt_dist package under the packaged dtrun:"; echo "$out"; exit 1

@@ -117,8 +117,8 @@ TEST(CApi, APersistentAllReduceReducesItsBufferAtEachRun) {
       ASSERT_NE(w, nullptr) << rtd_last_error();
       EXPECT_EQ(rtd_work_wait(w, 10000), 0) << rtd_last_error();
       rtd_work_free(w);
-      EXPECT_EQ(bucket,
-                std::vector<float>(6, 1.5f * float(run + 1)));  // the mean of 1 and 2, 2 and 4
+      // The mean of 1 and 2, then of 2 and 4.
+      EXPECT_EQ(bucket, std::vector<float>(6, 1.5f * float(run + 1)));
     }
     rtd_persistent_free(p);
     EXPECT_EQ(rtd_persistent_run(nullptr, nullptr), nullptr);
