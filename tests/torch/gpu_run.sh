@@ -29,15 +29,15 @@ step test_failure_exit 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure exit \
   "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=0
 grep -hE "checks passed|stream order|train:|^ok:|FAILED|Error" "$out"/test_*.log | head -20
 dt=("$b/bin/dtrun" --nproc-per-node=2 --env RTD_LOG=warn)
-step bench_torch 200 env BENCH_JSON="$out/bench_torch.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"
-grep -E "allreduce|step" "$out/bench_torch.log" | sed 's/^\[rank 0\]: //' | head -40
+step bench_torch 300 env BENCH_JSON="$out/bench_torch.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"
+grep -E "allreduce|step" "$out/bench_torch.log" | sed 's/^\[rank 0\]: //' | head -60
 for staged in 0 1; do
   step bench_cpp_staged$staged 60 "${dt[@]}" --env RTD_CE_STAGED=$staged "$b/bin/collective_bench" \
     --mode ours --ops all_reduce --dtypes float32 --min-bytes 4 --max-bytes 1G --factor 4 \
     --json "$out/bench_cpp_staged$staged.json"
   grep -E "^\[rank 0\]: +[0-9]" "$out/bench_cpp_staged$staged.log" | head -20
 done
-step bench_torch_deep 150 env H=2048 L=48 BACKENDS="nccl rtd" STEPS=10 \
+step bench_torch_deep 240 env H=2048 L=48 BACKENDS="nccl rtd" STEPS=10 \
   BENCH_JSON="$out/bench_torch_deep.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"
 grep -E "step" "$out/bench_torch_deep.log" | sed 's/^\[rank 0\]: //' | head -20
 # nanoGPT unchanged, with --backend=rtd against nccl (NANOGPT_DIR: a checkout carried along).
