@@ -10,6 +10,7 @@
 #include "collectives/factory.h"
 #include "rt_dist/error.h"
 #include "runtime/core/config.h"
+#include "runtime/core/log.h"
 #include "runtime/env.h"
 
 namespace {
@@ -181,7 +182,13 @@ rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const c
     // The process's configuration supplies what the caller leaves out (the
     // NCCL settings, the hang warning, where Gloo listens).
     rtd::Config config = rtd::Config::from_env(rtd::read_process_env());
-    std::string listen = host && *host ? host : rtd::data_host(config, rtd::detect_world(config));
+    const rtd::WorldInfo world = rtd::detect_world(config);
+    // Log levels (RTD_LOG) and the process's name in each line, as init()
+    // sets them: a process that only uses this interface never calls init().
+    rtd::log::setup(
+        "rank " + std::to_string(world.rank) + "/local " + std::to_string(world.local_rank),
+        config.log_spec);
+    std::string listen = host && *host ? host : rtd::data_host(config, world);
     auto handle = std::make_unique<rtd_comm>();
     handle->store = std::make_shared<CallbackStore>(*ops);
     rtd::CommunicatorOptions o = rtd::communicator_defaults(config);
