@@ -134,6 +134,16 @@ std::optional<int> parse_int(const EnvMap& env, const char* name, int min_value)
   return value;
 }
 
+// A switch: unset or 0 is off, 1 is on; anything else is an error naming it.
+bool parse_switch(const EnvMap& env, const char* name) {
+  const int value = parse_int(env, name, 0).value_or(0);
+  if (value > 1) {
+    throw Error(ErrorCategory::kConfig, std::string("environment variable ") + name + "=" +
+                                            std::to_string(value) + " must be 0 or 1");
+  }
+  return value == 1;
+}
+
 std::string parse_string(const EnvMap& env, const char* name, std::string fallback) {
   const std::string* text = lookup(env, name);
   return text ? *text : fallback;
@@ -199,11 +209,7 @@ Config Config::from_env(const EnvMap& env) {
     throw Error(ErrorCategory::kConfig, "environment variable DTRUN_RECOVERY='" + c.recovery +
                                             "' must be in-process or empty");
   c.generation = parse_int(env, "DTRUN_GENERATION", 0).value_or(0);
-  const int join = parse_int(env, "DTRUN_RECOVERY_JOIN", 0).value_or(0);
-  if (join > 1)
-    throw Error(ErrorCategory::kConfig, "environment variable DTRUN_RECOVERY_JOIN=" +
-                                            std::to_string(join) + " must be 0 or 1");
-  c.recovery_join = join == 1;
+  c.recovery_join = parse_switch(env, "DTRUN_RECOVERY_JOIN");
   c.recovery_wait = std::chrono::seconds(parse_int(env, "RTD_RECOVERY_WAIT_S", 1).value_or(60));
   c.log_spec = parse_string(env, "RTD_LOG", "info");
   c.trace_dir = parse_string(env, "RTD_TRACE_DIR", "");
@@ -211,12 +217,7 @@ Config Config::from_env(const EnvMap& env) {
   int timeout_s = parse_int(env, "RTD_TIMEOUT_S", 1).value_or(300);
   c.timeout = std::chrono::seconds(timeout_s);
   c.hang_warn = std::chrono::seconds(parse_int(env, "RTD_HANG_WARN_S", 0).value_or(60));
-  const int check = parse_int(env, "RTD_CHECK_COLLECTIVES", 0).value_or(0);
-  if (check > 1) {
-    throw Error(ErrorCategory::kConfig, "environment variable RTD_CHECK_COLLECTIVES=" +
-                                            std::to_string(check) + " must be 0 or 1");
-  }
-  c.check_collectives = check == 1;
+  c.check_collectives = parse_switch(env, "RTD_CHECK_COLLECTIVES");
   c.flight_dir = parse_string(env, "RTD_FLIGHT_DIR", "");
   c.backend = parse_string(env, "RTD_BACKEND", "auto");
   if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl" && c.backend != "mpi") {
@@ -230,19 +231,9 @@ Config Config::from_env(const EnvMap& env) {
   c.nccl_cta_policy = parse_string(env, "RTD_NCCL_CTA_POLICY", "");
   c.ce_reduce_blocks = parse_int(env, "RTD_CE_REDUCE_BLOCKS", 1).value_or(-1);
   c.ce_copy_streams = parse_int(env, "RTD_CE_COPY_STREAMS", 1).value_or(0);
-  const int staged = parse_int(env, "RTD_CE_STAGED", 0).value_or(0);
-  if (staged > 1) {
-    throw Error(ErrorCategory::kConfig,
-                "environment variable RTD_CE_STAGED=" + std::to_string(staged) + " must be 0 or 1");
-  }
-  c.ce_staged = staged == 1;
+  c.ce_staged = parse_switch(env, "RTD_CE_STAGED");
   c.nccl_inline_bytes = parse_int(env, "RTD_NCCL_INLINE_BYTES", 0).value_or(0);
-  const int split_share = parse_int(env, "RTD_NCCL_SPLIT_SHARE", 0).value_or(0);
-  if (split_share > 1) {
-    throw Error(ErrorCategory::kConfig, "environment variable RTD_NCCL_SPLIT_SHARE=" +
-                                            std::to_string(split_share) + " must be 0 or 1");
-  }
-  c.nccl_split_share = split_share == 1;
+  c.nccl_split_share = parse_switch(env, "RTD_NCCL_SPLIT_SHARE");
   if (!c.nccl_cta_policy.empty() && c.nccl_cta_policy != "default" &&
       c.nccl_cta_policy != "efficiency" && c.nccl_cta_policy != "zero") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_NCCL_CTA_POLICY='" +

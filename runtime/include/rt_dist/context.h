@@ -44,8 +44,9 @@ struct NcclSettings {
   // waits for them. -1: RTD_NCCL_INLINE_BYTES (default 0: none).
   long long inline_bytes = -1;
   // The data-path communicator split off the init one shares its resources
-  // (NCCL's splitShare): the split then skips most of a second init (0.5 s of
-  // the start-up on 2xH200). -1: RTD_NCCL_SPLIT_SHARE (default 0: off).
+  // (NCCL's splitShare), meant to take the split's 0.5 s out of the start-up;
+  // measured on 2xH200 with NCCL 2.28, the split took as long (docs/benchmarks.md).
+  // -1: RTD_NCCL_SPLIT_SHARE (default 0: off).
   int split_share = -1;
 };
 

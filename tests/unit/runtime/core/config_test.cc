@@ -49,6 +49,28 @@ TEST(Config, NonNumberNamesTheVariable) {
   }
 }
 
+TEST(Config, SwitchesAreZeroOrOneAndNamedOtherwise) {
+  for (const char* name :
+       {"DTRUN_RECOVERY_JOIN", "RTD_CHECK_COLLECTIVES", "RTD_CE_STAGED", "RTD_NCCL_SPLIT_SHARE"}) {
+    try {
+      Config::from_env({{name, "2"}});
+      FAIL() << name << "=2 was taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kConfig);
+      EXPECT_NE(std::string(e.what()).find(std::string(name) + "=2 must be 0 or 1"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  Config on = Config::from_env({{"DTRUN_RECOVERY_JOIN", "1"},
+                                {"RTD_CHECK_COLLECTIVES", "1"},
+                                {"RTD_CE_STAGED", "1"},
+                                {"RTD_NCCL_SPLIT_SHARE", "1"}});
+  EXPECT_TRUE(on.recovery_join && on.check_collectives && on.ce_staged && on.nccl_split_share);
+  Config off = Config::from_env({{"RTD_CE_STAGED", "0"}});
+  EXPECT_FALSE(off.recovery_join || off.check_collectives || off.ce_staged || off.nccl_split_share);
+}
+
 TEST(Config, TrailingGarbageAndNegativesAreRejected) {
   EXPECT_THROW(Config::from_env({{"WORLD_SIZE", "4x"}}), Error);
   EXPECT_THROW(Config::from_env({{"WORLD_SIZE", "0"}}), Error);
