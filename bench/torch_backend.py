@@ -3,7 +3,8 @@ and one call, on the reference MLP of torch_anchor.py (same H, L, B):
     dtrun --nproc-per-node=2 python bench/torch_backend.py
 Each configuration runs on a nccl group and on an rtd group in turn (so both
 see the same GPUs, clocks and neighbours); prints step times, scaling
-efficiency against one GPU, peak memory, all_reduce busbw (fp32, 16 MB to
+efficiency against one GPU, peak memory (and device memory outside torch:
+NCCL's and rt_dist's own buffers), all_reduce busbw (fp32, 16 MB to
 1 GB) and the cost of a 4-byte all_reduce, and writes JSON to $BENCH_JSON.
 DDP also with rt_dist.torch.ddp_hook (on nccl it is PyTorch's allreduce_hook).
 Also, on nccl only, two floors no backend can beat: DDP whose comm hook
@@ -14,6 +15,7 @@ Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), STEPS,
 FLOORS=0 (leave the floors and the bf16 hook out).
 """
 
+import gc
 import json
 import os
 import time
@@ -86,6 +88,37 @@ def main():
         res[f"allreduce_4B_us_{name}"] = total * 1e6
         res[f"allreduce_4B_issue_us_{name}"] = host * 1e6
 
+        # Where the host time goes: the group's own allreduce called straight
+        # (torch.distributed's wrapper left out) and, on rtd, the bare C call
+        # through ctypes (librt_dist's own cost), each timed to the last issue.
+        def issue_us(call):
+            for _ in range(100):
+                call()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(it):
+                call()
+            t = (time.perf_counter() - t0) / it
+            torch.cuda.synchronize()
+            return t * 1e6
+
+        direct = issue_us(lambda: g.allreduce([tiny]))
+        line = f"allreduce {name} 4B host time: the group's allreduce called straight {direct:.1f} us"
+        res[f"allreduce_4B_direct_us_{name}"] = direct
+        comm = getattr(g, "_comms", {}).get("cuda")
+        if comm is not None:
+            from rt_dist import _codes as codes
+            lib, ptr = comm.lib, tiny.data_ptr()
+
+            def bare():
+                lib.rtd_work_free(lib.rtd_all_reduce(comm.handle, ptr, ptr, 1, codes.FLOAT32,
+                                                     codes.SUM, comm.device, comm.stream()))
+
+            c_us = issue_us(bare)
+            line += f", the bare C call {c_us:.1f} us"
+            res[f"allreduce_4B_c_us_{name}"] = c_us
+        log(line)
+
     H = int(os.environ.get("H", "8192"))
     L = int(os.environ.get("L", "8"))
     B = int(os.environ.get("B", "8192"))
@@ -112,16 +145,24 @@ def main():
         return (time.perf_counter() - t0) / steps
 
     def run(tag, make):
+        # DDP's and FSDP2's modules hold reference cycles: without a collection
+        # the previous configuration's model, gradients and optimizer states
+        # would still count in this one's peak.
+        gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         m = make()
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
         t = bench(m, opt)
         peak = torch.cuda.max_memory_allocated() / 2**30
+        # Device memory outside torch's allocator: the CUDA context, NCCL's
+        # buffers and rt_dist's staging buffers (which stay with the group).
+        free, total = torch.cuda.mem_get_info()
+        outside = (total - free - torch.cuda.memory_reserved()) / 2**30
         del m, opt
-        return t, peak
+        return t, peak, outside
 
-    t1, p1 = run("single", mk)
+    t1, p1, _ = run("single", mk)
     log(f"model params {L * H * H / 1e6:.0f}M tokens/step/rank {B}")
     log(f"single-GPU step {t1 * 1e3:.2f} ms peak {p1:.2f} GiB")
     res.update(single_ms=t1 * 1e3, single_gib=p1)
@@ -162,10 +203,12 @@ def main():
         configs.append(("ddp_bf16hook", lambda g: (lambda: ddp(g, default_hooks.bf16_compress_hook))))
     for tag, maker in configs:
         for name, g in groups.items():
-            t, p = run(f"{tag}_{name}", maker(g))
-            log(f"{tag} {name} step {t * 1e3:.2f} ms peak {p:.2f} GiB  eff {t1 / t:.3f}")
+            t, p, o = run(f"{tag}_{name}", maker(g))
+            log(f"{tag} {name} step {t * 1e3:.2f} ms peak {p:.2f} GiB  eff {t1 / t:.3f}  "
+                f"(outside torch {o:.2f} GiB)")
             res[f"{tag}_{name}_ms"] = t * 1e3
             res[f"{tag}_{name}_gib"] = p
+            res[f"{tag}_{name}_outside_gib"] = o
             res[f"{tag}_{name}_eff"] = t1 / t
     if floors and "nccl" in groups:
         # Each rank alone in a group of its own (new_group is collective: all make all).
@@ -173,7 +216,7 @@ def main():
         for tag, make in (("floor_ddp_unreduced", lambda: ddp(groups["nccl"], unreduced)),
                           ("floor_fsdp2_alone", fsdp(alone, True, torch.float32)),
                           ("floor_fsdp2_noreshard_bf16_alone", fsdp(alone, False, torch.bfloat16))):
-            t, p = run(tag, make)
+            t, p, _ = run(tag, make)
             log(f"{tag} step {t * 1e3:.2f} ms peak {p:.2f} GiB  eff {t1 / t:.3f}")
             res[f"{tag}_ms"] = t * 1e3
             res[f"{tag}_gib"] = p

@@ -133,12 +133,20 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   state_->destroy_other(init_comm);
   start_recorder();
   if (options_.settings.staged_copy_engines && size_ > 1) {
-    staged_ = std::make_unique<StagedAllReduces>(
-        options_.device, [this](BufferView staging, ReduceOp op, std::string* why) {
-          auto store =
-              make_prefix_store("staged/" + std::to_string(persistent_seq_++), options_.store);
+    auto scope = [this] {
+      return make_prefix_store("staged/" + std::to_string(persistent_seq_++), options_.store);
+    };
+    staged_ = std::make_unique<StagedCollectives>(
+        options_.device,
+        [this, scope](BufferView staging, ReduceOp op, std::string* why) {
+          auto store = scope();
           return std::unique_ptr<PersistentAllReduce>(
               CopyEngineAllReduce::create(ce_setup({staging}, op, store.get()), why));
+        },
+        [this, scope](BufferView staging, bool gather, ReduceOp op, std::string* why) {
+          auto store = scope();
+          return std::unique_ptr<PersistentShardCollective>(
+              CopyEngineShardCollective::create(ce_setup({staging}, op, store.get()), gather, why));
         });
   }
   auto ms = [](auto from) {
@@ -260,16 +268,23 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
                                     on_caller ? caller_stream : nullptr);
 }
 
+std::shared_ptr<Work> NcclCommunicator::launch_staged(const char* op, std::uint64_t recorded,
+                                                      StreamRef caller,
+                                                      StagedCollectives::Slot& slot,
+                                                      const BufferView& in, const BufferView& out) {
+  return launch(op, recorded, caller, kNever, [&](cudaStream_t s) {
+    StagedCollectives::run(slot, in, out, StreamRef{s});
+    return ncclSuccess;
+  });
+}
+
 std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                    StreamRef stream) {
   validate::all_reduce(in, out, op, DeviceType::kCuda);
   if (staged_ && !group_work_) {
-    if (StagedAllReduces::Slot* slot = staged_->slot_for(in, op)) {
-      return launch("all_reduce", record(describe::all_reduce(in, op)), stream, kNever,
-                    [&](cudaStream_t s) {
-                      StagedAllReduces::run(*slot, in, out, StreamRef{s});
-                      return ncclSuccess;
-                    });
+    if (auto* slot = staged_->slot_for(StagedCollectives::Kind::kAllReduce, in, op, in.bytes())) {
+      return launch_staged("all_reduce", record(describe::all_reduce(in, op)), stream, *slot, in,
+                           out);
     }
   }
   return launch("all_reduce", record(describe::all_reduce(in, op)), stream, in.bytes(),
@@ -291,6 +306,12 @@ std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root, Stre
 std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
                                                    StreamRef stream) {
   validate::all_gather(in, out, size_, DeviceType::kCuda);
+  if (staged_ && !group_work_) {
+    if (auto* slot = staged_->slot_for(StagedCollectives::Kind::kAllGather, in, ReduceOp::kSum,
+                                       out.bytes())) {
+      return launch_staged("all_gather", record(describe::all_gather(in)), stream, *slot, in, out);
+    }
+  }
   return launch("all_gather", record(describe::all_gather(in)), stream, out.bytes(),
                 [&](cudaStream_t s) {
                   return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype),
@@ -301,6 +322,13 @@ std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out
 std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
                                                        StreamRef stream) {
   validate::reduce_scatter(in, out, op, size_, DeviceType::kCuda);
+  if (staged_ && !group_work_) {
+    if (auto* slot =
+            staged_->slot_for(StagedCollectives::Kind::kReduceScatter, in, op, in.bytes())) {
+      return launch_staged("reduce_scatter", record(describe::reduce_scatter(out, op)), stream,
+                           *slot, in, out);
+    }
+  }
   return launch("reduce_scatter", record(describe::reduce_scatter(out, op)), stream, in.bytes(),
                 [&](cudaStream_t s) {
                   return state_->nccl().reduce_scatter(in.data, out.data, out.count,

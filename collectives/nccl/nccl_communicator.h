@@ -9,7 +9,7 @@
 #include "collectives/nccl/call_watchdog.h"
 #include "collectives/nccl/ce_peers.h"
 #include "collectives/nccl/comm_state.h"
-#include "collectives/nccl/staged_all_reduce.h"
+#include "collectives/nccl/staged_collectives.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/context.h"
 #include "rt_dist/store.h"
@@ -67,7 +67,7 @@ class NcclCommunicator : public Communicator {
       std::vector<BufferView> sources, ReduceOp op, PersistentOptions options) override;
 
   // The communicator's own stream: every operation reads and writes the
-  // caller's buffers there (the staged copy-engine all-reduce included),
+  // caller's buffers there (the staged copy-engine collectives included),
   // except those that settings.inline_bytes runs on the caller's stream.
   StreamRef stream() const override { return StreamRef{stream_}; }
   // Operations launched and not yet seen complete (for tests).
@@ -86,6 +86,10 @@ class NcclCommunicator : public Communicator {
   template <typename Call>
   std::shared_ptr<Work> launch(const char* op, std::uint64_t recorded, StreamRef caller,
                                std::size_t bytes, Call&& call);
+  // launch() of a staged copy-engine collective (StagedCollectives::run).
+  std::shared_ptr<Work> launch_staged(const char* op, std::uint64_t recorded, StreamRef caller,
+                                      StagedCollectives::Slot& slot, const BufferView& in,
+                                      const BufferView& out);
   std::uint64_t record(CallDescription call) {
     return state_->record(call.op, std::move(call.args));
   }
@@ -115,8 +119,9 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<cudaEvent_t> group_end_;
   std::shared_ptr<Work> group_work_;
   std::vector<std::uint64_t> group_calls_;  // the group's recorded collectives
-  // all_reduce by copy engines through staging buffers (settings.staged_copy_engines).
-  std::unique_ptr<StagedAllReduces> staged_;
+  // all_reduce, all_gather and reduce_scatter by copy engines through staging
+  // buffers (settings.staged_copy_engines).
+  std::unique_ptr<StagedCollectives> staged_;
 };
 
 }  // namespace rtd::nccl

@@ -32,6 +32,9 @@ if want collectives; then
   step collectives_np1 240 "${dt[@]}" --nproc-per-node=1 "$bin/gpu_collectives_test"
   [ "$ngpu" -lt 2 ] ||
     step collectives_np$ngpu 240 "${dt[@]}" --nproc-per-node="$ngpu" "$bin/gpu_collectives_test"
+  # The sizes the copy-engine path stages, staged (RTD_CE_STAGED, as the rtd backend does).
+  [ "$ngpu" -lt 2 ] || step collectives_staged_np$ngpu 240 "${dt[@]}" --env RTD_CE_STAGED=1 \
+    --nproc-per-node="$ngpu" "$bin/gpu_collectives_test" --gtest_filter='Large/*'
   # Again with calls up to 1 MiB on the caller's stream (RTD_NCCL_INLINE_BYTES).
   step collectives_inline_np$ngpu 240 "${dt[@]}" --env RTD_NCCL_INLINE_BYTES=1048576 \
     --nproc-per-node="$ngpu" "$bin/gpu_collectives_test"

@@ -141,6 +141,35 @@ for dtype in (torch.float32, torch.bfloat16):
         torch.testing.assert_close(big.cpu().double(), big_ref.cpu().double(), rtol=1e-2,
                                    atol=1e-2)
         checks += 1
+# All-gathers and reduce-scatters large enough for the copy-engine path (from
+# 1 MiB moved), into a fresh output and in place (the input a block of the
+# output, as FSDP2 gathers), with a count that leaves the blocks unaligned.
+for dtype in (torch.float32, torch.bfloat16):
+    for k in (1 << 19, (1 << 19) + 3):  # elements per rank
+        name = f"{str(dtype).replace('torch.', '')} x {k}"
+        mine = on(values(dtype, k, salt=2))
+        ref = on(torch.zeros(k * n, dtype=dtype))
+        dist.all_gather_into_tensor(ref, mine.clone(), group=reference)
+        out = on(torch.zeros(k * n, dtype=dtype))
+        dist.all_gather_into_tensor(out, mine)
+        same(f"large all_gather_into_tensor {name}", out, ref)
+        buf = on(torch.zeros(k * n, dtype=dtype))
+        buf[rank * k:(rank + 1) * k].copy_(mine)
+        dist.all_gather_into_tensor(buf, buf[rank * k:(rank + 1) * k])
+        same(f"large all_gather_into_tensor in place {name}", buf, ref)
+        full = on(values(dtype, k * n, salt=3))
+        summed = full.clone()
+        dist.all_reduce(summed, group=reference)
+        for op in (R.SUM, R.AVG):
+            o = on(torch.zeros(k, dtype=dtype))
+            dist.reduce_scatter_tensor(o, full, op=op)
+            want = summed[rank * k:(rank + 1) * k]
+            if op == R.SUM:
+                same(f"large reduce_scatter_tensor sum {name}", o, want)
+            else:
+                torch.testing.assert_close(o.cpu().double(), want.cpu().double() / n, rtol=1e-2,
+                                           atol=1e-2)
+                checks += 1
 holder = on(torch.zeros(3 << 20))
 part = holder[1 << 20:(1 << 20) + (1 << 19)]
 part.copy_(on(values(torch.float32, 1 << 19)))

@@ -2,8 +2,9 @@
 # On the GPU machine (2 GPUs): the rtd backend's GPU tests, then its benchmark
 # against nccl and against our C++ collective_bench, from a bundle
 # (deploy/bundle.sh) holding dtrun, collective_bench and lib/rt_dist/python:
-#   [NANOGPT_DIR=DIR] tests/torch/gpu_run.sh BUNDLE OUT [PYTHON]
-# Logs and JSON go to OUT; a line "== NAME: exit RC" per step.
+#   [NANOGPT_DIR=DIR] [DEEP=0] tests/torch/gpu_run.sh BUNDLE OUT [PYTHON]
+# Logs and JSON go to OUT; a line "== NAME: exit RC" per step. DEEP=0 leaves
+# the benchmark of the deeper model (H=2048, L=48) out.
 set -u
 b=$(cd "$1" && pwd) out=$2 py=${3:-python3}
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,9 +17,16 @@ step() {  # name, seconds, command...
   echo "== $name: exit $? in $(( $(date +%s) - start )) s"
 }
 run=("$here/tests/torch/run.sh" "$py" "$b/bin/dtrun" "$b/lib/rt_dist/python")
-step test_collectives 90 "${run[@]}" dtrun 2 collectives.py cuda
+step test_collectives 90 env RTD_LOG=info "${run[@]}" dtrun 2 collectives.py cuda
+# Which collectives the copy engines took (one line per staging buffer set up).
+for op in all_reduce all_gather reduce_scatter; do
+  echo "test_collectives: $(grep -c "$op of .* staged by copy engines" "$out/test_collectives.log") $op sizes staged by copy engines"
+done
 step test_stream_order 60 "${run[@]}" dtrun 2 stream_order.py
 step test_train 90 "${run[@]}" dtrun 2 train.py cuda 20
+# Layers wide enough that FSDP2's gathers and reductions go by copy engines.
+step test_train_wide 90 env RTD_TRAIN_H=1024 RTD_LOG=info "${run[@]}" dtrun 2 train.py cuda 20
+echo "test_train_wide: $(grep -c "staged by copy engines (" "$out/test_train_wide.log") staging buffers set up"
 step test_failure_missing 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure missing \
   "rank 1 has not called it"
 step test_failure_mismatch 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure mismatch \
@@ -27,7 +35,7 @@ step test_failure_late 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure late \
   "rank 1 has not called it"
 step test_failure_exit 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure exit \
   "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=0
-grep -hE "checks passed|stream order|train:|^ok:|FAILED|Error" "$out"/test_*.log | head -20
+grep -hE "checks passed|stream order|train:|^ok:|FAILED|Error" "$out"/test_*.log | head -30
 dt=("$b/bin/dtrun" --nproc-per-node=2 --env RTD_LOG=warn)
 step bench_torch 300 env BENCH_JSON="$out/bench_torch.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"
 grep -E "allreduce|step" "$out/bench_torch.log" | sed 's/^\[rank 0\]: //' | head -60
@@ -37,9 +45,9 @@ for staged in 0 1; do
     --json "$out/bench_cpp_staged$staged.json"
   grep -E "^\[rank 0\]: +[0-9]" "$out/bench_cpp_staged$staged.log" | head -20
 done
-step bench_torch_deep 240 env H=2048 L=48 BACKENDS="nccl rtd" STEPS=10 \
+[ "${DEEP:-1}" = 0 ] || step bench_torch_deep 240 env H=2048 L=48 BACKENDS="nccl rtd" STEPS=10 \
   BENCH_JSON="$out/bench_torch_deep.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"
-grep -E "step" "$out/bench_torch_deep.log" | sed 's/^\[rank 0\]: //' | head -20
+[ "${DEEP:-1}" = 0 ] || grep -E "step" "$out/bench_torch_deep.log" | sed 's/^\[rank 0\]: //' | head -20
 # nanoGPT unchanged, with --backend=rtd against nccl (NANOGPT_DIR: a checkout carried along).
 if [ -n "${NANOGPT_DIR:-}" ]; then
   "$here/bench/nanogpt.sh" "$NANOGPT_DIR" "$b" "$out" "$py" 2

@@ -6,6 +6,8 @@ DDP: no_sync() gradient accumulation and a comm hook (bf16 compression), and
 rt_dist's own hook (rt_dist.torch.ddp_hook: each bucket set up once; on the
 reference group it is PyTorch's allreduce_hook);
 FSDP2: fully_shard per layer, with a MixedPrecisionPolicy.
+RTD_TRAIN_H (default 64): the layers' width; at 1024 FSDP2's gathers and
+reductions move 1 MiB or more, so that on GPUs they go by copy engines.
 """
 
 import os
@@ -34,7 +36,7 @@ if device == "cuda":
 dist.init_process_group("rtd")
 rank, n = dist.get_rank(), dist.get_world_size()
 reference = dist.new_group(backend="nccl" if device == "cuda" else "gloo")
-H = 64
+H = int(os.environ.get("RTD_TRAIN_H", "64"))
 
 
 def model():

@@ -5,8 +5,8 @@ PyTorch's own DDP, FSDP2 and scripts.
     torch.distributed.init_process_group("rtd")
 
 CPU tensors go through Gloo, CUDA tensors through NCCL and, within a host,
-all-reductions of sums and averages by copy engines (RTD_TORCH_COPY_ENGINES=0
-turns that off). ``import torch`` registers the backend by itself where this
+all-reduces, all-gathers and reduce-scatters of 1 MiB or more by copy engines
+(RTD_TORCH_COPY_ENGINES=0 turns that off). ``import torch`` registers the backend by itself where this
 package's entry point is visible (dtrun puts it on the workers' PYTHONPATH).
 With RTD_TORCH_DEFAULT=1, rtd is also torch.distributed's default backend for
 CPU and CUDA tensors, so that a script that asks for the default

@@ -32,11 +32,12 @@ struct NcclSettings {
   // Streams the copy-engine all-reduce spreads its copies over; 0: the default
   // (one stream, peers in rotation).
   int ce_copy_streams = 0;
-  // all_reduce() of a sum or average of float32, bfloat16 or float16 of at
-  // least 1 MiB, every rank on one host with peer access: staged by copy
-  // engines (the data copied into a buffer of the communicator's that the
-  // peers mapped once, reduced there as persistent_all_reduce does, copied
-  // back), so arbitrary tensors get the copy-engine path. Every rank the same.
+  // all_reduce() and reduce_scatter() of a sum or average of float32,
+  // bfloat16 or float16, and all_gather() of any dtype, moving at least 1 MiB,
+  // every rank on one host with peer access: staged by copy engines (the
+  // input copied into a buffer of the communicator's that the peers mapped
+  // once, then the persistent copy-engine collective of that buffer), so
+  // arbitrary tensors get the copy-engine path. Every rank the same.
   bool staged_copy_engines = false;
   // Collectives of at most this many bytes run on the caller's stream itself
   // instead of the communicator's: no events between the two streams (about
