@@ -179,6 +179,20 @@ dist.all_reduce(ref, group=reference)
 same("all_reduce of a view", part, on(ref))
 same("all_reduce leaves the rest", holder[:1 << 20], on(torch.zeros(1 << 20)))
 
+# Straight on the process group, with no options (a sum) and with options.
+t = on(values(torch.float32, 5))
+rtd.allreduce([t]).wait()
+ref = on(values(torch.float32, 5))
+dist.all_reduce(ref, group=reference)
+same("allreduce straight, no options", t, ref)
+opts = dist.AllreduceOptions()
+opts.reduceOp = R.MAX
+t = on(values(torch.float32, 5))
+rtd.allreduce([t], opts).wait()
+ref = on(values(torch.float32, 5))
+dist.all_reduce(ref, op=R.MAX, group=reference)
+same("allreduce straight, max", t, ref)
+
 # Coalesced forms, straight on the process group (as FSDP2 and DDP reach them).
 ts = [on(values(torch.float32, k)) for k in (3, 5, 8)]
 work = rtd.allreduce_coalesced(ts, dist.AllreduceCoalescedOptions())

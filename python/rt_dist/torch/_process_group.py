@@ -329,8 +329,11 @@ _REDUCE_OPS = {
 
 def _reduce_op(op, what):
     # Options hold a ReduceOp, whose .op is its RedOpType; callers may pass
-    # either. (Hashing pybind's enums costs microseconds: their ints do not.)
-    code = _REDUCE_OPS.get(op.op.value if isinstance(op, dist.ReduceOp) else int(op))
+    # either (a RedOpType such as dist.ReduceOp.SUM also passes isinstance(op,
+    # dist.ReduceOp), so ask for .op itself). (Hashing pybind's enums costs
+    # microseconds: their ints do not.)
+    inner = getattr(op, "op", None)
+    code = _REDUCE_OPS.get(int(inner.value) if inner is not None else int(op))
     if code is None:
         raise ValueError(f"rtd {what}: the reduction {op} is not one of rt_dist's (SUM, AVG, "
                          "MIN, MAX); for PRODUCT or bitwise ones, use a gloo group for that call")
