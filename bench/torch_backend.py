@@ -7,9 +7,11 @@ efficiency against one GPU, peak memory (and device memory outside torch:
 NCCL's and rt_dist's own buffers), all_reduce busbw (fp32, 16 MB to
 1 GB) and the cost of a 4-byte all_reduce, and writes JSON to $BENCH_JSON.
 DDP also with rt_dist.torch.ddp_hook (on nccl it is PyTorch's allreduce_hook).
-Also, on nccl only, two floors no backend can beat: DDP whose comm hook
-returns each bucket unreduced (DDP's own cost, no transfer), and FSDP2 on a
-group of one rank (its copies in and out and its hooks, no transfer); and DDP
+Also, on nccl only, floors no backend can beat: DDP whose comm hook returns
+each bucket unreduced (DDP's own cost, no transfer), and FSDP2 on a group of
+two whose collectives move nothing (its copies in and out, its hooks and its
+sharded optimizer step, no transfer); for comparison FSDP2 on a group of one
+rank (no transfer, but it steps the whole model, not a half); and DDP
 with PyTorch's bf16 compression hook on every backend.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), STEPS,
 FLOORS=0 (leave the floors and the bf16 hook out).
@@ -29,6 +31,60 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import rt_dist.torch
+
+
+class _Done(dist.Work):
+    """A Work that is complete when made (the null group's)."""
+
+    def __init__(self, result):
+        super().__init__()
+        self._result = result
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        fut.set_result(self._result)
+        return fut
+
+
+class _NullGroup(rt_dist.torch.ProcessGroupRTD):
+    """A group of the whole world whose collectives move nothing (outputs keep
+    whatever they held): FSDP2 on it shards and steps as on two GPUs, with
+    every transfer taken out, so its step time is a floor for every backend."""
+
+    def allreduce(self, tensors, opts=None):
+        return _Done(tensors)
+
+    def _allgather_base(self, output, input, opts=None):
+        return _Done(output)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        return _Done(output)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        return _Done(outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        return _Done(outputs)
+
+    def broadcast(self, tensors, opts=None):
+        return _Done(tensors)
+
+    def barrier(self, opts=None):
+        return _Done(None)
+
+
+NULL_BACKEND = "rtdnull"
+dist.Backend.register_backend(NULL_BACKEND, lambda store, rank, size, timeout: _NullGroup(
+    store, rank, size, timeout), devices=["cpu", "cuda"])
 
 
 def log(*a):
@@ -213,7 +269,10 @@ def main():
     if floors and "nccl" in groups:
         # Each rank alone in a group of its own (new_group is collective: all make all).
         alone = [dist.new_group([r], backend="nccl") for r in range(n)][dist.get_rank()]
+        null = dist.new_group(backend=NULL_BACKEND)
         for tag, make in (("floor_ddp_unreduced", lambda: ddp(groups["nccl"], unreduced)),
+                          ("floor_fsdp2_null", fsdp(null, True, torch.float32)),
+                          ("floor_fsdp2_noreshard_bf16_null", fsdp(null, False, torch.bfloat16)),
                           ("floor_fsdp2_alone", fsdp(alone, True, torch.float32)),
                           ("floor_fsdp2_noreshard_bf16_alone", fsdp(alone, False, torch.bfloat16))):
             t, p, _ = run(tag, make)
