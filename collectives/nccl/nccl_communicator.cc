@@ -5,6 +5,7 @@
 
 #include "collectives/nccl/ce_all_reduce.h"
 #include "collectives/nccl/ce_shard_collective.h"
+#include "collectives/nccl/direct_init.h"
 #include "collectives/nccl/nccl_bootstrap.h"
 #include "collectives/nccl/nccl_check.h"
 #include "collectives/nccl/nccl_types.h"
@@ -80,6 +81,8 @@ void NcclCommunicator::start_watchdog() {
 // communicator hands every later call to a helper thread (about 70 us each on
 // H200, measured), so the data path runs on a blocking communicator split off
 // it; its calls that could wait on a peer are bounded by the CallWatchdog.
+// With settings.direct_init the blocking communicator is made directly
+// instead, bounded by init_blocking_within's deadline (direct_init.h).
 NcclCommunicator::NcclCommunicator(NcclOptions options)
     : options_(std::move(options)), rank_(options_.rank), size_(options_.size) {
   if (!options_.nccl) options_.nccl = real_nccl_api();
@@ -98,6 +101,52 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
                                                 .timeout = options_.timeout,
                                                 .warn_every = options_.flight.hang_warn});
   const auto id_known = std::chrono::steady_clock::now();
+  const double split_ms = options_.settings.direct_init > 0
+                              ? (init_directly(id, who, deadline), 0.0)
+                              : init_and_split(id, who, deadline);
+  const auto initialized = std::chrono::steady_clock::now();
+  start_recorder();
+  if (options_.settings.staged_copy_engines && size_ > 1) {
+    auto scope = [this] {
+      return make_prefix_store("staged/" + std::to_string(persistent_seq_++), options_.store);
+    };
+    staged_ = std::make_unique<StagedCollectives>(
+        options_.device,
+        [this, scope](BufferView staging, ReduceOp op, std::string* why) {
+          auto store = scope();
+          return std::unique_ptr<PersistentAllReduce>(
+              CopyEngineAllReduce::create(ce_setup({staging}, op, store.get()), why));
+        },
+        [this, scope](BufferView staging, bool gather, ReduceOp op, std::string* why) {
+          auto store = scope();
+          return std::unique_ptr<PersistentShardCollective>(
+              CopyEngineShardCollective::create(ce_setup({staging}, op, store.get()), gather, why));
+        });
+  }
+  auto ms = [](auto from) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - from)
+        .count();
+  };
+  // NCCL's own initialization apart from the wait for rank 0's unique id
+  // (in-process recovery measures what its rebuild costs).
+  const double own_ms = std::chrono::duration<double, std::milli>(initialized - id_known).count();
+  if (options_.settings.direct_init > 0) {
+    log::get("nccl")->info(
+        "NCCL communicator of {} ranks ready on GPU {} in {:.0f} ms ({:.0f} ms of it NCCL's own "
+        "initialization, after the unique id: the blocking communicator made directly, no "
+        "split; {:.0f} ms what follows)",
+        size_, options_.device, ms(started), own_ms, ms(initialized));
+  } else {
+    log::get("nccl")->info(
+        "NCCL communicator of {} ranks ready on GPU {} in {:.0f} ms ({:.0f} ms of it NCCL's own "
+        "initialization, after the unique id: {:.0f} ms the first communicator, {:.0f} ms the "
+        "blocking one split from it; {:.0f} ms what follows)",
+        size_, options_.device, ms(started), own_ms, own_ms - split_ms, split_ms, ms(initialized));
+  }
+}
+
+double NcclCommunicator::init_and_split(const ncclUniqueId& id, const std::string& who,
+                                        std::chrono::steady_clock::time_point deadline) {
   ncclConfig_t init_config = make_config(false);
   ncclComm_t init_comm = nullptr;
   ncclResult_t rc =
@@ -131,36 +180,16 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   state_->settle(data_comm, who + " creating the data-path communicator", deadline);
   state_->set_comm(data_comm);
   state_->destroy_other(init_comm);
-  start_recorder();
-  if (options_.settings.staged_copy_engines && size_ > 1) {
-    auto scope = [this] {
-      return make_prefix_store("staged/" + std::to_string(persistent_seq_++), options_.store);
-    };
-    staged_ = std::make_unique<StagedCollectives>(
-        options_.device,
-        [this, scope](BufferView staging, ReduceOp op, std::string* why) {
-          auto store = scope();
-          return std::unique_ptr<PersistentAllReduce>(
-              CopyEngineAllReduce::create(ce_setup({staging}, op, store.get()), why));
-        },
-        [this, scope](BufferView staging, bool gather, ReduceOp op, std::string* why) {
-          auto store = scope();
-          return std::unique_ptr<PersistentShardCollective>(
-              CopyEngineShardCollective::create(ce_setup({staging}, op, store.get()), gather, why));
-        });
-  }
-  auto ms = [](auto from) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - from)
-        .count();
-  };
-  // NCCL's own initialization apart from the wait for rank 0's unique id
-  // (in-process recovery measures what its rebuild costs).
-  log::get("nccl")->info(
-      "NCCL communicator of {} ranks ready on GPU {} in {:.0f} ms ({:.0f} ms of it NCCL's own "
-      "initialization, after the unique id: {:.0f} ms the first communicator, {:.0f} ms the "
-      "blocking one split from it, and what follows)",
-      size_, options_.device, ms(started), ms(id_known),
-      std::chrono::duration<double, std::milli>(initialized - id_known).count(), ms(initialized));
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - initialized)
+      .count();
+}
+
+void NcclCommunicator::init_directly(const ncclUniqueId& id, const std::string& who,
+                                     std::chrono::steady_clock::time_point deadline) {
+  state_->set_comm(init_blocking_within(options_.nccl, options_.cuda, options_.device, size_, id,
+                                        rank_, make_config(true), deadline, options_.timeout,
+                                        who + " creating the NCCL communicator"));
+  start_watchdog();
 }
 
 NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclComm_t comm, int rank,

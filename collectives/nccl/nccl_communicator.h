@@ -98,6 +98,13 @@ class NcclCommunicator : public Communicator {
       std::vector<BufferView> sources, bool gather, ReduceOp op, PersistentOptions options);
   // blocking=false for init (polled against the deadline); true for the data path.
   ncclConfig_t make_config(bool blocking) const;
+  // The data-path communicator, into state_, and the watchdog started: split
+  // off a nonblocking init communicator (returns the split's milliseconds), or
+  // made directly (settings.direct_init).
+  double init_and_split(const ncclUniqueId& id, const std::string& who,
+                        std::chrono::steady_clock::time_point deadline);
+  void init_directly(const ncclUniqueId& id, const std::string& who,
+                     std::chrono::steady_clock::time_point deadline);
   void start_watchdog();
   void start_recorder();  // the flight recorder, kept in state_ (its Works diagnose through it)
   [[noreturn]] void throw_call_failed(ncclResult_t rc, const std::string& what);

@@ -234,6 +234,7 @@ Config Config::from_env(const EnvMap& env) {
   c.ce_staged = parse_switch(env, "RTD_CE_STAGED");
   c.nccl_inline_bytes = parse_int(env, "RTD_NCCL_INLINE_BYTES", 0).value_or(0);
   c.nccl_split_share = parse_switch(env, "RTD_NCCL_SPLIT_SHARE");
+  c.nccl_direct_init = parse_switch(env, "RTD_NCCL_DIRECT_INIT");
   if (!c.nccl_cta_policy.empty() && c.nccl_cta_policy != "default" &&
       c.nccl_cta_policy != "efficiency" && c.nccl_cta_policy != "zero") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_NCCL_CTA_POLICY='" +

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -118,12 +119,21 @@ class FakeNcclApi : public nccl::NcclApi {
     for (char& c : id->internal) c = 'u';
     return ncclSuccess;
   }
+  // A blocking init takes this long before it returns (a peer that is late).
+  std::atomic<int> blocking_init_ms{0};
+
   ncclResult_t comm_init_rank_config(ncclComm_t* comm, int nranks, ncclUniqueId, int rank,
                                      ncclConfig_t* config) override {
-    *comm = reinterpret_cast<ncclComm_t>(0x4000);
     log_->add("comm_init rank=" + std::to_string(rank) + " of " + std::to_string(nranks) +
               " blocking=" + std::to_string(config->blocking) + " maxCTAs=" +
               std::to_string(config->maxCTAs) + " CTAPolicy=" + std::to_string(config->CTAPolicy));
+    if (config->blocking) {  // returns when done, never ncclInProgress
+      std::this_thread::sleep_for(std::chrono::milliseconds(blocking_init_ms.load()));
+      *comm = reinterpret_cast<ncclComm_t>(0x4000);
+      log_->add("comm_init returned");
+      return ncclSuccess;
+    }
+    *comm = reinterpret_cast<ncclComm_t>(0x4000);
     return ncclInProgress;
   }
   ncclResult_t comm_split(ncclComm_t, int color, int key, ncclComm_t* out,

@@ -49,6 +49,14 @@ struct NcclSettings {
   // measured on 2xH200 with NCCL 2.28, the split took as long (docs/benchmarks.md).
   // -1: RTD_NCCL_SPLIT_SHARE (default 0: off).
   int split_share = -1;
+  // The blocking data-path communicator made directly (ncclCommInitRankConfig,
+  // blocking, on a thread of its own waited for against the timeout), with no
+  // nonblocking communicator and no split: meant to take the split's 0.5 s out
+  // of the start-up. A blocking init cannot be aborted while it runs, so a
+  // peer that never comes leaves that thread behind (it destroys what it made
+  // if it ever returns) while construction fails at the deadline as usual.
+  // -1: RTD_NCCL_DIRECT_INIT (default 0: off, the split).
+  int direct_init = -1;
 };
 
 struct InitOptions {

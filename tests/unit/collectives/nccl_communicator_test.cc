@@ -67,6 +67,40 @@ TEST_F(NcclWithFakes, DataPathRunsOnABlockingCommunicatorSplitOffTheInitOne) {
       << "the init communicator is released";
 }
 
+TEST_F(NcclWithFakes, DirectInitMakesTheBlockingCommunicatorWithNoSplit) {
+  auto comm = make(std::chrono::seconds(5), NcclSettings{.max_ctas = 8, .direct_init = 1});
+  EXPECT_EQ(log_.count("comm_init rank=0 of 1 blocking=1 maxCTAs=8"), 1);
+  EXPECT_EQ(log_.count("comm_init rank=0 of 1 blocking=0"), 0);
+  EXPECT_EQ(log_.count("comm_split"), 0);
+  EXPECT_EQ(log_.count("comm_destroy"), 0) << "the one communicator is kept";
+  base(*comm).all_reduce(device_view(4), ReduceOp::kSum)->wait();
+  EXPECT_EQ(log_.count("all_reduce"), 1);
+}
+
+TEST_F(NcclWithFakes, DirectInitThatOutlivesTheDeadlineFailsThenAbortsWhatItMakes) {
+  nccl_->blocking_init_ms = 400;  // a peer that comes after the deadline
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    make(std::chrono::milliseconds(100), NcclSettings{.direct_init = 1});
+    FAIL() << "the init outlived its deadline and the constructor returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("creating the NCCL communicator did not complete within "
+                                         "100 ms"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(350))
+      << "the caller waited for the init instead of its deadline";
+  // The init returns later on its own thread: what it made is aborted, not leaked.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (log_.count("comm_abort") == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(log_.count("comm_init returned"), 1);
+  EXPECT_EQ(log_.count("comm_abort"), 1);
+}
+
 TEST_F(NcclWithFakes, OnlyTheDataPathSplitSharesTheInitCommunicatorsResources) {
   auto shared_splits = [&] {
     auto calls = log_.calls();

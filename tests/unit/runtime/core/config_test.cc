@@ -50,8 +50,8 @@ TEST(Config, NonNumberNamesTheVariable) {
 }
 
 TEST(Config, SwitchesAreZeroOrOneAndNamedOtherwise) {
-  for (const char* name :
-       {"DTRUN_RECOVERY_JOIN", "RTD_CHECK_COLLECTIVES", "RTD_CE_STAGED", "RTD_NCCL_SPLIT_SHARE"}) {
+  for (const char* name : {"DTRUN_RECOVERY_JOIN", "RTD_CHECK_COLLECTIVES", "RTD_CE_STAGED",
+                           "RTD_NCCL_SPLIT_SHARE", "RTD_NCCL_DIRECT_INIT"}) {
     try {
       Config::from_env({{name, "2"}});
       FAIL() << name << "=2 was taken";
@@ -65,10 +65,13 @@ TEST(Config, SwitchesAreZeroOrOneAndNamedOtherwise) {
   Config on = Config::from_env({{"DTRUN_RECOVERY_JOIN", "1"},
                                 {"RTD_CHECK_COLLECTIVES", "1"},
                                 {"RTD_CE_STAGED", "1"},
-                                {"RTD_NCCL_SPLIT_SHARE", "1"}});
-  EXPECT_TRUE(on.recovery_join && on.check_collectives && on.ce_staged && on.nccl_split_share);
+                                {"RTD_NCCL_SPLIT_SHARE", "1"},
+                                {"RTD_NCCL_DIRECT_INIT", "1"}});
+  EXPECT_TRUE(on.recovery_join && on.check_collectives && on.ce_staged && on.nccl_split_share &&
+              on.nccl_direct_init);
   Config off = Config::from_env({{"RTD_CE_STAGED", "0"}});
-  EXPECT_FALSE(off.recovery_join || off.check_collectives || off.ce_staged || off.nccl_split_share);
+  EXPECT_FALSE(off.recovery_join || off.check_collectives || off.ce_staged ||
+               off.nccl_split_share || off.nccl_direct_init);
 }
 
 TEST(Config, TrailingGarbageAndNegativesAreRejected) {
