@@ -1,7 +1,9 @@
 // The collective benchmark on GPUs: "ours" goes through our NCCL communicator
 // (each operation ordered after the benchmark's stream and the stream ordered
 // after it again, as a trainer would), "raw" calls NCCL directly on one stream
-// with no layer of ours. Both are timed with CUDA events on the benchmark's stream.
+// with no layer of ours, "paired" holds both in one process (two NCCL
+// communicators on the same GPUs) so that their blocks alternate on the same
+// buffers. All are timed with CUDA events on the benchmark's stream.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -19,14 +21,14 @@ namespace {
 
 class GpuRunner : public Runner {
  public:
-  explicit GpuRunner(const std::string& mode) : raw_(mode == "raw") {
+  explicit GpuRunner(const std::string& mode) : raw_(mode == "raw"), paired_(mode == "paired") {
     // Raw mode uses our context only for the store that carries NCCL's unique id.
     ctx_ = init(InitOptions{.backend = raw_ ? Backend::kGloo : Backend::kNccl});
     cuda_check(cudaSetDevice(ctx_->local_rank()), "cudaSetDevice");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
     cuda_check(cudaEventCreate(&start_), "event");
     cuda_check(cudaEventCreate(&stop_), "event");
-    if (raw_) init_raw_comm();
+    if (raw_ || paired_) init_raw_comm();
   }
   ~GpuRunner() override {
     if (raw_comm_) ncclCommDestroy(raw_comm_);
@@ -35,7 +37,15 @@ class GpuRunner : public Runner {
   int rank() const override { return ctx_->rank(); }
   int size() const override { return ctx_->world_size(); }
   std::string describe() const override {
+    if (paired_) return "raw NCCL and our NCCL communicator, alternating blocks";
     return raw_ ? "raw NCCL (ncclAllReduce etc. on one stream)" : "our NCCL communicator";
+  }
+  std::vector<std::string> variants() const override {
+    if (paired_) return {"raw", "ours"};
+    return {""};
+  }
+  void select(std::size_t variant) override {
+    if (paired_) raw_ = variant == 0;
   }
   void* alloc(std::size_t bytes) override {
     void* p = nullptr;
@@ -68,7 +78,7 @@ class GpuRunner : public Runner {
 
   void barrier() override {
     ctx_->store().add("bench/barrier", 0);  // keeps the store connection warm
-    if (raw_) {
+    if (raw_comm_) {
       nccl_check(ncclAllReduce(scratch(), scratch(), 1, ncclFloat32, ncclSum, raw_comm_, stream_),
                  "barrier");
     } else {
@@ -134,7 +144,8 @@ class GpuRunner : public Runner {
     }
   }
 
-  bool raw_;
+  bool raw_;     // time() calls NCCL directly
+  bool paired_;  // both ways, raw_ chosen by select()
   std::shared_ptr<Context> ctx_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;

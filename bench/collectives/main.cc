@@ -2,6 +2,8 @@
 // Runner (our communicator on GPU or CPU, or raw NCCL), with a wrong-element
 // count per row. Run it under dtrun; rank 0 prints the table (and JSON).
 //   dtrun --nproc-per-node=2 collective_bench --mode ours --max-bytes 1G
+// --mode paired: raw NCCL and ours in one process, in alternating blocks, a
+// row each ("all_reduce/raw", "all_reduce/ours").
 #include <time.h>
 #include <unistd.h>
 
@@ -36,8 +38,10 @@ double expected(const std::string& op, std::size_t i, std::size_t block, int n) 
   return static_cast<double>(i / block + 1);  // all_gather, all_to_all: block j from rank j
 }
 
-Row measure(Runner& runner, const BenchOptions& o, const std::string& op, DType dtype,
-            std::size_t bytes) {
+// One row per variant of the runner (most have one; "paired" alternates
+// raw and ours block by block, so both see the same moments of the machine).
+std::vector<Row> measure(Runner& runner, const BenchOptions& o, const std::string& op, DType dtype,
+                         std::size_t bytes) {
   const int n = runner.size();
   std::size_t count = bytes / dtype_size(dtype);
   if (op != "all_reduce" && op != "broadcast") count -= count % n;
@@ -49,16 +53,22 @@ Row measure(Runner& runner, const BenchOptions& o, const std::string& op, DType 
   fill_value(host.data(), dtype, in_count, runner.rank() + 1);
   runner.upload(op == "broadcast" ? b.out : b.in, host.data(), in_count * esize);
 
-  runner.barrier();
-  runner.time(op, b, o.warmup);
-  std::vector<double> blocks;
-  for (int k = 0; k < o.blocks; ++k) {
+  const std::vector<std::string> variants = runner.variants();
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    runner.select(v);
     runner.barrier();
-    blocks.push_back(runner.time(op, b, o.iters));
+    runner.time(op, b, o.warmup);
   }
-  std::sort(blocks.begin(), blocks.end());
+  std::vector<std::vector<double>> blocks(variants.size());
+  for (int k = 0; k < o.blocks; ++k) {
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      runner.select(v);
+      runner.barrier();
+      blocks[v].push_back(runner.time(op, b, o.iters));
+    }
+  }
   long long wrong = -1;
-  if (o.check) {
+  if (o.check) {  // the last variant's output (every variant computes the same)
     runner.download(host.data(), b.out, out_count * esize);
     const std::size_t block = std::max<std::size_t>(1, out_count / n);
     wrong = count_wrong(host.data(), dtype, out_count,
@@ -66,7 +76,13 @@ Row measure(Runner& runner, const BenchOptions& o, const std::string& op, DType 
   }
   runner.release(b.in);
   runner.release(b.out);
-  return make_row(op, dtype, count * esize, blocks[blocks.size() / 2], n, wrong);
+  std::vector<Row> rows;
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    std::sort(blocks[v].begin(), blocks[v].end());
+    const std::string name = variants[v].empty() ? op : op + "/" + variants[v];
+    rows.push_back(make_row(name, dtype, count * esize, blocks[v][blocks[v].size() / 2], n, wrong));
+  }
+  return rows;
 }
 
 long long now_ms() {
@@ -131,10 +147,11 @@ int run(int argc, char** argv) {
     for (const auto& op : o.ops) {
       for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
         if (bytes / dtype_size(dtype) < static_cast<std::size_t>(runner->size())) continue;
-        Row row = measure(*runner, o, op, dtype, bytes);
-        total_wrong += std::max(0LL, row.wrong);
-        if (leader) print_row(row);
-        rows.push_back(row);
+        for (const Row& row : measure(*runner, o, op, dtype, bytes)) {
+          total_wrong += std::max(0LL, row.wrong);
+          if (leader) print_row(row);
+          rows.push_back(row);
+        }
       }
     }
   }

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bench/common/bench_options.h"
 #include "rt_dist/types.h"
@@ -34,11 +35,17 @@ class Runner {
   virtual double time(const std::string& op, const OpBuffers& b, int iters) = 0;
   // All ranks arrive before any leaves (and the device is idle).
   virtual void barrier() = 0;
+  // The ways this runner times an operation ("" alone for most; mode
+  // "paired": "raw" and "ours", in one process on the same buffers), and
+  // which of them time() uses.
+  virtual std::vector<std::string> variants() const { return {""}; }
+  virtual void select(std::size_t variant) { (void)variant; }
 };
 
 // Our Gloo (mode "gloo") or MPI (mode "mpi", under mpirun) communicator on host buffers.
 std::unique_ptr<Runner> make_host_runner(const std::string& mode);
-// mode "ours" (our NCCL communicator) or "raw" (NCCL calls, no layer of ours).
+// mode "ours" (our NCCL communicator), "raw" (NCCL calls, no layer of ours) or
+// "paired" (both in one process, timed in alternating blocks).
 std::unique_ptr<Runner> make_gpu_runner(const std::string& mode);
 
 }  // namespace rtd::bench

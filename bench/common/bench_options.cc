@@ -44,7 +44,7 @@ DType parse_dtype(const std::string& name) {
 }  // namespace
 
 std::string bench_usage() {
-  return "flags: --mode ours|raw|gloo|mpi  --ops "
+  return "flags: --mode ours|raw|paired|gloo|mpi  --ops "
          "all_reduce,reduce_scatter,all_gather,broadcast,all_to_all\n"
          "       --min-bytes 1K --max-bytes 1G --factor 2 --dtypes float32,bfloat16\n"
          "       --warmup 5 --iters 20 --blocks 5 --no-check --json FILE --label TEXT\n"
@@ -92,8 +92,9 @@ BenchOptions parse_bench_options(int argc, char** argv) {
       throw std::invalid_argument("unknown flag " + flag);
     }
   }
-  if (o.mode != "ours" && o.mode != "raw" && o.mode != "gloo" && o.mode != "mpi") {
-    throw std::invalid_argument("--mode must be ours, raw, gloo or mpi");
+  if (o.mode != "ours" && o.mode != "raw" && o.mode != "paired" && o.mode != "gloo" &&
+      o.mode != "mpi") {
+    throw std::invalid_argument("--mode must be ours, raw, paired, gloo or mpi");
   }
   if (o.factor < 2 || o.iters < 1 || o.blocks < 1 || o.min_bytes < 1 || o.max_bytes < o.min_bytes) {
     throw std::invalid_argument("need --factor >= 2, --iters >= 1, --blocks >= 1, 1 <= min <= max");

@@ -22,12 +22,12 @@ Row make_row(const std::string& op, DType dtype, std::size_t bytes, double time_
 
 void print_header(const std::string& title) {
   std::printf("# %s\n", title.c_str());
-  std::printf("%-15s %-9s %12s %12s %10s %10s %10s %6s\n", "op", "dtype", "bytes", "count",
+  std::printf("%-19s %-9s %12s %12s %10s %10s %10s %6s\n", "op", "dtype", "bytes", "count",
               "time_us", "algbw", "busbw", "wrong");
 }
 
 void print_row(const Row& r) {
-  std::printf("%-15s %-9s %12zu %12zu %10.2f %10.2f %10.2f %6lld\n", r.op.c_str(),
+  std::printf("%-19s %-9s %12zu %12zu %10.2f %10.2f %10.2f %6lld\n", r.op.c_str(),
               std::string(to_string(r.dtype)).c_str(), r.bytes, r.count, r.time_us, r.algbw_gbs,
               r.busbw_gbs, r.wrong);
   std::fflush(stdout);
