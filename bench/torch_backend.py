@@ -14,7 +14,10 @@ sharded optimizer step, no transfer); for comparison FSDP2 on a group of one
 rank (no transfer, but it steps the whole model, not a half); and DDP
 with PyTorch's bf16 compression hook on every backend.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), STEPS,
-FLOORS=0 (leave the floors and the bf16 hook out).
+FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
+PROFILE_CONFIGS="fsdp2_nccl fsdp2_rtd floor_fsdp2_null ..." (three more steps
+of those configurations under torch.profiler: rank 0's trace in DIR and its
+GPU time by kernel in the output).
 """
 
 import gc
@@ -185,20 +188,44 @@ def main():
         return nn.Sequential(*[m for _ in range(L) for m in (nn.Linear(H, H, bias=False),
                                                              nn.GELU())]).to(dev)
 
-    def bench(model, opt, warm=5):
+    profile_dir = os.environ.get("PROFILE")
+    profiled = set(os.environ.get("PROFILE_CONFIGS", "").split())
+
+    def bench(model, opt, tag, warm=5):
         x = torch.randn(B, H, device=dev)
-        for i in range(warm + steps):
-            if i == warm:
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
+
+        def step():
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 y = model(x)
                 loss = y.float().pow(2).mean()
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+
+        for i in range(warm + steps):
+            if i == warm:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+            step()
         torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / steps
+        t = (time.perf_counter() - t0) / steps
+        if profile_dir and tag in profiled:
+            profile_steps(tag, step)
+        return t
+
+    def profile_steps(tag, step):
+        """Three more steps under torch.profiler (after the timed ones): rank
+        0's Chrome trace to $PROFILE/<tag>.json.gz and its GPU time by kernel."""
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+        if dist.get_rank() == 0:
+            os.makedirs(profile_dir, exist_ok=True)
+            prof.export_chrome_trace(os.path.join(profile_dir, f"{tag}.json.gz"))
+            table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=15)
+            log(f"profile {tag} (3 steps, rank 0):\n{table}")
 
     def run(tag, make):
         # DDP's and FSDP2's modules hold reference cycles: without a collection
@@ -209,7 +236,7 @@ def main():
         torch.cuda.reset_peak_memory_stats()
         m = make()
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
-        t = bench(m, opt)
+        t = bench(m, opt, tag)
         peak = torch.cuda.max_memory_allocated() / 2**30
         # Device memory outside torch's allocator: the CUDA context, NCCL's
         # buffers and rt_dist's staging buffers (which stay with the group).
