@@ -98,6 +98,13 @@ constexpr ConfigVar kVars[] = {
     {"RTD_NCCL_INLINE_BYTES", "0",
      "NCCL collectives of at most this many bytes run on the caller's stream, without the "
      "events that order the communicator's stream (0: none)"},
+    {"RTD_CE_STAGED", "0",
+     "1: all_reduce, all_gather and reduce_scatter of 1 MiB or more within a host by copy "
+     "engines, through staging buffers the peers map once"},
+    {"RTD_NCCL_SPLIT_SHARE", "0",
+     "1: the data-path communicator split off the init one shares its resources (splitShare)"},
+    {"RTD_NCCL_DIRECT_INIT", "0",
+     "1: the blocking data-path communicator made directly, bounded by the timeout, no split"},
 };
 
 const std::string* lookup(const EnvMap& env, const char* name) {
