@@ -18,7 +18,8 @@ struct PendingInit {
   bool abandoned = false;  // the caller gave up waiting
   ncclResult_t rc = ncclSuccess;
   ncclComm_t comm = nullptr;
-  std::string net_name;  // config.netName points here
+  cudaError_t device_error = cudaSuccess;  // selecting the GPU on the init thread
+  std::string net_name;                    // config.netName points here
 };
 
 }  // namespace
@@ -36,10 +37,12 @@ ncclComm_t init_blocking_within(std::shared_ptr<NcclApi> nccl, std::shared_ptr<C
   std::thread([pending, nccl, cuda, device, nranks, id, rank, config]() mutable {
     ncclComm_t comm = nullptr;
     ncclResult_t rc = ncclInvalidUsage;
-    if (cuda->set_device(device) == cudaSuccess) {
+    const cudaError_t selected = cuda->set_device(device);
+    if (selected == cudaSuccess) {
       rc = nccl->comm_init_rank_config(&comm, nranks, id, rank, &config);
     }
     std::unique_lock<std::mutex> lock(pending->mu);
+    pending->device_error = selected;
     if (pending->abandoned) {
       lock.unlock();
       if (comm != nullptr) nccl->comm_abort(comm);
@@ -58,6 +61,11 @@ ncclComm_t init_blocking_within(std::shared_ptr<NcclApi> nccl, std::shared_ptr<C
                 what + " did not complete within " + std::to_string(timeout.count()) +
                     " ms; a peer may be missing or stuck (its blocking NCCL init is left to "
                     "finish on its own thread)");
+  }
+  if (pending->device_error != cudaSuccess) {
+    throw Error(ErrorCategory::kBackend,
+                what + ": selecting GPU " + std::to_string(device) +
+                    " on the init thread: " + cuda->error_string(pending->device_error));
   }
   if (pending->rc != ncclSuccess) {
     Error error = nccl_error(*nccl, pending->comm, pending->rc, what);

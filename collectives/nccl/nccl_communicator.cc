@@ -101,9 +101,13 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
                                                 .timeout = options_.timeout,
                                                 .warn_every = options_.flight.hang_warn});
   const auto id_known = std::chrono::steady_clock::now();
-  const double split_ms = options_.settings.direct_init > 0
-                              ? (init_directly(id, who, deadline), 0.0)
-                              : init_and_split(id, who, deadline);
+  const bool direct = options_.settings.direct_init > 0;
+  double split_ms = 0;
+  if (direct) {
+    init_directly(id, who, deadline);
+  } else {
+    split_ms = init_and_split(id, who, deadline);
+  }
   const auto initialized = std::chrono::steady_clock::now();
   start_recorder();
   if (options_.settings.staged_copy_engines && size_ > 1) {
@@ -130,19 +134,18 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   // NCCL's own initialization apart from the wait for rank 0's unique id
   // (in-process recovery measures what its rebuild costs).
   const double own_ms = std::chrono::duration<double, std::milli>(initialized - id_known).count();
-  if (options_.settings.direct_init > 0) {
-    log::get("nccl")->info(
-        "NCCL communicator of {} ranks ready on GPU {} in {:.0f} ms ({:.0f} ms of it NCCL's own "
-        "initialization, after the unique id: the blocking communicator made directly, no "
-        "split; {:.0f} ms what follows)",
-        size_, options_.device, ms(started), own_ms, ms(initialized));
+  char how[96];
+  if (direct) {
+    std::snprintf(how, sizeof(how), "the blocking communicator made directly, no split");
   } else {
-    log::get("nccl")->info(
-        "NCCL communicator of {} ranks ready on GPU {} in {:.0f} ms ({:.0f} ms of it NCCL's own "
-        "initialization, after the unique id: {:.0f} ms the first communicator, {:.0f} ms the "
-        "blocking one split from it; {:.0f} ms what follows)",
-        size_, options_.device, ms(started), own_ms, own_ms - split_ms, split_ms, ms(initialized));
+    std::snprintf(how, sizeof(how),
+                  "%.0f ms the first communicator, %.0f ms the blocking one split from it",
+                  own_ms - split_ms, split_ms);
   }
+  log::get("nccl")->info(
+      "NCCL communicator of {} ranks ready on GPU {} in {:.0f} ms ({:.0f} ms of it NCCL's own "
+      "initialization, after the unique id: {}; {:.0f} ms what follows)",
+      size_, options_.device, ms(started), own_ms, how, ms(initialized));
 }
 
 double NcclCommunicator::init_and_split(const ncclUniqueId& id, const std::string& who,
