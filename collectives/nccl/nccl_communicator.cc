@@ -238,6 +238,14 @@ NcclCommunicator::~NcclCommunicator() {
   if (stream_) RTD_CUDA_CHECK_WARN(cuda, cuda.stream_destroy(stream_), "destroying the stream");
 }
 
+// An average over one rank is a sum: NCCL before 2.29.7 computes a
+// one-rank average with a kernel that leaves the last elements of an
+// out-of-place output unwritten when the count does not divide evenly among
+// its blocks (NVIDIA/nccl#1950); a one-rank sum is a plain copy.
+ncclRedOp_t NcclCommunicator::reduction(ReduceOp op) const {
+  return size_ == 1 && op == ReduceOp::kAvg ? ncclSum : to_nccl(op);
+}
+
 template <typename Call>
 std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t recorded,
                                                StreamRef caller, std::size_t bytes, Call&& call) {
@@ -322,7 +330,7 @@ std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out
   return launch("all_reduce", record(describe::all_reduce(in, op)), stream, in.bytes(),
                 [&](cudaStream_t s) {
                   return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype),
-                                                   to_nccl(op), state_->comm(), s);
+                                                   reduction(op), state_->comm(), s);
                 });
 }
 
@@ -364,7 +372,7 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView
   return launch("reduce_scatter", record(describe::reduce_scatter(out, op)), stream, in.bytes(),
                 [&](cudaStream_t s) {
                   return state_->nccl().reduce_scatter(in.data, out.data, out.count,
-                                                       to_nccl(in.dtype), to_nccl(op),
+                                                       to_nccl(in.dtype), reduction(op),
                                                        state_->comm(), s);
                 });
 }

@@ -77,6 +77,8 @@ class NcclCommunicator : public Communicator {
   struct FromSplit {};
   NcclCommunicator(FromSplit, const NcclOptions& options, ncclComm_t comm, int rank, int size);
   void create_stream_and_scratch();
+  // NCCL's operation for op on this communicator (a one-rank average is a sum).
+  ncclRedOp_t reduction(ReduceOp op) const;
   // Orders the comm stream after the caller's, makes the NCCL call, and (outside
   // a group) records the end event. call(stream) returns the ncclResult_t.
   // recorded: the operation's number in the flight recorder (0: not recorded).

@@ -184,8 +184,10 @@ class FakeNcclApi : public nccl::NcclApi {
     log_->add("group_end");
     return ncclSuccess;
   }
-  ncclResult_t all_reduce(const void*, void*, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t,
-                          cudaStream_t s) override {
+  std::atomic<int> last_op{-1};  // the ncclRedOp_t of the last all_reduce or reduce_scatter
+  ncclResult_t all_reduce(const void*, void*, size_t count, ncclDataType_t, ncclRedOp_t op,
+                          ncclComm_t, cudaStream_t s) override {
+    last_op = op;
     log_->add("all_reduce " + std::to_string(count) + " " + handle_name(s, 's'));
     while (block_collectives && !aborted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return block_collectives ? ncclSystemError : collective_result.load();
@@ -195,8 +197,9 @@ class FakeNcclApi : public nccl::NcclApi {
     log_->add("broadcast " + handle_name(s, 's'));
     return collective_result;
   }
-  ncclResult_t reduce_scatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
-                              cudaStream_t s) override {
+  ncclResult_t reduce_scatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t op,
+                              ncclComm_t, cudaStream_t s) override {
+    last_op = op;
     log_->add("reduce_scatter " + handle_name(s, 's'));
     return collective_result;
   }

@@ -289,6 +289,24 @@ TEST_F(NcclWithFakes, CollectiveIsOrderedAfterTheCallersStreamOnItsOwnStream) {
   EXPECT_NE(calls.back().find(comm_stream), std::string::npos);
 }
 
+// NCCL before 2.29.7 leaves the tail of a one-rank out-of-place average
+// unwritten (NVIDIA/nccl#1950); averaging one rank is summing it.
+TEST_F(NcclWithFakes, OneRankAverageIsPassedToNcclAsASum) {
+  auto comm = make();
+  base(*comm).all_reduce(device_view(262147), ReduceOp::kAvg)->wait();
+  EXPECT_EQ(nccl_->last_op, ncclSum);
+  base(*comm).reduce_scatter(device_view(262147), device_view(262147), ReduceOp::kAvg)->wait();
+  EXPECT_EQ(nccl_->last_op, ncclSum);
+  base(*comm).all_reduce(device_view(7), ReduceOp::kMax)->wait();
+  EXPECT_EQ(nccl_->last_op, ncclMax);
+}
+
+TEST_F(NcclWithFakes, TwoRankAverageStaysNcclsAverage) {
+  auto comm = make(std::chrono::seconds(5), NcclSettings{}, 2);
+  base(*comm).all_reduce(device_view(8), ReduceOp::kAvg)->wait();
+  EXPECT_EQ(nccl_->last_op, ncclAvg);
+}
+
 TEST_F(NcclWithFakes, WaitOnAStreamEnqueuesADependencyWithoutQueryingOrBlocking) {
   auto comm = make();
   cuda_->events_complete = false;  // the operation never finishes
