@@ -5,9 +5,9 @@
 # same run; and where the time goes: dtrun's own start and rendezvous, the
 # worker process's start, init() (the store, then the communicator: NCCL's
 # own initialization apart), the first all-reduce.
-#   [MODES="raw ours ours_direct"] bench/startup_time.sh DTRUN COLLECTIVE_BENCH [NPROC=2] [REPEATS=3]
-# MODES (default "raw ours"): ours_direct is ours with RTD_NCCL_DIRECT_INIT=1
-# (the blocking communicator made directly, no split).
+#   [MODES="raw ours ours_split"] bench/startup_time.sh DTRUN COLLECTIVE_BENCH [NPROC=2] [REPEATS=3]
+# MODES (default "raw ours"): ours_split is ours with RTD_NCCL_DIRECT_INIT=0
+# (a nonblocking init communicator and the blocking one split off it).
 # Prints a table and one JSON line per run.
 set -u
 dtrun=$1 bench=$2 nproc=${3:-2} repeats=${4:-3}
@@ -17,11 +17,11 @@ ms() { date +%s%3N; }
 printf "%-11s %4s %9s %11s %13s %9s %9s %9s %9s %12s\n" mode run total_ms to_worker_ms worker_init_ms store_ms comm_ms nccl_ms split_ms first_op_ms
 for i in $(seq "$repeats"); do
   for mode in ${MODES:-raw ours}; do
-    direct=0
-    [ "$mode" = ours_direct ] && direct=1
+    direct=1
+    [ "$mode" = ours_split ] && direct=0
     t0=$(ms)
     "$dtrun" --nproc-per-node="$nproc" --env NCCL_NVLS_ENABLE=0 --env RTD_LOG=warn,runtime:info,nccl:info \
-      --env RTD_NCCL_DIRECT_INIT=$direct "$bench" --mode "${mode%_direct}" --startup >"$out/$mode$i" 2>&1 ||
+      --env RTD_NCCL_DIRECT_INIT=$direct "$bench" --mode "${mode%_split}" --startup >"$out/$mode$i" 2>&1 ||
       { echo "$mode run failed"; tail -20 "$out/$mode$i"; exit 1; }
     read -r start ready first <<<"$(grep -o "process started at [0-9]* ms, init returned at [0-9]* ms, first all_reduce completed at [0-9]*" "$out/$mode$i" |
       awk '{print $4, $9, $15}')"

@@ -76,13 +76,14 @@ void NcclCommunicator::start_watchdog() {
       });
 }
 
-// [Two communicators] Init runs on a nonblocking communicator, polled against
-// the deadline, so that a missing peer cannot hang it. A nonblocking
-// communicator hands every later call to a helper thread (about 70 us each on
-// H200, measured), so the data path runs on a blocking communicator split off
-// it; its calls that could wait on a peer are bounded by the CallWatchdog.
-// With settings.direct_init the blocking communicator is made directly
-// instead, bounded by init_blocking_within's deadline (direct_init.h).
+// The data path runs on a blocking communicator: a nonblocking one hands
+// every later call to a helper thread (about 70 us each on H200, measured);
+// its calls that could wait on a peer are bounded by the CallWatchdog. By
+// default (settings.direct_init) it is made directly, a blocking init on a
+// thread of its own waited for until the deadline (direct_init.h). With
+// direct_init = 0, [two communicators]: init runs on a nonblocking
+// communicator, polled against the deadline and aborted there, and the
+// blocking one is split off it (0.6 s more on 2 GPUs, docs/benchmarks.md).
 NcclCommunicator::NcclCommunicator(NcclOptions options)
     : options_(std::move(options)), rank_(options_.rank), size_(options_.size) {
   if (!options_.nccl) options_.nccl = real_nccl_api();
@@ -101,7 +102,7 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
                                                 .timeout = options_.timeout,
                                                 .warn_every = options_.flight.hang_warn});
   const auto id_known = std::chrono::steady_clock::now();
-  const bool direct = options_.settings.direct_init > 0;
+  const bool direct = options_.settings.direct_init != 0;  // -1 (unresolved): the default
   double split_ms = 0;
   if (direct) {
     init_directly(id, who, deadline);

@@ -103,8 +103,9 @@ constexpr ConfigVar kVars[] = {
      "engines, through staging buffers the peers map once"},
     {"RTD_NCCL_SPLIT_SHARE", "0",
      "1: the data-path communicator split off the init one shares its resources (splitShare)"},
-    {"RTD_NCCL_DIRECT_INIT", "0",
-     "1: the blocking data-path communicator made directly, bounded by the timeout, no split"},
+    {"RTD_NCCL_DIRECT_INIT", "1",
+     "1: the blocking data-path communicator made directly, bounded by the timeout; 0: a "
+     "nonblocking init communicator and a blocking one split off it (0.6 s more)"},
 };
 
 const std::string* lookup(const EnvMap& env, const char* name) {
@@ -141,9 +142,9 @@ std::optional<int> parse_int(const EnvMap& env, const char* name, int min_value)
   return value;
 }
 
-// A switch: unset or 0 is off, 1 is on; anything else is an error naming it.
-bool parse_switch(const EnvMap& env, const char* name) {
-  const int value = parse_int(env, name, 0).value_or(0);
+// A switch: 0 is off, 1 is on, unset is fallback; anything else is an error naming it.
+bool parse_switch(const EnvMap& env, const char* name, bool fallback = false) {
+  const int value = parse_int(env, name, 0).value_or(fallback ? 1 : 0);
   if (value > 1) {
     throw Error(ErrorCategory::kConfig, std::string("environment variable ") + name + "=" +
                                             std::to_string(value) + " must be 0 or 1");
@@ -241,7 +242,7 @@ Config Config::from_env(const EnvMap& env) {
   c.ce_staged = parse_switch(env, "RTD_CE_STAGED");
   c.nccl_inline_bytes = parse_int(env, "RTD_NCCL_INLINE_BYTES", 0).value_or(0);
   c.nccl_split_share = parse_switch(env, "RTD_NCCL_SPLIT_SHARE");
-  c.nccl_direct_init = parse_switch(env, "RTD_NCCL_DIRECT_INIT");
+  c.nccl_direct_init = parse_switch(env, "RTD_NCCL_DIRECT_INIT", true);
   if (!c.nccl_cta_policy.empty() && c.nccl_cta_policy != "default" &&
       c.nccl_cta_policy != "efficiency" && c.nccl_cta_policy != "zero") {
     throw Error(ErrorCategory::kConfig, "environment variable RTD_NCCL_CTA_POLICY='" +

@@ -51,24 +51,25 @@ class NcclWithFakes : public ::testing::Test {
   std::shared_ptr<FakeCudaApi> cuda_ = std::make_shared<FakeCudaApi>(&log_);
 };
 
-TEST_F(NcclWithFakes, InitIsNonblockingAndPolledUntilReady) {
+// direct_init = 0: the nonblocking init communicator and the split.
+TEST_F(NcclWithFakes, SplitInitIsNonblockingAndPolledUntilReady) {
   nccl_->in_progress_polls = 3;
-  auto comm = make(std::chrono::seconds(5), NcclSettings{.max_ctas = 8});
+  auto comm = make(std::chrono::seconds(5), NcclSettings{.max_ctas = 8, .direct_init = 0});
   EXPECT_EQ(log_.count("set_device 1"), 1);
   EXPECT_EQ(log_.count("comm_init rank=0 of 1 blocking=0 maxCTAs=8"), 1);
   EXPECT_GE(log_.count("get_async_error"), 4);
   EXPECT_EQ(log_.count("comm_abort"), 0);
 }
 
-TEST_F(NcclWithFakes, DataPathRunsOnABlockingCommunicatorSplitOffTheInitOne) {
-  auto comm = make();
+TEST_F(NcclWithFakes, SplitInitRunsTheDataPathOnABlockingCommunicatorSplitOffTheInitOne) {
+  auto comm = make(std::chrono::seconds(5), NcclSettings{.direct_init = 0});
   EXPECT_EQ(log_.count("comm_split 0 0 blocking=1"), 1);
   EXPECT_LT(index_of("comm_split"), index_of("comm_destroy"))
       << "the init communicator is released";
 }
 
-TEST_F(NcclWithFakes, DirectInitMakesTheBlockingCommunicatorWithNoSplit) {
-  auto comm = make(std::chrono::seconds(5), NcclSettings{.max_ctas = 8, .direct_init = 1});
+TEST_F(NcclWithFakes, ByDefaultTheBlockingCommunicatorIsMadeDirectlyWithNoSplit) {
+  auto comm = make(std::chrono::seconds(5), NcclSettings{.max_ctas = 8});
   EXPECT_EQ(log_.count("comm_init rank=0 of 1 blocking=1 maxCTAs=8"), 1);
   EXPECT_EQ(log_.count("comm_init rank=0 of 1 blocking=0"), 0);
   EXPECT_EQ(log_.count("comm_split"), 0);
@@ -81,7 +82,7 @@ TEST_F(NcclWithFakes, DirectInitThatOutlivesTheDeadlineFailsThenAbortsWhatItMake
   nccl_->blocking_init_ms = 400;  // a peer that comes after the deadline
   const auto start = std::chrono::steady_clock::now();
   try {
-    make(std::chrono::milliseconds(100), NcclSettings{.direct_init = 1});
+    make(std::chrono::milliseconds(100));
     FAIL() << "the init outlived its deadline and the constructor returned";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
@@ -108,7 +109,7 @@ TEST_F(NcclWithFakes, OnlyTheDataPathSplitSharesTheInitCommunicatorsResources) {
       return c.rfind("comm_split", 0) == 0 && c.find(" share") != std::string::npos;
     });
   };
-  auto comm = make(std::chrono::seconds(5), NcclSettings{.split_share = 1});
+  auto comm = make(std::chrono::seconds(5), NcclSettings{.split_share = 1, .direct_init = 0});
   EXPECT_EQ(log_.count("comm_split"), 1);
   EXPECT_EQ(shared_splits(), 1);
   auto sub = comm->split(0, 0);  // a trainer's split never shares
@@ -175,15 +176,19 @@ TEST_F(NcclWithFakes, CompletedOperationsLeaveTheInFlightList) {
   EXPECT_EQ(log_.count("comm_abort"), 0);
 }
 
-TEST_F(NcclWithFakes, CtaPolicyReachesBothCommunicators) {
-  auto comm = make(std::chrono::seconds(5), NcclSettings{.cta_policy = "efficiency"});
+TEST_F(NcclWithFakes, CtaPolicyReachesEveryCommunicatorInitMakes) {
   const std::string policy = "CTAPolicy=" + std::to_string(NCCL_CTA_POLICY_EFFICIENCY);
-  auto calls = log_.calls();
   auto has = [&](const std::string& prefix) {
+    auto calls = log_.calls();
     return std::any_of(calls.begin(), calls.end(), [&](const std::string& c) {
       return c.rfind(prefix, 0) == 0 && c.find(policy) != std::string::npos;
     });
   };
+  auto direct = make(std::chrono::seconds(5), NcclSettings{.cta_policy = "efficiency"});
+  EXPECT_TRUE(has("comm_init rank=0 of 1 blocking=1")) << policy;
+  log_.clear();
+  auto split =
+      make(std::chrono::seconds(5), NcclSettings{.cta_policy = "efficiency", .direct_init = 0});
   EXPECT_TRUE(has("comm_init")) << policy;
   EXPECT_TRUE(has("comm_split")) << policy;
 }
@@ -201,7 +206,7 @@ TEST_F(NcclWithFakes, MinimumBlockCountWithoutAValidMaximumIsAConfigError) {
   }
   EXPECT_EQ(log_.count("comm_init"), 0) << "refused before NCCL is called";
   auto comm = make(std::chrono::seconds(5), NcclSettings{.min_ctas = 8, .max_ctas = 16});
-  EXPECT_EQ(log_.count("comm_init"), 1);
+  EXPECT_EQ(log_.count("comm_init rank"), 1);
 }
 
 TEST_F(NcclWithFakes, RegisteredMemoryIsAllocatedRegisteredAndReleasedInOrder) {
@@ -257,10 +262,10 @@ TEST_F(NcclWithFakes, CallThatNeverReturnsIsAbortedByTheWatchdog) {
   nccl_->block_collectives = false;
 }
 
-TEST_F(NcclWithFakes, InitThatNeverFinishesAbortsAndTimesOut) {
+TEST_F(NcclWithFakes, SplitInitThatNeverFinishesAbortsAndTimesOut) {
   nccl_->never_ready = true;
   try {
-    make(std::chrono::milliseconds(100));
+    make(std::chrono::milliseconds(100), NcclSettings{.direct_init = 0});
     FAIL() << "expected a timeout";
   } catch (const Error& e) {
     EXPECT_EQ(e.category(), ErrorCategory::kTimeout);

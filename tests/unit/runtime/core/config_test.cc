@@ -69,9 +69,10 @@ TEST(Config, SwitchesAreZeroOrOneAndNamedOtherwise) {
                                 {"RTD_NCCL_DIRECT_INIT", "1"}});
   EXPECT_TRUE(on.recovery_join && on.check_collectives && on.ce_staged && on.nccl_split_share &&
               on.nccl_direct_init);
-  Config off = Config::from_env({{"RTD_CE_STAGED", "0"}});
+  Config off = Config::from_env({{"RTD_CE_STAGED", "0"}, {"RTD_NCCL_DIRECT_INIT", "0"}});
   EXPECT_FALSE(off.recovery_join || off.check_collectives || off.ce_staged ||
                off.nccl_split_share || off.nccl_direct_init);
+  EXPECT_TRUE(Config::from_env({}).nccl_direct_init) << "the direct NCCL init is the default";
 }
 
 TEST(Config, TrailingGarbageAndNegativesAreRejected) {
