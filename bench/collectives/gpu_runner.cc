@@ -3,10 +3,16 @@
 // after it again, as a trainer would), "raw" calls NCCL directly on one stream
 // with no layer of ours, "paired" holds both in one process (two NCCL
 // communicators on the same GPUs) so that their blocks alternate on the same
-// buffers. All are timed with CUDA events on the benchmark's stream.
+// buffers, with two more rows between them that add to raw NCCL what our
+// layer does on the device, without the rest of our layer: "raw_end" an end
+// event recorded after each call (what a call on the caller's stream adds),
+// "raw_fork" the call on a second stream ordered after the benchmark's by an
+// event and the benchmark's after it by another (what the default adds).
+// All are timed with CUDA events on the benchmark's stream.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -21,14 +27,22 @@ namespace {
 
 class GpuRunner : public Runner {
  public:
-  explicit GpuRunner(const std::string& mode) : raw_(mode == "raw"), paired_(mode == "paired") {
+  explicit GpuRunner(const std::string& mode)
+      : variant_(mode == "raw" ? kRaw : kOurs), paired_(mode == "paired") {
+    const bool raw = variant_ == kRaw;
     // Raw mode uses our context only for the store that carries NCCL's unique id.
-    ctx_ = init(InitOptions{.backend = raw_ ? Backend::kGloo : Backend::kNccl});
+    ctx_ = init(InitOptions{.backend = raw ? Backend::kGloo : Backend::kNccl});
     cuda_check(cudaSetDevice(ctx_->local_rank()), "cudaSetDevice");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
     cuda_check(cudaEventCreate(&start_), "event");
     cuda_check(cudaEventCreate(&stop_), "event");
-    if (raw_ || paired_) init_raw_comm();
+    if (raw || paired_) init_raw_comm();
+    if (paired_) {
+      cuda_check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "stream");
+      for (cudaEvent_t& e : marks_) {
+        cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+      }
+    }
   }
   ~GpuRunner() override {
     if (raw_comm_) ncclCommDestroy(raw_comm_);
@@ -37,16 +51,21 @@ class GpuRunner : public Runner {
   int rank() const override { return ctx_->rank(); }
   int size() const override { return ctx_->world_size(); }
   std::string describe() const override {
-    if (paired_) return "raw NCCL and our NCCL communicator, alternating blocks";
-    return raw_ ? "raw NCCL (ncclAllReduce etc. on one stream)" : "our NCCL communicator";
+    if (paired_) {
+      return "raw NCCL, raw NCCL with an end event (raw_end) or on a second stream ordered by "
+             "events (raw_fork), and our NCCL communicator, alternating blocks";
+    }
+    return variant_ == kRaw ? "raw NCCL (ncclAllReduce etc. on one stream)"
+                            : "our NCCL communicator";
   }
   std::vector<std::string> variants() const override {
-    if (paired_) return {"raw", "ours"};
+    if (paired_) return {"raw", "raw_end", "raw_fork", "ours"};
     return {""};
   }
   void select(std::size_t variant) override {
-    if (paired_) raw_ = variant == 0;
+    if (paired_) variant_ = static_cast<Variant>(variant);
   }
+  double host_us() const override { return host_us_; }
   void* alloc(std::size_t bytes) override {
     void* p = nullptr;
     cuda_check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
@@ -62,13 +81,33 @@ class GpuRunner : public Runner {
 
   double time(const std::string& op, const OpBuffers& b, int iters) override {
     cuda_check(cudaEventRecord(start_, stream_), "record");
+    const auto host_start = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) {
-      if (raw_) {
-        raw_issue(op, b);
-      } else {
-        ours_issue(op, b)->wait(StreamRef{stream_});
+      cudaEvent_t mark = marks_[i % kMarks];
+      switch (variant_) {
+        case kRaw:
+          raw_issue(op, b, stream_);
+          break;
+        case kRawEnd:
+          raw_issue(op, b, stream_);
+          cuda_check(cudaEventRecord(mark, stream_), "record");
+          break;
+        case kRawFork:
+          cuda_check(cudaEventRecord(fork_mark(), stream_), "record");
+          cuda_check(cudaStreamWaitEvent(side_, fork_mark(), 0), "wait");
+          raw_issue(op, b, side_);
+          cuda_check(cudaEventRecord(mark, side_), "record");
+          cuda_check(cudaStreamWaitEvent(stream_, mark, 0), "wait");
+          break;
+        case kOurs:
+          ours_issue(op, b)->wait(StreamRef{stream_});
+          break;
       }
     }
+    host_us_ =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - host_start)
+            .count() /
+        iters;
     cuda_check(cudaEventRecord(stop_, stream_), "record");
     cuda_check(cudaEventSynchronize(stop_), "sync");
     float ms = 0;
@@ -78,7 +117,7 @@ class GpuRunner : public Runner {
 
   void barrier() override {
     ctx_->store().add("bench/barrier", 0);  // keeps the store connection warm
-    if (raw_comm_) {
+    if (variant_ != kOurs) {
       nccl_check(ncclAllReduce(scratch(), scratch(), 1, ncclFloat32, ncclSum, raw_comm_, stream_),
                  "barrier");
     } else {
@@ -118,36 +157,42 @@ class GpuRunner : public Runner {
     return comm.all_to_all(in, out, s);
   }
 
-  void raw_issue(const std::string& op, const OpBuffers& b) {
+  cudaEvent_t fork_mark() { return marks_[kMarks]; }
+
+  void raw_issue(const std::string& op, const OpBuffers& b, cudaStream_t stream) {
     ncclDataType_t t = nccl::to_nccl(b.dtype);
     if (op == "all_reduce") {
-      nccl_check(ncclAllReduce(b.in, b.out, b.in_count, t, ncclSum, raw_comm_, stream_),
-                 op.c_str());
+      nccl_check(ncclAllReduce(b.in, b.out, b.in_count, t, ncclSum, raw_comm_, stream), op.c_str());
     } else if (op == "reduce_scatter") {
-      nccl_check(ncclReduceScatter(b.in, b.out, b.out_count, t, ncclSum, raw_comm_, stream_),
+      nccl_check(ncclReduceScatter(b.in, b.out, b.out_count, t, ncclSum, raw_comm_, stream),
                  op.c_str());
     } else if (op == "all_gather") {
-      nccl_check(ncclAllGather(b.in, b.out, b.in_count, t, raw_comm_, stream_), op.c_str());
+      nccl_check(ncclAllGather(b.in, b.out, b.in_count, t, raw_comm_, stream), op.c_str());
     } else if (op == "broadcast") {
-      nccl_check(ncclBroadcast(b.out, b.out, b.out_count, t, 0, raw_comm_, stream_), op.c_str());
+      nccl_check(ncclBroadcast(b.out, b.out, b.out_count, t, 0, raw_comm_, stream), op.c_str());
     } else {
       const int n = size();
       const std::size_t block = b.in_count / n, bytes = block * dtype_size(b.dtype);
       nccl_check(ncclGroupStart(), "group");
       for (int p = 0; p < n; ++p) {
-        nccl_check(ncclSend(static_cast<char*>(b.in) + p * bytes, block, t, p, raw_comm_, stream_),
+        nccl_check(ncclSend(static_cast<char*>(b.in) + p * bytes, block, t, p, raw_comm_, stream),
                    "send");
-        nccl_check(ncclRecv(static_cast<char*>(b.out) + p * bytes, block, t, p, raw_comm_, stream_),
+        nccl_check(ncclRecv(static_cast<char*>(b.out) + p * bytes, block, t, p, raw_comm_, stream),
                    "recv");
       }
       nccl_check(ncclGroupEnd(), "group");
     }
   }
 
-  bool raw_;     // time() calls NCCL directly
-  bool paired_;  // both ways, raw_ chosen by select()
+  enum Variant { kRaw, kRawEnd, kRawFork, kOurs };  // paired mode's rows, in order
+  Variant variant_;                                 // what time() runs
+  bool paired_;                                     // every variant, chosen by select()
+  double host_us_ = -1;
   std::shared_ptr<Context> ctx_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_ = nullptr;         // raw_fork's second stream
+  static constexpr int kMarks = 64;     // end events in rotation, as our pool has
+  cudaEvent_t marks_[kMarks + 1] = {};  // the last: raw_fork's fork event
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   ncclComm_t raw_comm_ = nullptr;
   void* scratch_ = nullptr;

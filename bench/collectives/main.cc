@@ -59,12 +59,13 @@ std::vector<Row> measure(Runner& runner, const BenchOptions& o, const std::strin
     runner.barrier();
     runner.time(op, b, o.warmup);
   }
-  std::vector<std::vector<double>> blocks(variants.size());
+  std::vector<std::vector<double>> blocks(variants.size()), issue(variants.size());
   for (int k = 0; k < o.blocks; ++k) {
     for (std::size_t v = 0; v < variants.size(); ++v) {
       runner.select(v);
       runner.barrier();
       blocks[v].push_back(runner.time(op, b, o.iters));
+      issue[v].push_back(runner.host_us());
     }
   }
   long long wrong = -1;
@@ -79,8 +80,10 @@ std::vector<Row> measure(Runner& runner, const BenchOptions& o, const std::strin
   std::vector<Row> rows;
   for (std::size_t v = 0; v < variants.size(); ++v) {
     std::sort(blocks[v].begin(), blocks[v].end());
+    std::sort(issue[v].begin(), issue[v].end());
     const std::string name = variants[v].empty() ? op : op + "/" + variants[v];
     rows.push_back(make_row(name, dtype, count * esize, blocks[v][blocks[v].size() / 2], n, wrong));
+    rows.back().host_us = issue[v][issue[v].size() / 2];
   }
   return rows;
 }

@@ -33,11 +33,14 @@ class Runner {
   virtual void download(void* dst, const void* src, std::size_t bytes) = 0;
   // Runs iters operations back to back; returns microseconds per operation.
   virtual double time(const std::string& op, const OpBuffers& b, int iters) = 0;
+  // The host's time to issue one operation in the last time() (before the
+  // device finished them), microseconds; -1 where the two are not apart.
+  virtual double host_us() const { return -1; }
   // All ranks arrive before any leaves (and the device is idle).
   virtual void barrier() = 0;
   // The ways this runner times an operation ("" alone for most; mode
-  // "paired": "raw" and "ours", in one process on the same buffers), and
-  // which of them time() uses.
+  // "paired": raw NCCL, raw NCCL with what our layer adds on the device, and
+  // ours, in one process on the same buffers), and which of them time() uses.
   virtual std::vector<std::string> variants() const { return {""}; }
   virtual void select(std::size_t variant) { (void)variant; }
 };

@@ -22,14 +22,16 @@ Row make_row(const std::string& op, DType dtype, std::size_t bytes, double time_
 
 void print_header(const std::string& title) {
   std::printf("# %s\n", title.c_str());
-  std::printf("%-19s %-9s %12s %12s %10s %10s %10s %6s\n", "op", "dtype", "bytes", "count",
-              "time_us", "algbw", "busbw", "wrong");
+  std::printf("%-19s %-9s %12s %12s %10s %10s %10s %6s %8s\n", "op", "dtype", "bytes", "count",
+              "time_us", "algbw", "busbw", "wrong", "host_us");
 }
 
 void print_row(const Row& r) {
-  std::printf("%-19s %-9s %12zu %12zu %10.2f %10.2f %10.2f %6lld\n", r.op.c_str(),
+  char host[16] = "-";
+  if (r.host_us >= 0) std::snprintf(host, sizeof(host), "%.2f", r.host_us);
+  std::printf("%-19s %-9s %12zu %12zu %10.2f %10.2f %10.2f %6lld %8s\n", r.op.c_str(),
               std::string(to_string(r.dtype)).c_str(), r.bytes, r.count, r.time_us, r.algbw_gbs,
-              r.busbw_gbs, r.wrong);
+              r.busbw_gbs, r.wrong, host);
   std::fflush(stdout);
 }
 
@@ -43,8 +45,8 @@ void write_json(const std::string& path, const std::string& mode, const std::str
     out << "  {\"op\": \"" << r.op << "\", \"dtype\": \"" << to_string(r.dtype)
         << "\", \"bytes\": " << r.bytes << ", \"count\": " << r.count
         << ", \"time_us\": " << r.time_us << ", \"algbw_gbs\": " << r.algbw_gbs
-        << ", \"busbw_gbs\": " << r.busbw_gbs << ", \"wrong\": " << r.wrong << "}"
-        << (i + 1 < rows.size() ? ",\n" : "\n");
+        << ", \"busbw_gbs\": " << r.busbw_gbs << ", \"wrong\": " << r.wrong
+        << ", \"host_us\": " << r.host_us << "}" << (i + 1 < rows.size() ? ",\n" : "\n");
   }
   out << "]}\n";
 }

@@ -13,12 +13,13 @@ namespace rtd::bench {
 struct Row {
   std::string op;
   DType dtype;
-  std::size_t bytes;  // nccl-tests' "size": the larger of input and output
-  std::size_t count;  // elements of that buffer
-  double time_us;     // per operation, median of the timed blocks
-  double algbw_gbs;   // bytes / time
-  double busbw_gbs;   // algbw x the op's bus factor
-  long long wrong;    // elements that differ from the reference; -1 when not checked
+  std::size_t bytes;    // nccl-tests' "size": the larger of input and output
+  std::size_t count;    // elements of that buffer
+  double time_us;       // per operation, median of the timed blocks
+  double algbw_gbs;     // bytes / time
+  double busbw_gbs;     // algbw x the op's bus factor
+  long long wrong;      // elements that differ from the reference; -1 when not checked
+  double host_us = -1;  // host time to issue one operation, median; -1 when not measured
 };
 
 // nccl-tests' bus factor: all_reduce 2(n-1)/n; reduce_scatter, all_gather and

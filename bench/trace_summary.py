@@ -1,0 +1,70 @@
+"""Where a profiled step's GPU time goes, from torch.profiler's Chrome trace
+(bench/torch_backend.py's PROFILE=DIR writes one per configuration).
+
+    python bench/trace_summary.py TRACE.json[.gz] [TRACE ...]
+
+For each trace: every CUDA stream's busy time (kernels, copies, memsets) and
+its largest items; for the compute stream (the one with the most GEMM time),
+its idle time between the first and last item and the longest idle gaps with
+what ran before and after each, and the GEMMs' total time (more than a run
+without transfers means the transfers slowed them; more idle means the
+compute waited for them).
+"""
+import gzip
+import json
+import sys
+from collections import defaultdict
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def load(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def is_gemm(name):
+    return name.startswith(("nvjet", "sm90_xmma", "cutlass")) or "gemm" in name.lower()
+
+
+def summarize(path, gaps_shown=12):
+    events = [e for e in load(path).get("traceEvents", [])
+              if e.get("ph") == "X" and e.get("cat") in GPU_CATS and "stream" in e.get("args", {})]
+    if not events:
+        print(f"{path}: no GPU events")
+        return
+    by_stream = defaultdict(list)
+    for e in events:
+        by_stream[e["args"]["stream"]].append(e)
+    gemm_time = {s: sum(e["dur"] for e in es if is_gemm(e["name"])) for s, es in by_stream.items()}
+    compute = max(gemm_time, key=gemm_time.get)
+    t0 = min(e["ts"] for e in events)
+    t1 = max(e["ts"] + e["dur"] for e in events)
+    print(f"== {path}: {len(events)} GPU items over {(t1 - t0) / 1e3:.2f} ms")
+    for s, es in sorted(by_stream.items(), key=lambda kv: -sum(e["dur"] for e in kv[1])):
+        names = defaultdict(float)
+        for e in es:
+            names[e["name"][:60]] += e["dur"]
+        top = sorted(names.items(), key=lambda kv: -kv[1])[:4]
+        busy = sum(e["dur"] for e in es)
+        print(f"stream {s}{' (compute)' if s == compute else ''}: busy {busy / 1e3:.2f} ms, "
+              f"{len(es)} items; " + "; ".join(f"{n} {d / 1e3:.2f}" for n, d in top))
+    es = sorted(by_stream[compute], key=lambda e: e["ts"])
+    gaps = []
+    for a, b in zip(es, es[1:]):
+        gap = b["ts"] - (a["ts"] + a["dur"])
+        if gap > 0:
+            gaps.append((gap, a["name"][:50], b["name"][:50], (a["ts"] + a["dur"] - t0) / 1e3))
+    idle = sum(g[0] for g in gaps)
+    span = es[-1]["ts"] + es[-1]["dur"] - es[0]["ts"]
+    print(f"compute stream {compute}: span {span / 1e3:.2f} ms, idle {idle / 1e3:.2f} ms "
+          f"({sum(1 for g in gaps if g[0] > 20)} gaps over 20 us), GEMMs {gemm_time[compute] / 1e3:.2f} ms "
+          f"in {sum(1 for e in es if is_gemm(e['name']))} kernels")
+    for gap, before, after, at in sorted(gaps, reverse=True)[:gaps_shown]:
+        print(f"  idle {gap / 1e3:7.3f} ms at {at:8.2f} ms: after {before} | before {after}")
+
+
+if __name__ == "__main__":
+    for p in sys.argv[1:]:
+        summarize(p)
