@@ -11,12 +11,14 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bench/collectives/runner.h"
+#include "bench/common/host_sampler.h"
 #include "bench/common/report.h"
 #include "bench/common/typed_fill.h"
 #include "rt_dist/error.h"
@@ -40,8 +42,9 @@ double expected(const std::string& op, std::size_t i, std::size_t block, int n) 
 
 // One row per variant of the runner (most have one; "paired" alternates
 // raw and ours block by block, so both see the same moments of the machine).
+// sampler: kept on while the last variant runs (--sample-host), else null.
 std::vector<Row> measure(Runner& runner, const BenchOptions& o, const std::string& op, DType dtype,
-                         std::size_t bytes) {
+                         std::size_t bytes, HostSampler* sampler) {
   const int n = runner.size();
   std::size_t count = bytes / dtype_size(dtype);
   if (op != "all_reduce" && op != "broadcast") count -= count % n;
@@ -64,7 +67,10 @@ std::vector<Row> measure(Runner& runner, const BenchOptions& o, const std::strin
     for (std::size_t v = 0; v < variants.size(); ++v) {
       runner.select(v);
       runner.barrier();
+      const bool sampled = sampler && v + 1 == variants.size();
+      if (sampled) sampler->keep(true);
       blocks[v].push_back(runner.time(op, b, o.iters));
+      if (sampled) sampler->keep(false);
       issue[v].push_back(runner.host_us());
     }
   }
@@ -144,13 +150,15 @@ int run(int argc, char** argv) {
     print_header(runner->describe() + ", " + std::to_string(runner->size()) + " ranks, median of " +
                  std::to_string(o.blocks) + " blocks of " + std::to_string(o.iters) + " ops");
   }
+  std::unique_ptr<HostSampler> sampler;
+  if (leader && !o.sample_host.empty()) sampler = std::make_unique<HostSampler>();
   std::vector<Row> rows;
   long long total_wrong = 0;
   for (DType dtype : o.dtypes) {
     for (const auto& op : o.ops) {
       for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
         if (bytes / dtype_size(dtype) < static_cast<std::size_t>(runner->size())) continue;
-        for (const Row& row : measure(*runner, o, op, dtype, bytes)) {
+        for (const Row& row : measure(*runner, o, op, dtype, bytes, sampler.get())) {
           total_wrong += std::max(0LL, row.wrong);
           if (leader) print_row(row);
           rows.push_back(row);
@@ -159,6 +167,9 @@ int run(int argc, char** argv) {
     }
   }
   if (leader && !o.json.empty()) write_json(o.json, o.mode, o.label, runner->size(), rows);
+  if (sampler) {
+    std::printf("# %d host samples in %s\n", sampler->write(o.sample_host), o.sample_host.c_str());
+  }
   if (total_wrong > 0)
     std::fprintf(stderr, "rank %d: %lld wrong elements\n", runner->rank(), total_wrong);
   return total_wrong > 0 ? 1 : 0;

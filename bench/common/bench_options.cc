@@ -48,7 +48,8 @@ std::string bench_usage() {
          "all_reduce,reduce_scatter,all_gather,broadcast,all_to_all\n"
          "       --min-bytes 1K --max-bytes 1G --factor 2 --dtypes float32,bfloat16\n"
          "       --warmup 5 --iters 20 --blocks 5 --no-check --json FILE --label TEXT\n"
-         "       --startup (time the start-up to the first all-reduce instead)";
+         "       --startup (time the start-up to the first all-reduce instead)\n"
+         "       --sample-host FILE (rank 0's host call stacks while the last variant runs)";
 }
 
 BenchOptions parse_bench_options(int argc, char** argv) {
@@ -85,6 +86,8 @@ BenchOptions parse_bench_options(int argc, char** argv) {
       o.json = v;
     else if (flag == "--label")
       o.label = v;
+    else if (flag == "--sample-host")
+      o.sample_host = v;
     else if (flag == "--dtypes") {
       o.dtypes.clear();
       for (const auto& name : split(v)) o.dtypes.push_back(parse_dtype(name));

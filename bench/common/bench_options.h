@@ -27,6 +27,9 @@ struct BenchOptions {
   // started, when init() returned and when its first all-reduce completed
   // (Unix milliseconds), then the program ends (bench/startup_time.sh).
   bool startup = false;
+  // Sample rank 0's host call stacks while the runner's last variant runs
+  // (HostSampler; bench/host_profile.py names them) and write them here.
+  std::string sample_host;
 };
 
 // Throws std::invalid_argument naming the flag.

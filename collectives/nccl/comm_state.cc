@@ -69,12 +69,19 @@ namespace {
 constexpr std::uint64_t kQueryEvery = 16;  // watch() calls per query of the newest operation
 }  // namespace
 
+std::string CallName::text() const {
+  if (!text_.empty()) return text_;
+  return std::string("nccl ") + op + (recorded != 0 ? " #" + std::to_string(recorded) : "") +
+         " on rank " + std::to_string(rank);
+}
+
 void CommState::mark_completed(const InFlight& op) {
   if (!recorder_) return;
+  if (op.name.recorded != 0) recorder_->completed(op.name.recorded);
   for (std::uint64_t call : op.calls) recorder_->completed(call);
 }
 
-void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std::string what,
+void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, CallName name,
                       std::vector<std::uint64_t> calls) {
   std::deque<InFlight> retired;  // released after the lock (their events go back to the pool)
   std::lock_guard<std::mutex> lock(in_flight_mu_);
@@ -87,7 +94,7 @@ void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std
     retired.swap(list);  // the newest is done, so is everything before it on this stream
     for (const InFlight& op : retired) mark_completed(op);
   }
-  list.push_back({std::move(end), std::chrono::steady_clock::now() + timeout_, std::move(what),
+  list.push_back({std::move(end), std::chrono::steady_clock::now() + timeout_, std::move(name),
                   std::move(calls)});
 }
 
@@ -101,7 +108,7 @@ std::optional<std::string> CommState::overdue() {
         InFlight& oldest = list.front();
         if (cuda_->event_query(*oldest.end) == cudaErrorNotReady) {
           if (std::chrono::steady_clock::now() >= oldest.deadline)
-            late.emplace(oldest.what, oldest.calls.empty() ? 0 : oldest.calls.front());
+            late.emplace(oldest.name.text(), oldest.diagnosed());
           break;
         }
         mark_completed(oldest);

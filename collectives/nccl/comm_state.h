@@ -22,6 +22,18 @@
 
 namespace rtd::nccl {
 
+// An operation's name in errors ("nccl all_reduce #12 on rank 3"), kept as
+// its parts and spelled out only when an error needs it: a call that
+// succeeds, nearly all of them, formats no string.
+struct CallName {
+  const char* op = "";         // a string literal
+  std::uint64_t recorded = 0;  // its flight-recorder number (0: not recorded)
+  int rank = 0;
+  std::string text_;  // the whole name, where it was given as text (of())
+  static CallName of(std::string text) { return CallName{.text_ = std::move(text)}; }
+  std::string text() const;
+};
+
 class CommState : public std::enable_shared_from_this<CommState> {
  public:
   CommState(std::shared_ptr<NcclApi> nccl, std::shared_ptr<CudaApi> cuda, int rank,
@@ -46,9 +58,9 @@ class CommState : public std::enable_shared_from_this<CommState> {
   // for it on the host (a trainer that only orders its stream after it).
   // Operations on one stream complete in order, so one query of the newest
   // retires all before it; it is made on every 16th call.
-  // calls: the operation's numbers in the flight recorder (none, one, or a
-  // group's), marked completed there once the end event fires.
-  void watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, std::string what,
+  // The flight-recorder numbers marked completed there once the end event
+  // fires: name.recorded, and calls (a group's, or a call named by text).
+  void watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, CallName name,
              std::vector<std::uint64_t> calls = {});
   // Retires completed operations from the oldest end of each stream; names the
   // oldest one still running past its deadline, if any, with the flight
@@ -107,8 +119,11 @@ class CommState : public std::enable_shared_from_this<CommState> {
   struct InFlight {
     std::shared_ptr<cudaEvent_t> end;
     std::chrono::steady_clock::time_point deadline;
-    std::string what;
-    std::vector<std::uint64_t> calls;  // flight-recorder numbers; the first is diagnosed
+    CallName name;
+    std::vector<std::uint64_t> calls;  // more flight-recorder numbers (a group's)
+    std::uint64_t diagnosed() const {
+      return name.recorded ? name.recorded : calls.empty() ? 0 : calls.front();
+    }
   };
   void mark_completed(const InFlight& op);  // in the flight recorder
   std::shared_ptr<FlightRecorder> recorder_;

@@ -252,12 +252,11 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
                                                StreamRef caller, std::size_t bytes, Call&& call) {
   ++seq_;
   UnlaunchedCall unlaunched(state_->recorder(), recorded);
-  // Collectives by their flight-recorder number (1-based, collectives only).
-  std::string what = std::string("nccl ") + op +
-                     (recorded != 0 ? " #" + std::to_string(recorded) : std::string()) +
-                     " on rank " + std::to_string(rank_);
+  // Collectives by their flight-recorder number (1-based, collectives only);
+  // the name is spelled out only for an error.
+  const CallName name{.op = op, .recorded = recorded, .rank = rank_};
   if (auto failure = state_->failure()) {
-    throw Error(failure->category(), what + ": " + failure->what(), failure->backend_code());
+    throw Error(failure->category(), name.text() + ": " + failure->what(), failure->backend_code());
   }
   CudaApi& cuda = state_->cuda();
   auto caller_stream = static_cast<cudaStream_t>(caller.cuda_stream);
@@ -276,23 +275,23 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
   }
   if (!on_caller) {
     RTD_CUDA_CHECK(cuda, cuda.event_record(start_, caller_stream),
-                   what + ": recording on the caller's stream");
+                   name.text() + ": recording on the caller's stream");
     RTD_CUDA_CHECK(cuda, cuda.stream_wait_event(stream_, start_),
-                   what + ": ordering after the caller");
+                   name.text() + ": ordering after the caller");
   }
   ncclResult_t rc;
   {
     CallWatchdog::Scope scope(*watchdog_, op);
     rc = call(run_on);
   }
-  if (watchdog_->fired()) throw_call_failed(rc, what);
+  if (watchdog_->fired()) throw_call_failed(rc, name.text());
   if (rc == ncclInProgress) {
     auto start = std::chrono::steady_clock::now();
-    state_->settle(state_->comm(), what, deadline_after(options_.timeout));
+    state_->settle(state_->comm(), name.text(), deadline_after(options_.timeout));
     ++in_progress_;
     settling_ += std::chrono::steady_clock::now() - start;
   } else if (rc != ncclSuccess) {
-    throw_call_failed(rc, what);
+    throw_call_failed(rc, name.text());
   }
   if (group_work_) {  // the group's end event completes it
     if (recorded != 0) group_calls_.push_back(recorded);
@@ -300,12 +299,10 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
     return group_work_;
   }
   std::shared_ptr<cudaEvent_t> end = state_->take_end_event();
-  RTD_CUDA_CHECK(cuda, cuda.event_record(*end, run_on), what + ": recording its end");
-  state_->watch(
-      run_on, end, what,
-      recorded != 0 ? std::vector<std::uint64_t>{recorded} : std::vector<std::uint64_t>{});
+  RTD_CUDA_CHECK(cuda, cuda.event_record(*end, run_on), name.text() + ": recording its end");
+  state_->watch(run_on, end, name);
   unlaunched.launched();
-  return std::make_shared<NcclWork>(state_, std::move(end), what, recorded,
+  return std::make_shared<NcclWork>(state_, std::move(end), name, recorded,
                                     on_caller ? caller_stream : nullptr);
 }
 
@@ -427,7 +424,7 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
   ++seq_;
   std::string what = "nccl group on rank " + std::to_string(rank_);
   group_end_ = state_->take_end_event();
-  auto work = std::make_shared<NcclWork>(state_, group_end_, what);
+  auto work = std::make_shared<NcclWork>(state_, group_end_, CallName::of(what));
   group_work_ = work;
   NcclApi& api = state_->nccl();
   ncclResult_t rc = api.group_start();
@@ -460,7 +457,7 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
   }
   RTD_CUDA_CHECK(state_->cuda(), state_->cuda().event_record(*group_end_, stream_),
                  what + ": recording its end");
-  state_->watch(stream_, std::move(group_end_), what, std::move(calls));
+  state_->watch(stream_, std::move(group_end_), CallName::of(what), std::move(calls));
   return work;
 }
 

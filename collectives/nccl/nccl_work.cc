@@ -8,10 +8,10 @@
 namespace rtd::nccl {
 
 NcclWork::NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end,
-                   std::string what, std::uint64_t call, cudaStream_t ran_on)
+                   CallName name, std::uint64_t call, cudaStream_t ran_on)
     : state_(std::move(state)),
       end_(std::move(end)),
-      what_(std::move(what)),
+      name_(std::move(name)),
       call_(call),
       ran_on_(ran_on) {}
 
@@ -21,7 +21,8 @@ bool NcclWork::done() const {
   // An abort fails every operation not yet seen complete: after it, an end
   // event may fire over data a released wait or a cut-off kernel never wrote.
   if (auto failure = state_->failure()) {
-    error_ = Error(failure->category(), what_ + ": " + failure->what(), failure->backend_code());
+    error_ =
+        Error(failure->category(), name_.text() + ": " + failure->what(), failure->backend_code());
     return true;
   }
   cudaError_t rc = state_->cuda().event_query(*end_);
@@ -31,7 +32,7 @@ bool NcclWork::done() const {
   }
   if (rc != cudaErrorNotReady) {
     error_ = Error(ErrorCategory::kBackend,
-                   what_ + ": CUDA error " + state_->cuda().error_string(rc), rc);
+                   name_.text() + ": CUDA error " + state_->cuda().error_string(rc), rc);
     return true;
   }
   return false;
@@ -45,8 +46,9 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
   auto pause = std::chrono::microseconds(50);
   while (!done()) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      std::string why = what_ + " did not complete within " + std::to_string(timeout.count()) +
-                        " ms on rank " + std::to_string(state_->rank()) +
+      std::string why = name_.text() + " did not complete within " +
+                        std::to_string(timeout.count()) + " ms on rank " +
+                        std::to_string(state_->rank()) +
                         "; a peer may have failed or not called it";
       if (std::string diagnosis = state_->diagnose(call_); !diagnosis.empty())
         why += "; " + diagnosis;
@@ -71,7 +73,7 @@ void NcclWork::wait(StreamRef stream) {
   RTD_CUDA_CHECK(
       state_->cuda(),
       state_->cuda().stream_wait_event(static_cast<cudaStream_t>(stream.cuda_stream), *end_),
-      what_ + ": ordering a stream after it");
+      name_.text() + ": ordering a stream after it");
 }
 
 std::optional<Error> NcclWork::error() const {

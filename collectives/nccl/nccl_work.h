@@ -17,7 +17,7 @@ class NcclWork : public Work {
   // for the diagnosis of a timeout.
   // ran_on: the stream the operation ran on, when that was the caller's (a
   // wait on it is then already ordered); null otherwise.
-  NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end, std::string what,
+  NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end, CallName name,
            std::uint64_t call = 0, cudaStream_t ran_on = nullptr);
 
   bool done() const override;
@@ -29,7 +29,7 @@ class NcclWork : public Work {
  private:
   std::shared_ptr<CommState> state_;
   std::shared_ptr<cudaEvent_t> end_;  // shared with the in-flight list
-  std::string what_;
+  CallName name_;
   std::uint64_t call_;
   cudaStream_t ran_on_;
   mutable std::mutex mu_;

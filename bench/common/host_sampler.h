@@ -1,0 +1,30 @@
+// HostSampler: where the benchmark's own thread spends its host time, for
+// machines with no perf. While one is alive, SIGPROF interrupts the process
+// every `period` of CPU time and the handler, when it lands on the thread
+// that made the sampler, keeps that thread's call stack (return addresses).
+// write() prints each sample as "module+offset" frames, leaf first, one
+// sample a line, for addr2line to name offline against unstripped copies:
+//   bench/host_profile.py SAMPLES LIBDIR...
+// Benchmark code only: it takes the process's SIGPROF for its lifetime.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace rtd::bench {
+
+class HostSampler {
+ public:
+  // Starts off (keep(true) to take samples).
+  explicit HostSampler(std::chrono::microseconds period = std::chrono::microseconds(200));
+  ~HostSampler();  // stops sampling
+  HostSampler(const HostSampler&) = delete;
+  HostSampler& operator=(const HostSampler&) = delete;
+
+  // Keeps samples only while on (the timer runs regardless).
+  void keep(bool on);
+  // Stops sampling and writes the samples to path; returns how many.
+  int write(const std::string& path);
+};
+
+}  // namespace rtd::bench
