@@ -95,7 +95,7 @@ constexpr ConfigVar kVars[] = {
     {"RTD_NCCL_CTA_POLICY", "",
      "ncclConfig_t.CTAPolicy: default, efficiency (fewest thread blocks) or zero (copy engines "
      "where NCCL can)"},
-    {"RTD_NCCL_INLINE_BYTES", "0",
+    {"RTD_NCCL_INLINE_BYTES", "1048576",
      "NCCL collectives of at most this many bytes run on the caller's stream, without the "
      "events that order the communicator's stream (0: none)"},
     {"RTD_CE_STAGED", "0",
@@ -240,7 +240,8 @@ Config Config::from_env(const EnvMap& env) {
   c.ce_reduce_blocks = parse_int(env, "RTD_CE_REDUCE_BLOCKS", 1).value_or(-1);
   c.ce_copy_streams = parse_int(env, "RTD_CE_COPY_STREAMS", 1).value_or(0);
   c.ce_staged = parse_switch(env, "RTD_CE_STAGED");
-  c.nccl_inline_bytes = parse_int(env, "RTD_NCCL_INLINE_BYTES", 0).value_or(0);
+  c.nccl_inline_bytes =
+      parse_int(env, "RTD_NCCL_INLINE_BYTES", 0).value_or(Config::kNcclInlineBytes);
   c.nccl_split_share = parse_switch(env, "RTD_NCCL_SPLIT_SHARE");
   c.nccl_direct_init = parse_switch(env, "RTD_NCCL_DIRECT_INIT", true);
   if (!c.nccl_cta_policy.empty() && c.nccl_cta_policy != "default" &&

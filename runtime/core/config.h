@@ -63,19 +63,21 @@ struct Config {
   std::string flight_dir;                       // RTD_FLIGHT_DIR
   std::string backend = "auto";                 // RTD_BACKEND
   // NCCL communicator settings (-1 / empty: NCCL's default).
-  int nccl_cga_cluster_size = -1;   // RTD_NCCL_CGA_CLUSTER_SIZE
-  int nccl_min_ctas = -1;           // RTD_NCCL_MIN_CTAS
-  int nccl_max_ctas = -1;           // RTD_NCCL_MAX_CTAS
-  std::string nccl_net_name;        // RTD_NCCL_NET_NAME
-  std::string nccl_cta_policy;      // RTD_NCCL_CTA_POLICY: "", default, efficiency, zero
-  int ce_reduce_blocks = -1;        // RTD_CE_REDUCE_BLOCKS
-  int ce_copy_streams = 0;          // RTD_CE_COPY_STREAMS (0: unset, one stream)
-  bool ce_staged = false;           // RTD_CE_STAGED: all_reduce staged by copy engines
-  long long nccl_inline_bytes = 0;  // RTD_NCCL_INLINE_BYTES: small calls on the caller's stream
-  bool nccl_split_share = false;    // RTD_NCCL_SPLIT_SHARE: the data-path split shares resources
-  bool nccl_direct_init = true;  // RTD_NCCL_DIRECT_INIT: the data-path communicator made directly
-  std::string trace_dir;         // RTD_TRACE_DIR (empty: no trace)
-  int trace_events = 200000;     // RTD_TRACE_EVENTS: the ring's size
+  int nccl_cga_cluster_size = -1;  // RTD_NCCL_CGA_CLUSTER_SIZE
+  int nccl_min_ctas = -1;          // RTD_NCCL_MIN_CTAS
+  int nccl_max_ctas = -1;          // RTD_NCCL_MAX_CTAS
+  std::string nccl_net_name;       // RTD_NCCL_NET_NAME
+  std::string nccl_cta_policy;     // RTD_NCCL_CTA_POLICY: "", default, efficiency, zero
+  int ce_reduce_blocks = -1;       // RTD_CE_REDUCE_BLOCKS
+  int ce_copy_streams = 0;         // RTD_CE_COPY_STREAMS (0: unset, one stream)
+  bool ce_staged = false;          // RTD_CE_STAGED: all_reduce staged by copy engines
+  // RTD_NCCL_INLINE_BYTES: small calls on the caller's stream.
+  static constexpr long long kNcclInlineBytes = 1 << 20;
+  long long nccl_inline_bytes = kNcclInlineBytes;
+  bool nccl_split_share = false;  // RTD_NCCL_SPLIT_SHARE: the data-path split shares resources
+  bool nccl_direct_init = true;   // RTD_NCCL_DIRECT_INIT: the data-path communicator made directly
+  std::string trace_dir;          // RTD_TRACE_DIR (empty: no trace)
+  int trace_events = 200000;      // RTD_TRACE_EVENTS: the ring's size
 
   // Throws rtd::Error(kConfig) naming the variable when a value is malformed.
   static Config from_env(const EnvMap& env);

@@ -35,8 +35,9 @@ if want collectives; then
   # The sizes the copy-engine path stages, staged (RTD_CE_STAGED, as the rtd backend does).
   [ "$ngpu" -lt 2 ] || step collectives_staged_np$ngpu 240 "${dt[@]}" --env RTD_CE_STAGED=1 \
     --nproc-per-node="$ngpu" "$bin/gpu_collectives_test" --gtest_filter='Large/*'
-  # Again with calls up to 1 MiB on the caller's stream (RTD_NCCL_INLINE_BYTES).
-  step collectives_inline_np$ngpu 240 "${dt[@]}" --env RTD_NCCL_INLINE_BYTES=1048576 \
+  # Again with every call on the communicator's stream (by default calls up to
+  # 1 MiB run on the caller's: RTD_NCCL_INLINE_BYTES).
+  step collectives_commstream_np$ngpu 240 "${dt[@]}" --env RTD_NCCL_INLINE_BYTES=0 \
     --nproc-per-node="$ngpu" "$bin/gpu_collectives_test"
 fi
 # With a trace directory, as CTest's gpu.ce_shared.np2 runs it: its second case checks the spans.
