@@ -2,9 +2,9 @@
 # On the GPU machine (2 GPUs): the rtd backend's GPU tests, then its benchmark
 # against nccl and against our C++ collective_bench, from a bundle
 # (deploy/bundle.sh) holding dtrun, collective_bench and lib/rt_dist/python:
-#   [NANOGPT_DIR=DIR] [DEEP=0] tests/torch/gpu_run.sh BUNDLE OUT [PYTHON]
+#   [NANOGPT_DIR=DIR] [DEEP=0] [BENCH=0] tests/torch/gpu_run.sh BUNDLE OUT [PYTHON]
 # Logs and JSON go to OUT; a line "== NAME: exit RC" per step. DEEP=0 leaves
-# the benchmark of the deeper model (H=2048, L=48) out.
+# the benchmark of the deeper model (H=2048, L=48) out; BENCH=0 every benchmark.
 set -u
 b=$(cd "$1" && pwd) out=$2 py=${3:-python3}
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,6 +36,7 @@ step test_failure_late 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure late \
 step test_failure_exit 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure exit \
   "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=0
 grep -hE "checks passed|stream order|train:|^ok:|FAILED|Error" "$out"/test_*.log | head -30
+[ "${BENCH:-1}" = 0 ] && exit 0
 dt=("$b/bin/dtrun" --nproc-per-node=2 --env RTD_LOG=warn)
 step bench_torch 300 env BENCH_JSON="$out/bench_torch.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"
 grep -E "allreduce|step" "$out/bench_torch.log" | sed 's/^\[rank 0\]: //' | head -60
