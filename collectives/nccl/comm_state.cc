@@ -70,7 +70,7 @@ constexpr std::uint64_t kQueryEvery = 16;  // watch() calls per query of the new
 }  // namespace
 
 std::string CallName::text() const {
-  if (!text_.empty()) return text_;
+  if (!spelled.empty()) return spelled;
   return std::string("nccl ") + op + (recorded != 0 ? " #" + std::to_string(recorded) : "") +
          " on rank " + std::to_string(rank);
 }

@@ -29,8 +29,10 @@ struct CallName {
   const char* op = "";         // a string literal
   std::uint64_t recorded = 0;  // its flight-recorder number (0: not recorded)
   int rank = 0;
-  std::string text_;  // the whole name, where it was given as text (of())
-  static CallName of(std::string text) { return CallName{.text_ = std::move(text)}; }
+  std::string spelled;  // the whole name, where it was given as text (of())
+  static CallName of(std::string text, std::uint64_t recorded = 0) {
+    return CallName{.recorded = recorded, .spelled = std::move(text)};
+  }
   std::string text() const;
 };
 
@@ -59,7 +61,7 @@ class CommState : public std::enable_shared_from_this<CommState> {
   // Operations on one stream complete in order, so one query of the newest
   // retires all before it; it is made on every 16th call.
   // The flight-recorder numbers marked completed there once the end event
-  // fires: name.recorded, and calls (a group's, or a call named by text).
+  // fires: name.recorded, and a group's calls.
   void watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, CallName name,
              std::vector<std::uint64_t> calls = {});
   // Retires completed operations from the oldest end of each stream; names the

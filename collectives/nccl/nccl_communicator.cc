@@ -302,7 +302,7 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
   RTD_CUDA_CHECK(cuda, cuda.event_record(*end, run_on), name.text() + ": recording its end");
   state_->watch(run_on, end, name);
   unlaunched.launched();
-  return std::make_shared<NcclWork>(state_, std::move(end), name, recorded,
+  return std::make_shared<NcclWork>(state_, std::move(end), name,
                                     on_caller ? caller_stream : nullptr);
 }
 

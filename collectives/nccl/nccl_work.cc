@@ -8,12 +8,8 @@
 namespace rtd::nccl {
 
 NcclWork::NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end,
-                   CallName name, std::uint64_t call, cudaStream_t ran_on)
-    : state_(std::move(state)),
-      end_(std::move(end)),
-      name_(std::move(name)),
-      call_(call),
-      ran_on_(ran_on) {}
+                   CallName name, cudaStream_t ran_on)
+    : state_(std::move(state)), end_(std::move(end)), name_(std::move(name)), ran_on_(ran_on) {}
 
 bool NcclWork::done() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -50,7 +46,7 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
                         std::to_string(timeout.count()) + " ms on rank " +
                         std::to_string(state_->rank()) +
                         "; a peer may have failed or not called it";
-      if (std::string diagnosis = state_->diagnose(call_); !diagnosis.empty())
+      if (std::string diagnosis = state_->diagnose(name_.recorded); !diagnosis.empty())
         why += "; " + diagnosis;
       state_->abort(why);
       std::lock_guard<std::mutex> lock(mu_);

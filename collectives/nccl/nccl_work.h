@@ -13,12 +13,12 @@ namespace rtd::nccl {
 
 class NcclWork : public Work {
  public:
-  // call: the operation's number in the flight recorder (0: not recorded),
-  // for the diagnosis of a timeout.
+  // name.recorded: the operation's number in the flight recorder (0: not
+  // recorded), for the diagnosis of a timeout.
   // ran_on: the stream the operation ran on, when that was the caller's (a
   // wait on it is then already ordered); null otherwise.
   NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end, CallName name,
-           std::uint64_t call = 0, cudaStream_t ran_on = nullptr);
+           cudaStream_t ran_on = nullptr);
 
   bool done() const override;
   void wait() override { wait(state_->timeout()); }
@@ -30,7 +30,6 @@ class NcclWork : public Work {
   std::shared_ptr<CommState> state_;
   std::shared_ptr<cudaEvent_t> end_;  // shared with the in-flight list
   CallName name_;
-  std::uint64_t call_;
   cudaStream_t ran_on_;
   mutable std::mutex mu_;
   mutable std::optional<Error> error_;
