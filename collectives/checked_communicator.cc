@@ -11,9 +11,11 @@ CheckedCommunicator::CheckedCommunicator(std::unique_ptr<Communicator> inner,
                                          std::chrono::milliseconds timeout)
     : inner_(std::move(inner)), store_(std::move(store)), timeout_(timeout) {}
 
-void CheckedCommunicator::check(const CallDescription& what) {
+void CheckedCommunicator::check(const CallDescription& what) { check(what.op, what.args.text()); }
+
+void CheckedCommunicator::check(const char* op, const std::string& args) {
   const std::uint64_t seq = ++seq_;
-  const std::string call = std::string(what.op) + " (" + what.args + ")";
+  const std::string call = std::string(op) + " (" + args + ")";
   const std::string prefix = "check/" + std::to_string(seq) + "/";
   store_->set(prefix + std::to_string(rank()), call);
   std::vector<std::string> calls(size());
@@ -74,7 +76,7 @@ std::shared_ptr<Work> CheckedCommunicator::barrier(StreamRef stream) {
 }
 
 std::unique_ptr<Communicator> CheckedCommunicator::split(int color, int key) {
-  check({"split", ""});
+  check("split", "");
   const int n = splits_++;
   auto child = inner_->split(color, key);
   if (!child) return nullptr;
@@ -94,19 +96,19 @@ std::string buffers_args(const std::vector<BufferView>& buffers) {
 
 std::unique_ptr<PersistentAllReduce> CheckedCommunicator::persistent_all_reduce(
     std::vector<BufferView> buffers, ReduceOp op, PersistentOptions options) {
-  check({"persistent_all_reduce", buffers_args(buffers) + ", " + std::string(to_string(op))});
+  check("persistent_all_reduce", buffers_args(buffers) + ", " + std::string(to_string(op)));
   return inner_->persistent_all_reduce(std::move(buffers), op, options);
 }
 
 std::unique_ptr<PersistentShardCollective> CheckedCommunicator::persistent_all_gather(
     std::vector<BufferView> sources, PersistentOptions options) {
-  check({"persistent_all_gather", buffers_args(sources)});
+  check("persistent_all_gather", buffers_args(sources));
   return inner_->persistent_all_gather(std::move(sources), options);
 }
 
 std::unique_ptr<PersistentShardCollective> CheckedCommunicator::persistent_reduce_scatter(
     std::vector<BufferView> sources, ReduceOp op, PersistentOptions options) {
-  check({"persistent_reduce_scatter", buffers_args(sources) + ", " + std::string(to_string(op))});
+  check("persistent_reduce_scatter", buffers_args(sources) + ", " + std::string(to_string(op)));
   return inner_->persistent_reduce_scatter(std::move(sources), op, options);
 }
 

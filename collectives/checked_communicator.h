@@ -64,6 +64,7 @@ class CheckedCommunicator : public Communicator {
  private:
   // Throws unless every rank calls the same (op, args) as this rank's next collective.
   void check(const CallDescription& what);
+  void check(const char* op, const std::string& args);
 
   std::unique_ptr<Communicator> inner_;
   std::shared_ptr<Store> store_;

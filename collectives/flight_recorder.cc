@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "rt_dist/trace.h"
+#include "runtime/core/coarse_clock.h"
 #include "runtime/core/log.h"
 
 namespace rtd {
@@ -60,19 +61,40 @@ std::string call_args(const BufferView& buf, const std::string& extra) {
          (extra.empty() ? "" : ", " + extra);
 }
 
+std::string CallArgs::text() const {
+  if (!has_buffer) return "";
+  std::string out = std::string(to_string(dtype)) + " x " + std::to_string(count);
+  if (reduces) out += ", " + std::string(to_string(op));
+  if (root >= 0) out += ", root " + std::to_string(root);
+  return out;
+}
+
 namespace describe {
+namespace {
+CallArgs of(const BufferView& buf) {
+  return CallArgs{.has_buffer = true, .dtype = buf.dtype, .count = buf.count};
+}
+CallArgs reducing(const BufferView& buf, ReduceOp op) {
+  CallArgs args = of(buf);
+  args.reduces = true;
+  args.op = op;
+  return args;
+}
+}  // namespace
 CallDescription all_reduce(const BufferView& in, ReduceOp op) {
-  return {"all_reduce", call_args(in, std::string(to_string(op)))};
+  return {"all_reduce", reducing(in, op)};
 }
 CallDescription broadcast(const BufferView& buf, int root) {
-  return {"broadcast", call_args(buf, "root " + std::to_string(root))};
+  CallArgs args = of(buf);
+  args.root = root;
+  return {"broadcast", args};
 }
-CallDescription all_gather(const BufferView& in) { return {"all_gather", call_args(in)}; }
+CallDescription all_gather(const BufferView& in) { return {"all_gather", of(in)}; }
 CallDescription reduce_scatter(const BufferView& out, ReduceOp op) {
-  return {"reduce_scatter", call_args(out, std::string(to_string(op)))};
+  return {"reduce_scatter", reducing(out, op)};
 }
-CallDescription all_to_all(const BufferView& in) { return {"all_to_all", call_args(in)}; }
-CallDescription barrier() { return {"barrier", ""}; }
+CallDescription all_to_all(const BufferView& in) { return {"all_to_all", of(in)}; }
+CallDescription barrier() { return {"barrier", CallArgs{}}; }
 }  // namespace describe
 
 FlightRecorder::FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
@@ -117,39 +139,73 @@ FlightRecorder::~FlightRecorder() {
 
 std::string FlightRecorder::key(int rank) const { return "flight/" + std::to_string(rank); }
 
-std::uint64_t FlightRecorder::record(std::string op, std::string args) {
+FlightRecorder::Call FlightRecorder::Entry::call() const {
+  return Call{.seq = seq,
+              .op = op != nullptr ? std::string(op) : op_text,
+              .args = op != nullptr ? args.text() : args_text,
+              .at_ms = at_ms,
+              .done = done,
+              .at_us = at_us,
+              .trace_note = trace_note};
+}
+
+std::uint64_t FlightRecorder::oldest_seq() const {
+  return next_seq_ > kCapacity ? next_seq_ - kCapacity : 1;
+}
+
+FlightRecorder::Entry& FlightRecorder::next_entry() {
+  if (ring_.size() < kCapacity) ring_.emplace_back();
+  Entry& e = ring_[(next_seq_ - 1) % kCapacity];
+  e.seq = next_seq_;
+  e.op = nullptr;
+  e.op_text.clear();  // clear() keeps a reused slot's storage: no allocation
+  e.args_text.clear();
+  e.at_ms = coarse::unix_ms();  // for ages in seconds
+  e.at_us = trace::enabled() ? trace::now_us() : 0;
+  e.done = false;
+  e.trace_note.clear();
+  return e;
+}
+
+std::uint64_t FlightRecorder::record(const char* op, const CallArgs& args) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (ring_.size() == kCapacity) ring_.pop_front();
-  ring_.push_back(Call{.seq = next_seq_,
-                       .op = clean(std::move(op)),
-                       .args = clean(std::move(args)),
-                       .at_ms = now_ms(),
-                       .at_us = trace::enabled() ? trace::now_us() : 0});
+  Entry& e = next_entry();
+  e.op = op;
+  e.args = args;
   return next_seq_++;
 }
 
-FlightRecorder::Call* FlightRecorder::find(std::uint64_t seq) {
-  if (ring_.empty() || seq < ring_.front().seq || seq > ring_.back().seq) return nullptr;
-  return &ring_[seq - ring_.front().seq];  // numbers are consecutive in the ring
+std::uint64_t FlightRecorder::record(std::string op, std::string args) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = next_entry();
+  e.op_text = clean(std::move(op));
+  e.args_text = clean(std::move(args));
+  return next_seq_++;
+}
+
+FlightRecorder::Entry* FlightRecorder::find(std::uint64_t seq) {
+  if (seq < oldest_seq() || seq >= next_seq_) return nullptr;
+  return &ring_[(seq - 1) % kCapacity];
 }
 
 void FlightRecorder::completed(std::uint64_t seq) {
   std::lock_guard<std::mutex> lock(mu_);
-  Call* c = find(seq);
-  if (!c || c->done) return;
-  c->done = true;
+  Entry* e = find(seq);
+  if (!e || e->done) return;
+  e->done = true;
   // In the trace: from the call until its completion was seen (on a GPU, by
   // the watchdog's poll of the collective's end event).
-  if (c->at_us > 0) {
-    trace::span(c->op, "collective", trace_track_, c->at_us, trace::now_us(),
-                c->trace_note.empty() ? c->args : c->args + ", " + c->trace_note);
+  if (e->at_us > 0) {
+    const Call c = e->call();
+    trace::span(c.op, "collective", trace_track_, c.at_us, trace::now_us(),
+                c.trace_note.empty() ? c.args : c.args + ", " + c.trace_note);
   }
 }
 
 void FlightRecorder::annotate(std::uint64_t seq, std::string note) {
   if (!trace::enabled()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (Call* c = find(seq)) c->trace_note = std::move(note);
+  if (Entry* e = find(seq)) e->trace_note = std::move(note);
 }
 
 void FlightRecorder::check_hang() {
@@ -157,9 +213,9 @@ void FlightRecorder::check_hang() {
   std::optional<Call> oldest;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const Call& c : ring_) {
-      if (!c.done) {
-        oldest = c;
+    for (std::uint64_t seq = oldest_seq(); seq < next_seq_; ++seq) {
+      if (const Entry* e = find(seq); !e->done) {
+        oldest = e->call();
         break;
       }
     }
@@ -175,8 +231,14 @@ void FlightRecorder::check_hang() {
 
 std::vector<FlightRecorder::Call> FlightRecorder::recent(std::size_t n) const {
   std::lock_guard<std::mutex> lock(mu_);
-  n = std::min(n, ring_.size());
-  return {ring_.end() - static_cast<std::ptrdiff_t>(n), ring_.end()};
+  const std::uint64_t end = next_seq_;
+  const std::uint64_t begin =
+      std::max<std::uint64_t>(oldest_seq(), end - std::min<std::uint64_t>(n, end - 1));
+  std::vector<Call> calls;
+  calls.reserve(end - begin);
+  for (std::uint64_t seq = begin; seq < end; ++seq)
+    calls.push_back(ring_[(seq - 1) % kCapacity].call());
+  return calls;
 }
 
 void FlightRecorder::publish() {
@@ -209,7 +271,7 @@ std::string FlightRecorder::diagnose(std::uint64_t seq) {
   std::optional<Call> mine;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (const Call* c = find(seq)) mine = *c;
+    if (const Entry* e = find(seq)) mine = e->call();
   }
   if (!mine) return "";
   publish();  // so that peers diagnosing the same hang see this rank's newest call

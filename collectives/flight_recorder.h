@@ -44,6 +44,19 @@ struct FlightOptions {
   std::chrono::milliseconds store_limit{5'000};
 };
 
+// What ranks must agree on in a call, as plain data: recording a call copies
+// these fields; the text ("float32 x 1024, sum") is spelled out only when a
+// report is published or a call diagnosed.
+struct CallArgs {
+  bool has_buffer = false;  // none: a barrier's (no text)
+  DType dtype = DType::kFloat32;
+  std::size_t count = 0;
+  bool reduces = false;  // op is the call's reduction
+  ReduceOp op = ReduceOp::kSum;
+  int root = -1;  // a broadcast's root, or -1
+  std::string text() const;
+};
+
 class FlightRecorder {
  public:
   struct Call {
@@ -73,6 +86,9 @@ class FlightRecorder {
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // On the calling thread, once per collective, in call order; returns its seq.
+  // The plain form (op a string literal) allocates nothing and formats no
+  // text: the data path's; the text form is for callers that have only text.
+  std::uint64_t record(const char* op, const CallArgs& args);
   std::uint64_t record(std::string op, std::string args);
   // Call seq finished (completed or failed); calls may finish in any order.
   void completed(std::uint64_t seq);
@@ -114,7 +130,23 @@ class FlightRecorder {
   static constexpr std::size_t kPublished = 16;   // newest calls each report carries
 
  private:
-  Call* find(std::uint64_t seq);  // in the ring, or null (caller holds mu_)
+  // One call in the ring, as recorded: plain data, or text (op_text and
+  // args_text) from the text form; spelled out as a Call when read.
+  struct Entry {
+    std::uint64_t seq = 0;
+    const char* op = nullptr;  // the plain form's (a string literal)
+    CallArgs args;
+    std::string op_text;  // the text form's
+    std::string args_text;
+    std::int64_t at_ms = 0;
+    std::int64_t at_us = 0;
+    bool done = false;
+    std::string trace_note;
+    Call call() const;
+  };
+  Entry& next_entry();               // the ring's slot for the next call, reset (caller holds mu_)
+  Entry* find(std::uint64_t seq);    // in the ring, or null (caller holds mu_)
+  std::uint64_t oldest_seq() const;  // of the calls in the ring (caller holds mu_)
   std::string key(int rank) const;
   void publisher_loop();
   void check_hang();  // the live warning
@@ -131,7 +163,9 @@ class FlightRecorder {
   std::function<void(const std::string&)> on_hang_;
   std::uint64_t warned_seq_ = 0;  // the newest call warned about (publisher thread only)
   mutable std::mutex mu_;
-  std::deque<Call> ring_;
+  // The newest kCapacity calls: seq s at ring_[(s - 1) % kCapacity], grown to
+  // kCapacity and then reused in place.
+  std::vector<Entry> ring_;
   std::string trace_track_;  // "comm <n>": this communicator's row in the trace
   std::uint64_t next_seq_ = 1;
   std::uint64_t published_seq_ = 0;  // newest seq in the store
@@ -165,7 +199,7 @@ std::string call_args(const BufferView& buf, const std::string& extra = "");
 // compares it: its name and what ranks must agree on.
 struct CallDescription {
   const char* op;
-  std::string args;
+  CallArgs args;
 };
 namespace describe {
 CallDescription all_reduce(const BufferView& in, ReduceOp op);

@@ -60,8 +60,8 @@ class GlooCommunicator : public Communicator {
   template <typename Fn>
   std::shared_ptr<Work> enqueue(const char* op, std::uint32_t tag, std::uint64_t call, Fn&& fn,
                                 std::shared_ptr<CpuWork> work = nullptr);
-  std::uint64_t record(CallDescription call) {
-    return recorder_->record(call.op, std::move(call.args));
+  std::uint64_t record(const CallDescription& call) {
+    return recorder_->record(call.op, call.args);
   }
   std::uint32_t next_tag() { return next_tag_++; }
   std::shared_ptr<Work> point_to_point(bool is_send, BufferView buf, int peer, int tag);

@@ -81,8 +81,8 @@ class MpiCommunicator : public Communicator {
                  CpuWork& work);
   std::shared_ptr<Work> point_to_point(bool is_send, BufferView buf, int peer, int tag,
                                        StreamRef stream);
-  std::uint64_t record(CallDescription call) {
-    return recorder_->record(call.op, std::move(call.args));
+  std::uint64_t record(const CallDescription& call) {
+    return recorder_->record(call.op, call.args);
   }
 
   std::shared_ptr<MpiSession> session_;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "runtime/core/coarse_clock.h"
+
 namespace rtd::nccl {
 namespace {
 std::int64_t now_ns() {
@@ -31,7 +33,11 @@ CallWatchdog::~CallWatchdog() {
 
 void CallWatchdog::begin(const char* what) {
   what_.store(what, std::memory_order_relaxed);
-  started_ns_.store(now_ns(), std::memory_order_relaxed);
+  // The tick's time (a few ms early at most): bounds of seconds need no more.
+  started_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(coarse::steady_now().time_since_epoch())
+          .count(),
+      std::memory_order_relaxed);
   seq_.fetch_add(1, std::memory_order_release);  // now odd
 }
 

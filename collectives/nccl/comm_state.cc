@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "collectives/nccl/nccl_check.h"
+#include "runtime/core/coarse_clock.h"
 #include "runtime/core/log.h"
 
 namespace rtd::nccl {
@@ -28,17 +29,16 @@ bool run_bounded(Fn fn, std::chrono::milliseconds bound) {
 }
 }  // namespace
 
-CommState::~CommState() {
-  for (cudaEvent_t e : free_events_)
-    RTD_CUDA_CHECK_WARN(*cuda_, cuda_->event_destroy(e), "event destroy");
+CommState::EventPool::~EventPool() {
+  for (cudaEvent_t e : free_) RTD_CUDA_CHECK_WARN(*cuda_, cuda_->event_destroy(e), "event destroy");
 }
 
-cudaEvent_t CommState::take_event() {
+cudaEvent_t CommState::EventPool::take() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!free_events_.empty()) {
-      cudaEvent_t e = free_events_.back();
-      free_events_.pop_back();
+    if (!free_.empty()) {
+      cudaEvent_t e = free_.back();
+      free_.pop_back();
       return e;
     }
   }
@@ -47,22 +47,22 @@ cudaEvent_t CommState::take_event() {
   return e;
 }
 
-void CommState::give_event(cudaEvent_t event) {
+void CommState::EventPool::give(cudaEvent_t event) {
   std::lock_guard<std::mutex> lock(mu_);
-  free_events_.push_back(event);
+  free_.push_back(event);
 }
 
 std::shared_ptr<cudaEvent_t> CommState::take_end_event() {
-  std::weak_ptr<CommState> weak = weak_from_this();
-  std::shared_ptr<CudaApi> cuda = cuda_;
-  return std::shared_ptr<cudaEvent_t>(new cudaEvent_t(take_event()), [weak, cuda](cudaEvent_t* e) {
-    if (auto state = weak.lock()) {
-      state->give_event(*e);
-    } else {
-      cuda->event_destroy(*e);
-    }
-    delete e;
-  });
+  struct Held {  // the event and the pool it goes back to, beside the shared count
+    Held(cudaEvent_t e, std::shared_ptr<EventPool> p) : event(e), pool(std::move(p)) {}
+    ~Held() { pool->give(event); }
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    cudaEvent_t event;
+    std::shared_ptr<EventPool> pool;
+  };
+  auto held = std::make_shared<Held>(events_->take(), events_);
+  return std::shared_ptr<cudaEvent_t>(held, &held->event);  // shares held's count
 }
 
 namespace {
@@ -81,38 +81,42 @@ void CommState::mark_completed(const InFlight& op) {
   for (std::uint64_t call : op.calls) recorder_->completed(call);
 }
 
+void CommState::StreamOps::pop_front() {
+  ops[head++] = InFlight{};  // lets go of its end event now
+  if (head == ops.size()) clear();
+}
+
 void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, CallName name,
                       std::vector<std::uint64_t> calls) {
-  std::deque<InFlight> retired;  // released after the lock (their events go back to the pool)
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
-                         [&](const auto& entry) { return entry.first == stream; });
-  if (it == in_flight_.end()) it = in_flight_.insert(in_flight_.end(), {stream, {}});
-  std::deque<InFlight>& list = it->second;
+                         [&](const StreamOps& s) { return s.stream == stream; });
+  if (it == in_flight_.end()) it = in_flight_.insert(in_flight_.end(), StreamOps{.stream = stream});
+  StreamOps& list = *it;
   if (++watched_ % kQueryEvery == 0 && !list.empty() &&
-      cuda_->event_query(*list.back().end) == cudaSuccess) {
-    retired.swap(list);  // the newest is done, so is everything before it on this stream
-    for (const InFlight& op : retired) mark_completed(op);
+      cuda_->event_query(*list.ops.back().end) == cudaSuccess) {
+    // The newest is done, so is everything before it on this stream.
+    for (std::size_t i = list.head; i < list.ops.size(); ++i) mark_completed(list.ops[i]);
+    list.clear();  // the events go back to the pool (its lock is taken alone)
   }
-  list.push_back({std::move(end), std::chrono::steady_clock::now() + timeout_, std::move(name),
-                  std::move(calls)});
+  // A deadline of seconds needs no finer clock than the tick's.
+  list.ops.push_back(
+      {std::move(end), coarse::steady_now() + timeout_, std::move(name), std::move(calls)});
 }
 
 std::optional<std::string> CommState::overdue() {
-  std::vector<InFlight> retired;
   std::optional<std::pair<std::string, std::uint64_t>> late;  // what, call
   {
     std::lock_guard<std::mutex> lock(in_flight_mu_);
-    for (auto& [stream, list] : in_flight_) {
+    for (StreamOps& list : in_flight_) {
       while (!late && !list.empty()) {
-        InFlight& oldest = list.front();
+        InFlight& oldest = list.ops[list.head];
         if (cuda_->event_query(*oldest.end) == cudaErrorNotReady) {
           if (std::chrono::steady_clock::now() >= oldest.deadline)
             late.emplace(oldest.name.text(), oldest.diagnosed());
           break;
         }
-        mark_completed(oldest);
-        retired.push_back(std::move(oldest));  // complete, or failed: its Work reports that
+        mark_completed(oldest);  // complete, or failed: its Work reports that
         list.pop_front();
       }
     }
@@ -133,7 +137,7 @@ std::string CommState::diagnose(std::uint64_t call) {
 std::size_t CommState::in_flight() {
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   std::size_t n = 0;
-  for (const auto& entry : in_flight_) n += entry.second.size();
+  for (const StreamOps& list : in_flight_) n += list.ops.size() - list.head;
   return n;
 }
 
@@ -148,6 +152,7 @@ std::optional<Error> CommState::failure() {
   if (state != ncclSuccess && state != ncclInProgress) {
     failure_ = nccl_error(*nccl_, comm_, state,
                           "NCCL communicator of rank " + std::to_string(rank_) + " failed");
+    failed_.store(true, std::memory_order_release);
   }
   return failure_;
 }
@@ -193,20 +198,22 @@ void CommState::abort(const std::string& why, ErrorCategory category) {
       failure_ = Error(category,
                        "NCCL communicator of rank " + std::to_string(rank_) + " aborted: " + why);
     }
+    failed_.store(true, std::memory_order_release);
     comm = gone_ ? nullptr : comm_;
     gone_ = true;
     hooks.swap(abort_hooks_);
   }
   for (auto& hook : hooks) hook();
-  std::vector<std::pair<cudaStream_t, std::deque<InFlight>>> dropped;  // nothing left to watch
+  std::vector<StreamOps> dropped;  // nothing left to watch
   {
     std::lock_guard<std::mutex> lock(in_flight_mu_);
     dropped.swap(in_flight_);
   }
-  for (const auto& [stream, list] : dropped) {
-    for (const InFlight& op : list) mark_completed(op);  // failed by the abort
+  for (const StreamOps& list : dropped) {
+    for (std::size_t i = list.head; i < list.ops.size(); ++i) {
+      mark_completed(list.ops[i]);  // failed by the abort
+    }
   }
-  dropped.clear();  // outside the lock: the events go back to the pool
   if (comm == nullptr) return;
   log::get("nccl")->error("rank {}: aborting the NCCL communicator: {}", rank_, why);
   auto nccl = nccl_;

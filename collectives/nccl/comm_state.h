@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -40,8 +39,11 @@ class CommState : public std::enable_shared_from_this<CommState> {
  public:
   CommState(std::shared_ptr<NcclApi> nccl, std::shared_ptr<CudaApi> cuda, int rank,
             std::chrono::milliseconds timeout)
-      : nccl_(std::move(nccl)), cuda_(std::move(cuda)), rank_(rank), timeout_(timeout) {}
-  ~CommState();  // destroys the pooled events
+      : nccl_(std::move(nccl)),
+        cuda_(std::move(cuda)),
+        rank_(rank),
+        timeout_(timeout),
+        events_(std::make_shared<EventPool>(cuda_)) {}
 
   NcclApi& nccl() { return *nccl_; }
   CudaApi& cuda() { return *cuda_; }
@@ -51,7 +53,8 @@ class CommState : public std::enable_shared_from_this<CommState> {
   void set_comm(ncclComm_t comm) { comm_ = comm; }
 
   // An operation's end event from the pool, shared by its Work and the
-  // in-flight list; it goes back to the pool once both have let go.
+  // in-flight list; it goes back to the pool once both have let go (one
+  // allocation, the shared count and the pool's reference together).
   std::shared_ptr<cudaEvent_t> take_end_event();
 
   // [In flight] Watches an operation whose end event was just recorded on
@@ -80,9 +83,16 @@ class CommState : public std::enable_shared_from_this<CommState> {
   std::uint64_t record(std::string op, std::string args) {
     return recorder_ ? recorder_->record(std::move(op), std::move(args)) : 0;
   }
+  std::uint64_t record(const CallDescription& call) {
+    return recorder_ ? recorder_->record(call.op, call.args) : 0;
+  }
 
   // The communicator's error once it failed (an asynchronous NCCL error or an abort).
   std::optional<Error> failure();
+  // Whether failure() has found an error or an abort happened: one atomic
+  // load, for the data path, which asks failure() itself only now and then
+  // (NCCL refuses a call on a communicator with an asynchronous error anyway).
+  bool known_failed() const { return failed_.load(std::memory_order_acquire); }
   // Polls NCCL until the last call on the communicator finished (nonblocking
   // mode answers ncclInProgress meanwhile); aborts and throws kTimeout at deadline.
   void settle(ncclComm_t comm, const std::string& what,
@@ -106,16 +116,28 @@ class CommState : public std::enable_shared_from_this<CommState> {
   void deregister_buffer(void* handle);
 
  private:
-  cudaEvent_t take_event();  // from the pool, or a new one
-  void give_event(cudaEvent_t event);
+  // Events for reuse. Its lock is taken last and alone: events go back to it
+  // from anywhere (the in-flight list's lock held, or no CommState left).
+  class EventPool {
+   public:
+    explicit EventPool(std::shared_ptr<CudaApi> cuda) : cuda_(std::move(cuda)) {}
+    ~EventPool();        // destroys the pooled events
+    cudaEvent_t take();  // from the pool, or a new one
+    void give(cudaEvent_t event);
+
+   private:
+    std::shared_ptr<CudaApi> cuda_;
+    std::mutex mu_;
+    std::vector<cudaEvent_t> free_;
+  };
 
   std::shared_ptr<NcclApi> nccl_;
   std::shared_ptr<CudaApi> cuda_;
   const int rank_;
   const std::chrono::milliseconds timeout_;
   ncclComm_t comm_ = nullptr;
+  std::shared_ptr<EventPool> events_;
   std::mutex mu_;
-  std::vector<cudaEvent_t> free_events_;
   std::set<void*> registrations_;  // live ncclCommRegister handles
   std::vector<std::function<void()>> abort_hooks_;
   struct InFlight {
@@ -127,13 +149,27 @@ class CommState : public std::enable_shared_from_this<CommState> {
       return name.recorded ? name.recorded : calls.empty() ? 0 : calls.front();
     }
   };
+  // One stream's operations in flight, oldest first from head; the vector
+  // keeps its storage as operations retire, so watching allocates nothing.
+  struct StreamOps {
+    cudaStream_t stream = nullptr;
+    std::vector<InFlight> ops;
+    std::size_t head = 0;  // ops before it have retired
+    bool empty() const { return head == ops.size(); }
+    void pop_front();
+    void clear() {
+      ops.clear();
+      head = 0;
+    }
+  };
   void mark_completed(const InFlight& op);  // in the flight recorder
   std::shared_ptr<FlightRecorder> recorder_;
-  std::mutex in_flight_mu_;  // never held while events go back to the pool (mu_)
-  std::vector<std::pair<cudaStream_t, std::deque<InFlight>>> in_flight_;  // per stream
+  std::mutex in_flight_mu_;
+  std::vector<StreamOps> in_flight_;
   std::uint64_t watched_ = 0;
   std::atomic<bool> aborted_{false};
-  bool gone_ = false;  // the handle was destroyed or aborted
+  std::atomic<bool> failed_{false};  // failure_ is set
+  bool gone_ = false;                // the handle was destroyed or aborted
   std::optional<Error> failure_;
 };
 

@@ -16,6 +16,7 @@
 
 namespace rtd::nccl {
 namespace {
+constexpr std::uint64_t kFailureQueryEvery = 16;  // launches per query of NCCL's async error
 
 std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
   return std::chrono::steady_clock::now() + timeout;
@@ -218,6 +219,10 @@ void NcclCommunicator::throw_call_failed(ncclResult_t rc, const std::string& wha
                     " ms on rank " + std::to_string(rank_) +
                     "; a peer may be missing or stuck (communicator aborted)");
   }
+  // A call refused because the communicator failed names the failure.
+  if (auto failure = state_->failure()) {
+    throw Error(failure->category(), what + ": " + failure->what(), failure->backend_code());
+  }
   throw nccl_error(state_->nccl(), state_->comm(), rc, what);
 }
 
@@ -255,8 +260,14 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
   // Collectives by their flight-recorder number (1-based, collectives only);
   // the name is spelled out only for an error.
   const CallName name{.op = op, .recorded = recorded, .rank = rank_};
-  if (auto failure = state_->failure()) {
-    throw Error(failure->category(), name.text() + ": " + failure->what(), failure->backend_code());
+  // A failure already known refuses the call; NCCL's asynchronous error is
+  // asked for on every kFailureQueryEvery-th call only (NCCL itself refuses a
+  // call on a failed communicator, and throw_call_failed then names why).
+  if (state_->known_failed() || seq_ % kFailureQueryEvery == 0) {
+    if (auto failure = state_->failure()) {
+      throw Error(failure->category(), name.text() + ": " + failure->what(),
+                  failure->backend_code());
+    }
   }
   CudaApi& cuda = state_->cuda();
   auto caller_stream = static_cast<cudaStream_t>(caller.cuda_stream);

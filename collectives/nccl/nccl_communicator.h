@@ -92,9 +92,7 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> launch_staged(const char* op, std::uint64_t recorded, StreamRef caller,
                                       StagedCollectives::Slot& slot, const BufferView& in,
                                       const BufferView& out);
-  std::uint64_t record(CallDescription call) {
-    return state_->record(call.op, std::move(call.args));
-  }
+  std::uint64_t record(const CallDescription& call) { return state_->record(call); }
   CeSetup ce_setup(std::vector<BufferView> buffers, ReduceOp op, Store* store) const;
   std::unique_ptr<PersistentShardCollective> persistent_shard_collective(
       std::vector<BufferView> sources, bool gather, ReduceOp op, PersistentOptions options);

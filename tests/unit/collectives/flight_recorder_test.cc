@@ -37,6 +37,50 @@ TEST(FlightRecorder, NumbersCallsFromOneAndKeepsTheNewestInItsRing) {
   EXPECT_EQ(last[0].op, "barrier");
 }
 
+// The data path records plain fields; they read back as the same text the
+// text form stores, and a slot reused by the other form keeps nothing of the
+// call it held before.
+TEST(FlightRecorder, PlainCallsReadBackAsTheTextPeersCompare) {
+  FlightRecorder recorder(nullptr, 0, 1);
+  const BufferView buf{.count = 16, .dtype = DType::kBFloat16};
+  auto reduce = describe::all_reduce(buf, ReduceOp::kMax);
+  auto bcast = describe::broadcast(buf, 3);
+  auto bar = describe::barrier();
+  recorder.record(reduce.op, reduce.args);
+  recorder.record(bcast.op, bcast.args);
+  recorder.record(bar.op, bar.args);
+  auto calls = recorder.recent(3);
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].op, "all_reduce");
+  EXPECT_EQ(calls[0].args, call_args(buf, "max"));
+  EXPECT_EQ(calls[1].args, "bfloat16 x 16, root 3");
+  EXPECT_EQ(calls[2].op, "barrier");
+  EXPECT_EQ(calls[2].args, "");
+  EXPECT_FALSE(calls[0].done);
+  EXPECT_GT(calls[0].at_ms, 0);
+
+  // Around the ring twice, alternating the forms slot by slot.
+  for (std::size_t i = 0; i < 2 * FlightRecorder::kCapacity; ++i) {
+    if (i % 2 == 0) {
+      recorder.record("text_op", "text args");
+    } else {
+      recorder.record(reduce.op, reduce.args);
+    }
+  }
+  auto all = recorder.recent(FlightRecorder::kCapacity);
+  ASSERT_EQ(all.size(), FlightRecorder::kCapacity);
+  EXPECT_EQ(all.back().seq, 2 * FlightRecorder::kCapacity + 3);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i].seq, all.front().seq + i);
+    const bool text = (all[i].seq - 4) % 2 == 0;
+    EXPECT_EQ(all[i].op, text ? "text_op" : "all_reduce") << all[i].seq;
+    EXPECT_EQ(all[i].args, text ? "text args" : "bfloat16 x 16, max") << all[i].seq;
+  }
+  recorder.completed(all.back().seq);
+  EXPECT_TRUE(recorder.recent(1)[0].done);
+  recorder.completed(1);  // long gone from the ring: nothing to mark
+}
+
 TEST(FlightRecorder, ReportsSurviveTheirTextForm) {
   Report report{.published_ms = 42, .calls = {call(7, "all_reduce"), call(8, "barrier", "")}};
   auto back = FlightRecorder::decode(FlightRecorder::encode(report));
