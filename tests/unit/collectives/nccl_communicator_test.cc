@@ -369,6 +369,45 @@ TEST_F(NcclWithFakes, AsyncErrorSurfacesThroughWork) {
   nccl_->async_state = ncclSuccess;
 }
 
+// The data path asks NCCL for its asynchronous error on every 16th call
+// only: a call NCCL refuses meanwhile names the communicator's failure, and
+// once known the failure refuses every later call before NCCL sees it.
+TEST_F(NcclWithFakes, CallsAfterAnAsyncErrorAreRefusedNamingIt) {
+  auto comm = make();
+  base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  nccl_->async_state = ncclRemoteError;
+  nccl_->collective_result = ncclInvalidUsage;  // NCCL's answer on a failed communicator
+  try {
+    base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+    FAIL() << "expected the failed communicator to refuse";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("all_reduce"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("communicator of rank 0 failed"), std::string::npos)
+        << e.what();
+  }
+  nccl_->collective_result = ncclSuccess;
+  const int calls = log_.count("all_reduce");
+  EXPECT_THROW(base(*comm).all_reduce(device_view(4), ReduceOp::kSum), Error);
+  EXPECT_EQ(log_.count("all_reduce"), calls) << "a known failure is refused before NCCL";
+  nccl_->async_state = ncclSuccess;
+}
+
+TEST_F(NcclWithFakes, AnAsyncErrorNcclDoesNotReportIsFoundWithinSixteenCalls) {
+  auto comm = make();
+  nccl_->async_state = ncclRemoteError;  // NCCL still takes calls (collective_result success)
+  int taken = 0;
+  for (; taken < 40; ++taken) {
+    try {
+      base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("remote peer went away"), std::string::npos) << e.what();
+      break;
+    }
+  }
+  EXPECT_LT(taken, 16);
+  nccl_->async_state = ncclSuccess;
+}
+
 TEST_F(NcclWithFakes, FailedCallIsABackendErrorWithNcclsMessage) {
   auto comm = make();
   nccl_->collective_result = ncclInvalidUsage;
