@@ -8,9 +8,13 @@ sample).
 
     python3 bench/host_profile.py SAMPLES DIR [DIR ...]   (DIRs: where the unstripped modules are)
 
-Modules not found (libcuda, libnccl: no symbols) are counted as one
-function each, named by the module.
+Modules not found are counted as one function each, named by the module,
+unless a DIR holds MODULE.nm, the module's exported symbols as
+`nm -D --defined-only -n MODULE` lists them on the machine that ran it: each
+frame is then named by the nearest exported symbol below it (libc's malloc,
+memcpy, pthread_mutex_lock), marked with a "~".
 """
+import bisect
 import collections
 import os
 import subprocess
@@ -25,6 +29,25 @@ def find(module, dirs):
     return None
 
 
+def exported_symbols(nm_path):
+    """(addresses, names) sorted, from `nm -D --defined-only -n` output."""
+    if not nm_path:
+        return [], []
+    addrs, syms = [], []
+    for line in open(nm_path):
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in "TtWwi":
+            addrs.append(int(parts[0], 16))
+            syms.append(parts[2])
+    return addrs, syms
+
+
+def nearest(exported, offset):
+    addrs, syms = exported
+    i = bisect.bisect_right(addrs, offset) - 1
+    return f"~{syms[i]}" if i >= 0 else None
+
+
 def symbolize(frames, dirs):
     by_module = collections.defaultdict(set)
     for f in frames:
@@ -35,8 +58,9 @@ def symbolize(frames, dirs):
         path = find(module, dirs)
         offs = sorted(offs)
         if not path:
+            exported = exported_symbols(find(module + ".nm", dirs))
             for o in offs:
-                names[f"{module}+{o}"] = f"[{module}]"
+                names[f"{module}+{o}"] = nearest(exported, int(o, 16)) or f"[{module}]"
             continue
         out = subprocess.run(["addr2line", "-f", "-C", "-e", path], input="\n".join(offs),
                              capture_output=True, text=True).stdout.splitlines()

@@ -16,9 +16,11 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "bench/collectives/runner.h"
 #include "bench/common/gpu_check.h"
+#include "collectives/nccl/nccl_communicator.h"
 #include "collectives/nccl/nccl_types.h"
 #include "rt_dist/rt_dist.h"
 
@@ -27,8 +29,8 @@ namespace {
 
 class GpuRunner : public Runner {
  public:
-  explicit GpuRunner(const std::string& mode)
-      : variant_(mode == "raw" ? kRaw : kOurs), paired_(mode == "paired") {
+  GpuRunner(const std::string& mode, const std::string& raw_init)
+      : variant_(mode == "raw" ? kRaw : kOurs), paired_(mode == "paired"), raw_init_(raw_init) {
     const bool raw = variant_ == kRaw;
     // Raw mode uses our context only for the store that carries NCCL's unique id.
     ctx_ = init(InitOptions{.backend = raw ? Backend::kGloo : Backend::kNccl});
@@ -45,7 +47,7 @@ class GpuRunner : public Runner {
     }
   }
   ~GpuRunner() override {
-    if (raw_comm_) ncclCommDestroy(raw_comm_);
+    if (raw_comm_ && raw_init_ != "ours") ncclCommDestroy(raw_comm_);
   }
 
   int rank() const override { return ctx_->rank(); }
@@ -128,6 +130,12 @@ class GpuRunner : public Runner {
 
  private:
   void init_raw_comm() {
+    if (raw_init_ == "ours") {  // raw calls on our communicator's own NCCL handle
+      auto* ours = dynamic_cast<nccl::NcclCommunicator*>(&ctx_->comm());
+      if (ours == nullptr) throw std::runtime_error("--raw-init ours: not an NCCL communicator");
+      raw_comm_ = ours->native_comm();
+      return;
+    }
     ncclUniqueId id;
     if (ctx_->rank() == 0) {
       nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -136,8 +144,19 @@ class GpuRunner : public Runner {
       std::string bytes = ctx_->store().get("bench/raw_nccl_id", std::chrono::seconds(120));
       std::memcpy(&id, bytes.data(), sizeof(id));
     }
-    nccl_check(ncclCommInitRank(&raw_comm_, ctx_->world_size(), id, ctx_->rank()),
-               "ncclCommInitRank");
+    if (raw_init_ != "thread") {
+      nccl_check(ncclCommInitRank(&raw_comm_, ctx_->world_size(), id, ctx_->rank()),
+                 "ncclCommInitRank");
+      return;
+    }
+    ncclResult_t rc = ncclSuccess;
+    std::thread([&] {
+      cudaSetDevice(ctx_->local_rank());
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 1;
+      rc = ncclCommInitRankConfig(&raw_comm_, ctx_->world_size(), id, ctx_->rank(), &config);
+    }).join();
+    nccl_check(rc, "ncclCommInitRankConfig on its own thread");
   }
 
   void* scratch() {
@@ -187,6 +206,7 @@ class GpuRunner : public Runner {
   enum Variant { kRaw, kRawEnd, kRawFork, kOurs };  // paired mode's rows, in order
   Variant variant_;                                 // what time() runs
   bool paired_;                                     // every variant, chosen by select()
+  std::string raw_init_;                            // --raw-init
   double host_us_ = -1;
   std::shared_ptr<Context> ctx_;
   cudaStream_t stream_ = nullptr;
@@ -200,8 +220,8 @@ class GpuRunner : public Runner {
 
 }  // namespace
 
-std::unique_ptr<Runner> make_gpu_runner(const std::string& mode) {
-  return std::make_unique<GpuRunner>(mode);
+std::unique_ptr<Runner> make_gpu_runner(const std::string& mode, const std::string& raw_init) {
+  return std::make_unique<GpuRunner>(mode, raw_init);
 }
 
 }  // namespace rtd::bench

@@ -42,7 +42,8 @@ double expected(const std::string& op, std::size_t i, std::size_t block, int n) 
 
 // One row per variant of the runner (most have one; "paired" alternates
 // raw and ours block by block, so both see the same moments of the machine).
-// sampler: kept on while the last variant runs (--sample-host), else null.
+// sampler: kept on while the last variant (or o.sample_variant) runs
+// (--sample-host), else null.
 std::vector<Row> measure(Runner& runner, const BenchOptions& o, const std::string& op, DType dtype,
                          std::size_t bytes, HostSampler* sampler) {
   const int n = runner.size();
@@ -67,7 +68,8 @@ std::vector<Row> measure(Runner& runner, const BenchOptions& o, const std::strin
     for (std::size_t v = 0; v < variants.size(); ++v) {
       runner.select(v);
       runner.barrier();
-      const bool sampled = sampler && v + 1 == variants.size();
+      const bool sampled = sampler && (o.sample_variant.empty() ? v + 1 == variants.size()
+                                                                : variants[v] == o.sample_variant);
       if (sampled) sampler->keep(true);
       blocks[v].push_back(runner.time(op, b, o.iters));
       if (sampled) sampler->keep(false);
@@ -142,8 +144,9 @@ int run(int argc, char** argv) {
     return 2;
   }
   const long long process_start = process_start_ms();
-  std::unique_ptr<Runner> runner =
-      o.mode == "gloo" || o.mode == "mpi" ? make_host_runner(o.mode) : make_gpu_runner(o.mode);
+  std::unique_ptr<Runner> runner = o.mode == "gloo" || o.mode == "mpi"
+                                       ? make_host_runner(o.mode)
+                                       : make_gpu_runner(o.mode, o.raw_init);
   const bool leader = runner->rank() == 0;
   if (o.startup) return time_startup(*runner, process_start);
   if (leader) {

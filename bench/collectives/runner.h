@@ -49,6 +49,7 @@ class Runner {
 std::unique_ptr<Runner> make_host_runner(const std::string& mode);
 // mode "ours" (our NCCL communicator), "raw" (NCCL calls, no layer of ours) or
 // "paired" (both in one process, timed in alternating blocks).
-std::unique_ptr<Runner> make_gpu_runner(const std::string& mode);
+// raw_init: how raw NCCL's communicator is made (BenchOptions::raw_init).
+std::unique_ptr<Runner> make_gpu_runner(const std::string& mode, const std::string& raw_init);
 
 }  // namespace rtd::bench

@@ -49,7 +49,11 @@ std::string bench_usage() {
          "       --min-bytes 1K --max-bytes 1G --factor 2 --dtypes float32,bfloat16\n"
          "       --warmup 5 --iters 20 --blocks 5 --no-check --json FILE --label TEXT\n"
          "       --startup (time the start-up to the first all-reduce instead)\n"
-         "       --sample-host FILE (rank 0's host call stacks while the last variant runs)";
+         "       --sample-host FILE (rank 0's host call stacks while the last variant runs)\n"
+         "       --sample-variant NAME (sample that variant instead: raw, raw_end, ...)\n"
+         "       --raw-init plain|thread|ours (raw NCCL's communicator made on this thread,\n"
+         "         with a config on a thread of its own as ours is, or none: raw calls on\n"
+         "         our communicator's own NCCL handle; default plain)";
 }
 
 BenchOptions parse_bench_options(int argc, char** argv) {
@@ -88,12 +92,19 @@ BenchOptions parse_bench_options(int argc, char** argv) {
       o.label = v;
     else if (flag == "--sample-host")
       o.sample_host = v;
+    else if (flag == "--sample-variant")
+      o.sample_variant = v;
+    else if (flag == "--raw-init")
+      o.raw_init = v;
     else if (flag == "--dtypes") {
       o.dtypes.clear();
       for (const auto& name : split(v)) o.dtypes.push_back(parse_dtype(name));
     } else {
       throw std::invalid_argument("unknown flag " + flag);
     }
+  }
+  if (o.raw_init != "plain" && o.raw_init != "thread" && o.raw_init != "ours") {
+    throw std::invalid_argument("--raw-init must be plain, thread or ours");
   }
   if (o.mode != "ours" && o.mode != "raw" && o.mode != "paired" && o.mode != "gloo" &&
       o.mode != "mpi") {

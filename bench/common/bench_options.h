@@ -30,6 +30,12 @@ struct BenchOptions {
   // Sample rank 0's host call stacks while the runner's last variant runs
   // (HostSampler; bench/host_profile.py names them) and write them here.
   std::string sample_host;
+  std::string sample_variant;  // the variant sampled (--sample-variant; empty: the last)
+  // How raw NCCL's communicator is made: "plain" (ncclCommInitRank on the
+  // calling thread) or "thread" (ncclCommInitRankConfig with the default
+  // config on a thread of its own, as our communicator's direct init does) or
+  // "ours" (none made: raw calls on our communicator's own NCCL handle).
+  std::string raw_init = "plain";
 };
 
 // Throws std::invalid_argument naming the flag.

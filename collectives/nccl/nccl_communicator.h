@@ -72,6 +72,8 @@ class NcclCommunicator : public Communicator {
   StreamRef stream() const override { return StreamRef{stream_}; }
   // Operations launched and not yet seen complete (for tests).
   std::size_t in_flight() const { return state_->in_flight(); }
+  // NCCL's communicator under this one (a benchmark times raw NCCL calls on it).
+  ncclComm_t native_comm() const { return state_->comm(); }
 
  private:
   struct FromSplit {};
