@@ -190,6 +190,15 @@ FlightRecorder::Entry* FlightRecorder::find(std::uint64_t seq) {
 
 void FlightRecorder::completed(std::uint64_t seq) {
   std::lock_guard<std::mutex> lock(mu_);
+  complete(seq);
+}
+
+void FlightRecorder::completed(const std::vector<std::uint64_t>& seqs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (std::uint64_t seq : seqs) complete(seq);
+}
+
+void FlightRecorder::complete(std::uint64_t seq) {
   Entry* e = find(seq);
   if (!e || e->done) return;
   e->done = true;

@@ -92,6 +92,7 @@ class FlightRecorder {
   std::uint64_t record(std::string op, std::string args);
   // Call seq finished (completed or failed); calls may finish in any order.
   void completed(std::uint64_t seq);
+  void completed(const std::vector<std::uint64_t>& seqs);  // each of them, under one lock
   // What the trace shows of call seq beside its arguments (the streams it
   // runs on); ranks need not agree on it, so it is not published.
   void annotate(std::uint64_t seq, std::string note);
@@ -146,6 +147,7 @@ class FlightRecorder {
   };
   Entry& next_entry();               // the ring's slot for the next call, reset (caller holds mu_)
   Entry* find(std::uint64_t seq);    // in the ring, or null (caller holds mu_)
+  void complete(std::uint64_t seq);  // completed()'s work (caller holds mu_)
   std::uint64_t oldest_seq() const;  // of the calls in the ring (caller holds mu_)
   std::string key(int rank) const;
   void publisher_loop();

@@ -62,7 +62,8 @@ std::shared_ptr<cudaEvent_t> CommState::take_end_event() {
     std::shared_ptr<EventPool> pool;
   };
   auto held = std::make_shared<Held>(events_->take(), events_);
-  return std::shared_ptr<cudaEvent_t>(held, &held->event);  // shares held's count
+  cudaEvent_t* event = &held->event;
+  return std::shared_ptr<cudaEvent_t>(std::move(held), event);  // takes over held's count
 }
 
 namespace {
@@ -81,6 +82,18 @@ void CommState::mark_completed(const InFlight& op) {
   for (std::uint64_t call : op.calls) recorder_->completed(call);
 }
 
+void CommState::mark_completed(const StreamOps& list) {
+  if (!recorder_) return;
+  std::vector<std::uint64_t>& calls = completing_;  // kept: its storage is reused
+  calls.clear();
+  for (std::size_t i = list.head; i < list.ops.size(); ++i) {
+    const InFlight& op = list.ops[i];
+    if (op.name.recorded != 0) calls.push_back(op.name.recorded);
+    calls.insert(calls.end(), op.calls.begin(), op.calls.end());
+  }
+  recorder_->completed(calls);  // one lock for them all
+}
+
 void CommState::StreamOps::pop_front() {
   ops[head++] = InFlight{};  // lets go of its end event now
   if (head == ops.size()) clear();
@@ -96,7 +109,7 @@ void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, Cal
   if (++watched_ % kQueryEvery == 0 && !list.empty() &&
       cuda_->event_query(*list.ops.back().end) == cudaSuccess) {
     // The newest is done, so is everything before it on this stream.
-    for (std::size_t i = list.head; i < list.ops.size(); ++i) mark_completed(list.ops[i]);
+    mark_completed(list);
     list.clear();  // the events go back to the pool (its lock is taken alone)
   }
   // A deadline of seconds needs no finer clock than the tick's.

@@ -162,7 +162,9 @@ class CommState : public std::enable_shared_from_this<CommState> {
       head = 0;
     }
   };
-  void mark_completed(const InFlight& op);  // in the flight recorder
+  void mark_completed(const InFlight& op);     // in the flight recorder
+  void mark_completed(const StreamOps& list);  // all of them (in_flight_mu_ held)
+  std::vector<std::uint64_t> completing_;      // mark_completed(list)'s (in_flight_mu_)
   std::shared_ptr<FlightRecorder> recorder_;
   std::mutex in_flight_mu_;
   std::vector<StreamOps> in_flight_;
