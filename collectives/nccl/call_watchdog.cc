@@ -38,15 +38,13 @@ void CallWatchdog::begin(const char* what) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(coarse::steady_now().time_since_epoch())
           .count(),
       std::memory_order_relaxed);
-  // Calls on a communicator come from one thread at a time, so seq_ has one
-  // writer: a load and a store, no read-modify-write (which would stall the
-  // calling thread on every call).
-  seq_.store(seq_.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // now odd
+  seq_.fetch_add(1, std::memory_order_release);  // now odd
 }
 
-void CallWatchdog::end() {
-  seq_.store(seq_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-}
+// A read-modify-write, though calls on a communicator come from one thread at
+// a time: two threads that broke that rule must not leave the count odd, which
+// would make the watchdog abort a communicator with nothing in flight.
+void CallWatchdog::end() { seq_.fetch_add(1, std::memory_order_release); }
 
 void CallWatchdog::run() {
   const auto poll =
