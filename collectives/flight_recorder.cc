@@ -13,14 +13,6 @@
 #include "runtime/core/log.h"
 
 namespace rtd {
-namespace {
-
-std::int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // "0, 2-5, 7"
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
@@ -33,6 +25,14 @@ std::string rank_list(const std::vector<int>& ranks) {
     i = j + 1;
   }
   return out;
+}
+
+namespace {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string call_text(const FlightRecorder::Call& c) {

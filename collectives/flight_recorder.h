@@ -194,6 +194,9 @@ class UnlaunchedCall {
   std::uint64_t call_;
 };
 
+// Sorted ranks as text, runs shortened: "0, 2-5, 7".
+std::string rank_list(const std::vector<int>& ranks);
+
 // What ranks must agree on in a call: "float32 x 1024" and, if given, ", " + extra.
 std::string call_args(const BufferView& buf, const std::string& extra = "");
 

@@ -105,10 +105,16 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
   const auto id_known = std::chrono::steady_clock::now();
   const bool direct = options_.settings.direct_init != 0;  // -1 (unresolved): the default
   double split_ms = 0;
-  if (direct) {
-    init_directly(id, who, deadline);
-  } else {
-    split_ms = init_and_split(id, who, deadline);
+  mark_arrival();
+  try {
+    if (direct) {
+      init_directly(id, who, deadline);
+    } else {
+      split_ms = init_and_split(id, who, deadline);
+    }
+  } catch (const Error& e) {
+    if (e.category() != ErrorCategory::kTimeout) throw;
+    throw Error(e.category(), std::string(e.what()) + "; " + missing_at_init(), e.backend_code());
   }
   const auto initialized = std::chrono::steady_clock::now();
   start_recorder();
@@ -205,6 +211,39 @@ NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclCo
   create_stream_and_scratch();
   start_watchdog();
   start_recorder();
+}
+
+namespace {
+constexpr const char* kArrivedPrefix = "nccl_init/";  // + rank: it reached NCCL's init
+constexpr std::chrono::seconds kArrivalReadLimit{5};  // each store read of the diagnosis
+}  // namespace
+
+void NcclCommunicator::mark_arrival() {
+  try {
+    options_.store->set(kArrivedPrefix + std::to_string(rank_), "1");
+  } catch (const std::exception& e) {  // only the diagnosis of a timeout reads it
+    log::get("nccl")->warn("rank {}: not marked as reaching NCCL's init: {}", rank_, e.what());
+  }
+}
+
+std::string NcclCommunicator::missing_at_init() {
+  std::vector<int> missing;
+  try {
+    std::shared_ptr<Store> store = options_.store->bounded(kArrivalReadLimit);
+    Store& s = store ? *store : *options_.store;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && !s.try_get(kArrivedPrefix + std::to_string(r))) missing.push_back(r);
+    }
+  } catch (const std::exception& e) {
+    return std::string("which ranks reached NCCL's init is unknown (the store: ") + e.what() + ")";
+  }
+  if (missing.empty()) {
+    return "every rank reached NCCL's init, so NCCL's own connections did not come up (a "
+           "firewall, NCCL_SOCKET_IFNAME naming the wrong interface, or a peer that died inside "
+           "it; NCCL_DEBUG=INFO shows the transport)";
+  }
+  return "rank(s) " + rank_list(missing) +
+         " never reached NCCL's init (exited, failed or stuck before it, or never started)";
 }
 
 void NcclCommunicator::start_recorder() {

@@ -108,6 +108,10 @@ class NcclCommunicator : public Communicator {
   void init_directly(const ncclUniqueId& id, const std::string& who,
                      std::chrono::steady_clock::time_point deadline);
   void start_watchdog();
+  // Marks in the store that this rank reached NCCL's init; missing_at_init()
+  // names, after an init timed out, the ranks that never did.
+  void mark_arrival();
+  std::string missing_at_init();
   void start_recorder();  // the flight recorder, kept in state_ (its Works diagnose through it)
   [[noreturn]] void throw_call_failed(ncclResult_t rc, const std::string& what);
 

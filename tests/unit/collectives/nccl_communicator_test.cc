@@ -102,6 +102,51 @@ TEST_F(NcclWithFakes, DirectInitThatOutlivesTheDeadlineFailsThenAbortsWhatItMake
   EXPECT_EQ(log_.count("comm_abort"), 1);
 }
 
+// A timed-out init names the ranks that never reached NCCL's init (each
+// rank marks its arrival in the store), or says that all did.
+TEST_F(NcclWithFakes, InitTimeoutNamesTheRanksThatNeverReachedIt) {
+  nccl_->blocking_init_ms = 400;
+  try {
+    make(std::chrono::milliseconds(100), {}, 4);
+    FAIL() << "the init outlived its deadline and the constructor returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("rank(s) 1-3 never reached NCCL's init"),
+              std::string::npos)
+        << e.what();
+  }
+  for (int r = 1; r < 4; ++r) store_->set("nccl_init/" + std::to_string(r), "1");
+  try {
+    make(std::chrono::milliseconds(100), {}, 4);
+    FAIL() << "the init outlived its deadline and the constructor returned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("every rank reached NCCL's init"), std::string::npos)
+        << e.what();
+  }
+  NcclSettings split;
+  split.direct_init = 0;  // the split path's init times out alike
+  nccl_->never_ready = true;
+  store_->set("nccl_init/2", "");  // present: only its absence counts
+  try {
+    make(std::chrono::milliseconds(100), split, 4);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("every rank reached NCCL's init"), std::string::npos)
+        << e.what();
+  }
+  nccl_->never_ready = false;
+  // The two direct inits return later on their threads and abort what they
+  // made (the split path aborted its own at once): wait for them, as they log
+  // into this test's fakes.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (log_.count("comm_abort") < 3 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(log_.count("comm_init returned"), 2);
+  EXPECT_EQ(log_.count("comm_abort"), 3);
+}
+
 TEST_F(NcclWithFakes, OnlyTheDataPathSplitSharesTheInitCommunicatorsResources) {
   auto shared_splits = [&] {
     auto calls = log_.calls();
