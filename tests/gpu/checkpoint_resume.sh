@@ -10,8 +10,7 @@
 set -u
 dtrun=$1 mlp=$2 np=${3:-1}
 . "$(dirname "$0")/lib.sh"
-command -v nvidia-smi >/dev/null || no_gpu "nvidia-smi is not installed (no GPU driver)"
-nvidia-smi -L >/dev/null 2>&1 || no_gpu "nvidia-smi -L finds no GPU: $(nvidia-smi -L 2>&1 | head -1)"
+require_gpu
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0

@@ -11,16 +11,11 @@
 set -u
 dtrun=$1 bench=$2
 . "$(dirname "$0")/lib.sh"
-command -v nvidia-smi >/dev/null || no_gpu "nvidia-smi is not installed (no GPU driver)"
-nvidia-smi -L >/dev/null 2>&1 || no_gpu "nvidia-smi -L finds no GPU: $(nvidia-smi -L 2>&1 | head -1)"
-ngpu=$(nvidia-smi -L | wc -l)
+require_gpu
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
 timeout_s=15
-check() {  # what, pattern, log
-  if grep -q -- "$2" "$work/$3"; then echo "ok: $1"; else echo "FAIL: $1 (no '$2')"; fail=1; fi
-}
 absent() {  # what, pattern, log
   if grep -qE -- "$2" "$work/$3"; then echo "FAIL: $1"; grep -E -- "$2" "$work/$3" | head -3; fail=1; else echo "ok: $1"; fi
 }

@@ -12,9 +12,7 @@
 set -u
 dtrun=$1 mlp=$2
 . "$(dirname "$0")/lib.sh"
-command -v nvidia-smi >/dev/null || no_gpu "nvidia-smi is not installed (no GPU driver)"
-nvidia-smi -L >/dev/null 2>&1 || no_gpu "nvidia-smi -L finds no GPU: $(nvidia-smi -L 2>&1 | head -1)"
-ngpu=$(nvidia-smi -L | wc -l)
+require_gpu
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
@@ -43,9 +41,6 @@ job() {  # log, dtrun flags (one word), mlp_gpu flags...
   return $rc
 }
 checksum() { grep -o "final weights checksum [0-9a-f]*" "$work/$1" | tail -1 | awk '{ print $4 }'; }
-check() {  # what, pattern, log
-  if grep -q -- "$2" "$work/$3"; then echo "ok: $1"; else echo "FAIL: $1 (no '$2')"; fail=1; fi
-}
 
 job plain "" || { echo "FAIL: the run without a failure"; tail -20 "$work/plain"; exit 1; }
 want=$(checksum plain)
