@@ -35,7 +35,7 @@ struct CallName {
   std::string text() const;
 };
 
-class CommState : public std::enable_shared_from_this<CommState> {
+class CommState {
  public:
   CommState(std::shared_ptr<NcclApi> nccl, std::shared_ptr<CudaApi> cuda, int rank,
             std::chrono::milliseconds timeout)
