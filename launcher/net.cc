@@ -55,14 +55,19 @@ std::string ip_of(const sockaddr_storage& ss) {
 // Binds a TCP socket to ip:port; returns errno (0 on success) and the bound port.
 // With SO_REUSEADDR, as gRPC's listener has: connections of a job that just
 // ended (TIME_WAIT) do not make the port look taken; a listener still does.
-int try_bind(const std::string& ip, int port, int* bound_port) {
+// Binds a socket to ip:port (0: any free port), reporting the port bound;
+// the socket is kept in *kept when given, without SO_REUSEADDR (so that the
+// kernel hands its port to no other bind, SO_REUSEADDR or not), else closed.
+// Returns errno or 0.
+int try_bind(const std::string& ip, int port, int* bound_port, Socket* kept = nullptr) {
   socklen_t len = 0;
   sockaddr_storage addr = to_sockaddr(ip, port, &len);
-  Socket s;
+  Socket local;
+  Socket& s = kept ? *kept : local;
   s.fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s.fd < 0) return errno;
   const int on = 1;
-  setsockopt(s.fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+  if (kept == nullptr) setsockopt(s.fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
   if (bind(s.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) return errno;
   if (bound_port) {
     sockaddr_storage got{};
@@ -164,6 +169,20 @@ int free_port(const std::string& ip) {
                 "cannot find a free port on " + ip + ": " + std::strerror(err), err);
   }
   return port;
+}
+
+PortHold::PortHold(const std::string& ip) {
+  Socket s;
+  int err = try_bind(ip, 0, &port_, &s);
+  if (err != 0) {
+    throw Error(ErrorCategory::kBackend,
+                "cannot find a free port on " + ip + ": " + std::strerror(err), err);
+  }
+  std::swap(fd_, s.fd);
+}
+
+PortHold::~PortHold() {
+  if (fd_ >= 0) close(fd_);
 }
 
 std::string random_token() {

@@ -20,6 +20,21 @@ void check_bindable(const std::string& ip, int port);
 std::string local_address_towards(const std::string& ip, int port);
 // A port on ip that was free a moment ago.
 int free_port(const std::string& ip);
+// A free port on ip, kept bound (not listening) while this lives: nothing on
+// this host that binds meanwhile (our own server's port 0) is handed it.
+// Free again once this is destroyed (workers get it as MASTER_PORT).
+class PortHold {
+ public:
+  explicit PortHold(const std::string& ip);  // throws rtd::Error when none is free
+  ~PortHold();
+  PortHold(const PortHold&) = delete;
+  PortHold& operator=(const PortHold&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 // 32 random hex characters from /dev/urandom.
 std::string random_token();
 // "host:port", with brackets around IPv6 literals.

@@ -60,6 +60,8 @@ proto::JoinResponse join(const LaunchOptions& o, Placement& p, int last_round, i
 void find_etcd_host(const LaunchOptions& o, Placement& p, const std::string& gone) {
   auto start = [&](const std::optional<ResumeFrom>& resume) {
     EtcdHosting* etcd = p.etcd.get();
+    // Held until the server has bound its own port, which must not be it.
+    const PortHold master_port(p.node_addr);
     return std::make_unique<RendezvousServer>(ServerOptions{
         .bind_ip = p.node_addr,
         .port = 0,
@@ -68,7 +70,7 @@ void find_etcd_host(const LaunchOptions& o, Placement& p, const std::string& gon
         .max_nodes = o.nnodes,
         .nproc_per_node = o.nproc_per_node,
         .fingerprint = fingerprint(o),
-        .master_port = free_port(p.node_addr),
+        .master_port = master_port.port(),
         .last_call = o.last_call,
         .heartbeat_timeout = o.heartbeat_timeout,
         .host_node_id = p.node_id,
@@ -118,6 +120,9 @@ Placement rendezvous(const LaunchOptions& o) {
     std::string bind_ip = rdzv_ip;
     if (o.rdzv_bind_all) bind_ip = rdzv_ip.find(':') == std::string::npos ? "0.0.0.0" : "::";
     try {
+      // Held until the server has bound its own port (port 0 in a one-node
+      // job), which must not be the one handed to workers as MASTER_PORT.
+      const PortHold master_port(rdzv_ip);
       p.server = std::make_unique<RendezvousServer>(ServerOptions{
           .bind_ip = bind_ip,
           .port = o.rdzv_port,
@@ -126,7 +131,7 @@ Placement rendezvous(const LaunchOptions& o) {
           .max_nodes = o.nnodes,
           .nproc_per_node = o.nproc_per_node,
           .fingerprint = fingerprint(o),
-          .master_port = free_port(rdzv_ip),
+          .master_port = master_port.port(),
           .last_call = o.last_call,
           .heartbeat_timeout = o.heartbeat_timeout,
           .host_node_id = p.node_id,
