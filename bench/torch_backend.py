@@ -13,7 +13,10 @@ two whose collectives move nothing (its copies in and out, its hooks and its
 sharded optimizer step, no transfer); for comparison FSDP2 on a group of one
 rank (no transfer, but it steps the whole model, not a half); and DDP
 with PyTorch's bf16 compression hook on every backend.
-Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), STEPS,
+FSDP2 also with rt_dist.torch.fsdp_comms on rtd (its buffers lent by the group).
+Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
+subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
+fsdp2_noreshard_bf16_comms ddp_bf16hook; default all), STEPS,
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
 PROFILE_CONFIGS="fsdp2_nccl fsdp2_rtd floor_fsdp2_null ..." (three more steps
 of those configurations under torch.profiler: rank 0's trace in DIR and its
@@ -262,7 +265,7 @@ def main():
         fut.set_result(bucket.buffer())
         return fut
 
-    def fsdp(g, reshard, reduce_dtype):
+    def fsdp(g, reshard, reduce_dtype, comms=False):
         def make():
             m = mk()
             mesh = DeviceMesh.from_group(g, "cuda")
@@ -271,6 +274,8 @@ def main():
                 if isinstance(layer, nn.Linear):
                     fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
             fully_shard(m, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+            if comms:
+                rt_dist.torch.fsdp_comms(m)
             return m
         return make
 
@@ -280,13 +285,26 @@ def main():
         ("ddp_hook", lambda g: (lambda: ddp(g, rt_dist.torch.ddp_hook))),
         ("fsdp2", lambda g: fsdp(g, True, torch.float32)),
         ("fsdp2_noreshard_bf16", lambda g: fsdp(g, False, torch.bfloat16)),
+        # rt_dist.torch.fsdp_comms: FSDP2's buffers lent by the group (rtd only).
+        ("fsdp2_comms", lambda g: fsdp(g, True, torch.float32, comms=True)),
+        ("fsdp2_noreshard_bf16_comms", lambda g: fsdp(g, False, torch.bfloat16, comms=True)),
     ]
+    chosen = os.environ.get("CONFIGS", "").split()
+    if chosen:
+        configs = [c for c in configs if c[0] in chosen]
     floors = os.environ.get("FLOORS", "1") == "1"
     if floors:
         configs.append(("ddp_bf16hook", lambda g: (lambda: ddp(g, default_hooks.bf16_compress_hook))))
     for tag, maker in configs:
         for name, g in groups.items():
+            if tag.endswith("_comms") and name == "nccl":
+                continue  # fsdp_comms leaves a nccl group's FSDP2 as it is
             t, p, o = run(f"{tag}_{name}", maker(g))
+            if tag.endswith("_comms"):
+                slots = g._comms["cuda"].slots
+                log(f"{tag} {name}: lent buffers {slots.stats} by {sorted(slots.methods)}")
+                gc.collect()
+                g.release_shard_buffers()  # counted in this configuration's peak, not the next
             log(f"{tag} {name} step {t * 1e3:.2f} ms peak {p:.2f} GiB  eff {t1 / t:.3f}  "
                 f"(outside torch {o:.2f} GiB)")
             res[f"{tag}_{name}_ms"] = t * 1e3

@@ -2,6 +2,8 @@
 // a Store over the caller's callbacks, and errors kept per thread.
 #include "rt_dist/c_api.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -135,8 +137,12 @@ struct rtd_work {
 };
 
 struct rtd_persistent {
-  std::unique_ptr<rtd::PersistentAllReduce> reduce;
+  std::unique_ptr<rtd::PersistentAllReduce> reduce;      // an all-reduce, or
+  std::unique_ptr<rtd::PersistentShardCollective> shard;  // an all-gather or reduce-scatter
   std::string method;
+  rtd::BufferView buffer;  // a shard collective's: its dtype and device
+  bool gather = false;
+  int shard_size = 0;  // a shard collective's world size
 };
 
 namespace {
@@ -408,14 +414,15 @@ rtd_persistent* rtd_persistent_all_reduce(rtd_comm* comm, void* buf, int64_t cou
     auto reduce = c.comm->persistent_all_reduce({view(buf, count, dtype, device)}, reduce_op(op),
                                                 rtd::PersistentOptions{copy_engines != 0});
     std::string method = reduce->method();
-    return new rtd_persistent{std::move(reduce), std::move(method)};
+    return new rtd_persistent{std::move(reduce), nullptr, std::move(method)};
   });
 }
 
 rtd_work* rtd_persistent_run(rtd_persistent* reduce, void* stream) {
   return guarded<rtd_work*>(nullptr, [&] {
     if (!reduce || !reduce->reduce) {
-      throw rtd::Error(rtd::ErrorCategory::kInvalidArgument, "the persistent all-reduce is gone");
+      throw rtd::Error(rtd::ErrorCategory::kInvalidArgument,
+                       "not a persistent all-reduce (gone, or an all-gather or reduce-scatter)");
     }
     return wrap(reduce->reduce->run(0, stream_ref(stream)));
   });
@@ -426,5 +433,53 @@ const char* rtd_persistent_method(rtd_persistent* reduce) {
 }
 
 void rtd_persistent_free(rtd_persistent* reduce) { delete reduce; }
+
+rtd_persistent* rtd_persistent_all_gather(rtd_comm* comm, void* buf, int64_t count, int dtype,
+                                          int device, int copy_engines) {
+  return guarded<rtd_persistent*>(nullptr, [&] {
+    rtd_comm& c = checked(comm);
+    const rtd::BufferView b = view(buf, count, dtype, device);
+    auto shard = c.comm->persistent_all_gather(
+        {b}, rtd::PersistentOptions{copy_engines != 0});
+    std::string method = shard->method();
+    return new rtd_persistent{nullptr, std::move(shard), std::move(method), b, true,
+                              c.comm->size()};
+  });
+}
+
+rtd_persistent* rtd_persistent_reduce_scatter(rtd_comm* comm, void* buf, int64_t count, int dtype,
+                                              int op, int device, int copy_engines) {
+  return guarded<rtd_persistent*>(nullptr, [&] {
+    rtd_comm& c = checked(comm);
+    const rtd::BufferView b = view(buf, count, dtype, device);
+    auto shard = c.comm->persistent_reduce_scatter(
+        {b}, reduce_op(op), rtd::PersistentOptions{copy_engines != 0});
+    std::string method = shard->method();
+    return new rtd_persistent{nullptr, std::move(shard), std::move(method), b, false,
+                              c.comm->size()};
+  });
+}
+
+rtd_work* rtd_persistent_shard_run(rtd_persistent* shard, void* in, void* out, int64_t count,
+                                   void* stream) {
+  return guarded<rtd_work*>(nullptr, [&] {
+    if (!shard || !shard->shard) {
+      throw rtd::Error(rtd::ErrorCategory::kInvalidArgument,
+                       "not a persistent all-gather or reduce-scatter (gone, or an all-reduce)");
+    }
+    if (count < 0 || count > INT64_MAX / std::max(1, shard->shard_size)) {
+      throw rtd::Error(rtd::ErrorCategory::kInvalidArgument,
+                       "count " + std::to_string(count) + " out of range");
+    }
+    // The gathered side holds `size` blocks of `count`; the other one block.
+    const int64_t whole = count * shard->shard_size;
+    rtd::BufferView a = shard->buffer, b = shard->buffer;
+    a.data = in;
+    b.data = out;
+    a.count = static_cast<std::size_t>(shard->gather ? count : whole);
+    b.count = static_cast<std::size_t>(shard->gather ? whole : count);
+    return wrap(shard->shard->run(a, b, stream_ref(stream)));
+  });
+}
 
 }  // extern "C"

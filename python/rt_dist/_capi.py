@@ -9,7 +9,7 @@ own search (LD_LIBRARY_PATH, ld.so.conf).
 import ctypes
 import os
 
-API_VERSION = 3
+API_VERSION = 4
 
 from rt_dist._codes import (  # noqa: F401  (re-exported: the interface's numbers)
     AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, OP_ALL_GATHER,
@@ -119,6 +119,9 @@ def _declare(lib):
         "rtd_persistent_run": (w, [_p, _p]),
         "rtd_persistent_method": (ctypes.c_char_p, [_p]),
         "rtd_persistent_free": (None, [_p]),
+        "rtd_persistent_all_gather": (_p, [c, _p, i64, i, i, i]),
+        "rtd_persistent_reduce_scatter": (_p, [c, _p, i64, i, i, i, i]),
+        "rtd_persistent_shard_run": (w, [_p, _p, _p, i64, _p]),
     }
     for name, (restype, argtypes) in sig.items():
         f = getattr(lib, name)

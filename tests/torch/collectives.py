@@ -261,6 +261,51 @@ chained = dist.all_reduce(on(torch.ones(2)), async_op=True).get_future().then(
     lambda f: f.value()[0] * 2)
 same("future then()", chained.wait(), on(torch.full((2,), 2.0 * n)))
 
+# Buffers lent for FSDP2 (rt_dist.torch.fsdp_comms): an all-gather in place
+# in a lent output and a reduce-scatter out of a lent input agree with the
+# reference; a size's ring lends each buffer once at a time; a call the lent
+# set-up cannot run is left to the ordinary path (None).
+pg = dist.group.WORLD
+dev = torch.device(device, torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+k = 6 if device == "cpu" else 300_000  # on GPUs, buffers under 1 MiB are not lent
+for dtype in (torch.float32, torch.bfloat16):
+    held = [pg.lend_shard_buffer("all_gather", k * n, dtype, dev) for _ in range(2)]
+    assert all(h is not None for h in held), "a buffer was not lent"
+    assert pg.lend_shard_buffer("all_gather", k * n, dtype, dev) is None, "a third buffer lent"
+    for out in held:
+        mine = out.narrow(0, k * rank, k)
+        mine.copy_(on(values(dtype, k, salt=1)))
+        pg.shard_collective("all_gather", out, mine).wait()
+        ref = on(torch.empty(k * n, dtype=dtype))
+        dist.all_gather_into_tensor(ref, on(values(dtype, k, salt=1)), group=reference)
+        same(f"lent all_gather {dtype}", out, ref)
+    assert pg.shard_collective("all_gather", held[0], on(values(dtype, k))) is None, \
+        "an all-gather not in place was taken"
+    assert pg.shard_collective("all_gather", on(torch.empty(k * n, dtype=dtype)),
+                               on(values(dtype, k))) is None, "a buffer not lent was taken"
+    del held, out, mine
+    again = pg.lend_shard_buffer("all_gather", k * n, dtype, dev)
+    assert again is not None, "a buffer let go was not lent again"
+    del again
+    grads = pg.lend_shard_buffer("reduce_scatter", k * n, dtype, dev)
+    grads.copy_(on(values(dtype, k * n, salt=3)))
+    for op in (R.SUM, R.AVG):
+        out = on(torch.empty(k, dtype=dtype))
+        pg.shard_collective("reduce_scatter", out, grads, op).wait()
+        ref = on(torch.empty(k, dtype=dtype))
+        dist.reduce_scatter_tensor(ref, on(values(dtype, k * n, salt=3)), op=op, group=reference)
+        same(f"lent reduce_scatter {op} {dtype}", out, ref)
+    assert pg.shard_collective("reduce_scatter", on(torch.empty(k, dtype=dtype)), grads,
+                               R.MAX) is None, "MAX was taken by the lent set-up"
+    del grads
+assert pg.lend_shard_buffer("all_gather", k * n * 4, torch.uint8, dev) is None, "uint8 was lent"
+if device == "cuda":
+    assert pg.lend_shard_buffer("all_gather", 1000, torch.float32, dev) is None, \
+        "a buffer under 1 MiB was lent"
+    methods = pg._comms["cuda"].slots.methods
+    print(f"collectives: lent buffers moved by {sorted(methods)}", flush=True)
+pg.release_shard_buffers()
+
 dist.barrier()
 if rank == 0:
     print(f"collectives: {checks} checks passed on {n} ranks ({device})", flush=True)

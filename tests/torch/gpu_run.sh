@@ -27,6 +27,8 @@ step test_train 90 "${run[@]}" dtrun 2 train.py cuda 20
 # Layers wide enough that FSDP2's gathers and reductions go by copy engines.
 step test_train_wide 90 env RTD_TRAIN_H=1024 RTD_LOG=info "${run[@]}" dtrun 2 train.py cuda 20
 echo "test_train_wide: $(grep -c "staged by copy engines (" "$out/test_train_wide.log") staging buffers set up"
+grep -h "lent buffers" "$out/test_train_wide.log" | sed 's/^.*train: /test_train_wide: /'
+
 step test_failure_missing 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure missing \
   "rank 1 has not called it"
 step test_failure_mismatch 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure mismatch \

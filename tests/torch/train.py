@@ -5,7 +5,9 @@ must agree at the end (run under dtrun, 2 or more ranks):
 DDP: no_sync() gradient accumulation and a comm hook (bf16 compression), and
 rt_dist's own hook (rt_dist.torch.ddp_hook: each bucket set up once; on the
 reference group it is PyTorch's allreduce_hook);
-FSDP2: fully_shard per layer, with a MixedPrecisionPolicy.
+FSDP2: fully_shard per layer, with a MixedPrecisionPolicy, and with
+rt_dist.torch.fsdp_comms (gathers and reductions in buffers the peers mapped
+once; on the reference group it leaves FSDP2's defaults).
 RTD_TRAIN_H (default 64): the layers' width; at 1024 FSDP2's gathers and
 reductions move 1 MiB or more, so that on GPUs they go by copy engines.
 """
@@ -68,7 +70,7 @@ def train_ddp(group, hook=None):
     return torch.cat([p.detach().reshape(-1) for p in m.module.parameters()])
 
 
-def train_fsdp(group, mixed):
+def train_fsdp(group, mixed, comms=False):
     m = model()
     mesh = DeviceMesh.from_group(group, device)
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
@@ -77,6 +79,11 @@ def train_fsdp(group, mixed):
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(m, mesh=mesh, mp_policy=policy)
+    if comms:
+        installed = rt_dist.torch.fsdp_comms(m)
+        expected = 3 if isinstance(group, rt_dist.torch.ProcessGroupRTD) else 0  # the Linears
+        if installed != expected:
+            raise AssertionError(f"fsdp_comms set {installed} modules, not {expected}")
     opt = torch.optim.SGD(m.parameters(), lr=0.05)
     for step in range(steps):
         x, y = batch(step)
@@ -97,7 +104,10 @@ for name, run, rtol, atol in (
         ("DDP with rt_dist's bucket hook", lambda g: train_ddp(g, rt_dist.torch.ddp_hook),
          1e-5, 1e-6),
         ("FSDP2", lambda g: train_fsdp(g, False), 1e-5, 1e-6),
-        ("FSDP2 bf16 params, fp32 reduce", lambda g: train_fsdp(g, True), 1e-5, 1e-6)):
+        ("FSDP2 bf16 params, fp32 reduce", lambda g: train_fsdp(g, True), 1e-5, 1e-6),
+        ("FSDP2 with rt_dist's comms", lambda g: train_fsdp(g, False, True), 1e-5, 1e-6),
+        ("FSDP2 bf16 params, fp32 reduce, rt_dist's comms", lambda g: train_fsdp(g, True, True),
+         1e-5, 1e-6)):
     before = dist.group.WORLD.calls
     ours = run(dist.group.WORLD)
     if dist.group.WORLD.calls == before:
@@ -108,6 +118,16 @@ for name, run, rtol, atol in (
         if not buckets:
             raise AssertionError(f"{name}: no bucket was set up")
         how = f", {len(buckets)} buckets by {sorted({b.method for b in buckets.values()})}"
+    if "comms" in name and (device == "cpu" or H >= 1024):  # on GPUs, 1 MiB and more
+        slots = dist.group.WORLD._comms[device].slots
+        stats = dict(slots.stats)
+        if not stats["all_gather"] or not stats["reduce_scatter"] or stats["not lent"]:
+            raise AssertionError(f"{name}: FSDP2's calls did not all go through lent "
+                                 f"buffers: {stats}")
+        how = f", {stats['all_gather']} all-gathers and {stats['reduce_scatter']} " \
+              f"reduce-scatters in lent buffers by {sorted(slots.methods)}"
+        for k in ("all_gather", "reduce_scatter"):
+            slots.stats[k] = 0
     theirs = run(reference)
     start = model()
     moved = sum((p.detach().reshape(-1) - q).abs().sum().item() for p, q in zip(

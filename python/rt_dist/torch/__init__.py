@@ -22,9 +22,10 @@ import torch.distributed as dist
 
 from rt_dist.torch._ddp_hook import ddp_hook
 from rt_dist.torch._failure_watch import CommunicatorFailed
+from rt_dist.torch._fsdp_comms import fsdp_comms
 from rt_dist.torch._process_group import ProcessGroupRTD
 
-__all__ = ["CommunicatorFailed", "ProcessGroupRTD", "ddp_hook", "register"]
+__all__ = ["CommunicatorFailed", "ProcessGroupRTD", "ddp_hook", "fsdp_comms", "register"]
 
 BACKEND = "rtd"
 

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from rt_dist import _codes as C
 from rt_dist.torch import _failure_watch
+from rt_dist.torch._shard_slots import ShardSlots
 
 _DTYPES = {
     torch.float32: C.FLOAT32,
@@ -145,6 +146,7 @@ class _Comm:
         self.lock = threading.Lock()  # the handle against close() while the watch reads it
         self.seen = False  # a failure of this communicator was raised to a caller
         self.buckets = {}  # DDP bucket index -> _Bucket (bucket_allreduce)
+        self.slots = ShardSlots(self, pg._copy_engines)  # FSDP2's buffers (fsdp_comms)
         self.raise_in_main = False
         self.side = torch.cuda.Stream(device) if self.cuda else None
         # The tensors an operation uses are recorded on a stream of torch's
@@ -188,6 +190,7 @@ class _Comm:
         buckets, self.buckets = list(self.buckets.values()), {}
         for bucket in buckets:  # before the communicator they belong to
             bucket.free()
+        self.slots.free()
         with self.lock:
             handle, self.handle = self.handle, None
         if handle:
@@ -536,6 +539,50 @@ class ProcessGroupRTD(dist.ProcessGroup):
             bucket = comm.buckets[index] = _Bucket(comm, t, handle)
         handle = comm.lib.rtd_persistent_run(bucket.handle, comm.stream())
         return self._work(comm, handle, "allreduce (DDP bucket)", [t], [t])
+
+    def lend_shard_buffer(self, kind, numel, dtype, device):
+        """A buffer of this group's that its peers map once, for an all-gather's
+        output ("all_gather") or a reduce-scatter's input ("reduce_scatter")
+        of numel elements; None when none is free (see _shard_slots). Every
+        rank must ask for the same in the same order. See fsdp_comms."""
+        if dtype not in _DTYPES or device.type not in ("cpu", "cuda"):
+            return None
+        return self._comm(device).slots.lend(kind, numel, dtype)
+
+    def release_shard_buffers(self):
+        """Lets go of every buffer lent for FSDP2 and its set-up (once the model
+        that used them is gone; the next lend sets up afresh). Every rank."""
+        for comm in self._comms.values():
+            comm.slots.free()
+
+    def shard_collective(self, kind, output, input, op=None):
+        """all_gather_into_tensor ("all_gather", in place in a lent output) or
+        reduce_scatter_tensor ("reduce_scatter", out of a lent input) through
+        the lent buffer's persistent set-up: no staging copy. None when the
+        buffer is not one lent whole, or the call is not one it can run (the
+        caller then makes the ordinary call)."""
+        gather = kind == "all_gather"
+        comm = self._comms.get(output.device.type)
+        big, small = (output, input) if gather else (input, output)
+        slot = comm.slots.find(kind, big) if comm is not None else None
+        if (slot is None or small.dtype != big.dtype or not small.is_contiguous()
+                or small.numel() * self.size() != big.numel()):
+            return None
+        if gather:
+            key = None
+            if small.data_ptr() != big.data_ptr() + self.rank() * small.numel() * small.element_size():
+                return None  # not in place
+        else:
+            key = _reduce_op(op if op is not None else dist.ReduceOp.SUM, "reduce_scatter_tensor")
+            if key not in (C.SUM, C.AVG):
+                return None
+        what = "all_gather_into_tensor (FSDP2)" if gather else "reduce_scatter_tensor (FSDP2)"
+        h = comm.slots.handle(slot, kind, key, _DTYPES[big.dtype],
+                              lambda: comm.failed(self, what + ", set-up"))
+        handle = comm.lib.rtd_persistent_shard_run(h, input.data_ptr(), output.data_ptr(),
+                                                   small.numel(), comm.stream())
+        comm.slots.stats[kind] += 1
+        return self._work(comm, handle, what, [output, input], output)
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,

@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Raised whenever a signature below changes; the caller checks it first. */
-#define RTD_C_API_VERSION 3
+#define RTD_C_API_VERSION 4
 int rtd_c_api_version(void);
 
 /* The message of the last failure on this thread ("" if none). */
@@ -137,9 +137,28 @@ rtd_persistent* rtd_persistent_all_reduce(rtd_comm* comm, void* buf, int64_t cou
                                           int op, int device, int copy_engines);
 /* Reduces the buffer, ordered after `stream` as the other calls are. */
 rtd_work* rtd_persistent_run(rtd_persistent* reduce, void* stream);
-/* How runs move the data: "copy engines" or "all_reduce". */
+/* How runs move the data: "copy engines", "all_reduce", "all_gather" or
+ * "reduce_scatter". */
 const char* rtd_persistent_method(rtd_persistent* reduce);
 void rtd_persistent_free(rtd_persistent* reduce);
+
+/* All-gathers or reduce-scatters out of one buffer fixed once, as a sharded
+ * model's steps run them (PersistentShardCollective): collective, every rank
+ * the same count, dtype (and op) and copy_engines. An all-gather's buffer is
+ * its output, gathered in place (each rank's input is its block of it); a
+ * reduce-scatter's is its input. With NCCL and every rank on one host with
+ * peer access, the peers map the buffer once and copy engines move the data
+ * with no staging copy; else each run is an all_gather or reduce_scatter. */
+rtd_persistent* rtd_persistent_all_gather(rtd_comm* comm, void* buf, int64_t count, int dtype,
+                                          int device, int copy_engines);
+rtd_persistent* rtd_persistent_reduce_scatter(rtd_comm* comm, void* buf, int64_t count, int dtype,
+                                              int op, int device, int copy_engines);
+/* all_gather(in, out) or reduce_scatter(in, out) of `count` elements a rank
+ * (an all-gather's in: its block of out; a reduce-scatter's out: anywhere),
+ * in the buffer set up; ordered after `stream`. rtd_persistent_run is for
+ * all-reduces only. */
+rtd_work* rtd_persistent_shard_run(rtd_persistent* shard, void* in, void* out, int64_t count,
+                                   void* stream);
 
 #ifdef __cplusplus
 }

@@ -126,6 +126,52 @@ TEST(CApi, APersistentAllReduceReducesItsBufferAtEachRun) {
   });
 }
 
+TEST(CApi, PersistentShardCollectivesGatherInPlaceAndReduceOutOfTheirBuffer) {
+  on_ranks(2, [](int r, rtd_comm* comm) {
+    // All-gather: the buffer is the output; each rank writes its own block.
+    std::vector<float> gathered(6, -1.0f);
+    rtd_persistent* g = rtd_persistent_all_gather(comm, gathered.data(), 6, RTD_FLOAT32, -1, 1);
+    ASSERT_NE(g, nullptr) << rtd_last_error();
+    EXPECT_STREQ(rtd_persistent_method(g), "all_gather");  // Gloo: no copy engines
+    // Reduce-scatter: the buffer is the input; the output lies anywhere.
+    std::vector<float> grads(6), mine(3, -1.0f);
+    rtd_persistent* s =
+        rtd_persistent_reduce_scatter(comm, grads.data(), 6, RTD_FLOAT32, RTD_AVG, -1, 1);
+    ASSERT_NE(s, nullptr) << rtd_last_error();
+    for (int run = 0; run < 2; ++run) {
+      for (int i = 0; i < 3; ++i) gathered[r * 3 + i] = float(10 * r + i + run);
+      rtd_work* w = rtd_persistent_shard_run(g, gathered.data() + r * 3, gathered.data(), 3, nullptr);
+      ASSERT_NE(w, nullptr) << rtd_last_error();
+      EXPECT_EQ(rtd_work_wait(w, 10000), 0) << rtd_last_error();
+      rtd_work_free(w);
+      EXPECT_EQ(gathered, (std::vector<float>{0.0f + run, 1.0f + run, 2.0f + run, 10.0f + run,
+                                              11.0f + run, 12.0f + run}));
+      for (int i = 0; i < 6; ++i) grads[i] = float((r + 1) * (i + 1) * (run + 1));
+      w = rtd_persistent_shard_run(s, grads.data(), mine.data(), 3, nullptr);
+      ASSERT_NE(w, nullptr) << rtd_last_error();
+      EXPECT_EQ(rtd_work_wait(w, 10000), 0) << rtd_last_error();
+      rtd_work_free(w);
+      // The mean of (i+1) and 2(i+1), times (run+1), over this rank's block.
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(mine[i], 1.5f * float(r * 3 + i + 1) * float(run + 1));
+    }
+    // An input outside the buffer set up is refused with the reason.
+    std::vector<float> elsewhere(6);
+    EXPECT_EQ(rtd_persistent_shard_run(s, elsewhere.data(), mine.data(), 3, nullptr), nullptr);
+    EXPECT_NE(std::string(rtd_last_error()).find("lies in none of the sources"), std::string::npos)
+        << rtd_last_error();
+    // The two kinds are not mixed up, and a count out of range is refused.
+    EXPECT_EQ(rtd_persistent_run(g, nullptr), nullptr);
+    EXPECT_NE(std::string(rtd_last_error()).find("not a persistent all-reduce"), std::string::npos);
+    EXPECT_EQ(rtd_persistent_shard_run(s, grads.data(), mine.data(), -1, nullptr), nullptr);
+    EXPECT_EQ(rtd_persistent_shard_run(s, grads.data(), mine.data(), INT64_MAX, nullptr), nullptr);
+    EXPECT_NE(std::string(rtd_last_error()).find("out of range"), std::string::npos);
+    rtd_persistent_free(g);
+    rtd_persistent_free(s);
+    EXPECT_EQ(rtd_persistent_shard_run(nullptr, nullptr, nullptr, 1, nullptr), nullptr);
+    EXPECT_NE(std::string(rtd_last_error()).find("gone"), std::string::npos);
+  });
+}
+
 TEST(CApi, BadArgumentsFailWithAMessageNotAnException) {
   Callbacks cb;
   EXPECT_EQ(rtd_comm_create(&cb.ops, "mpi", "x", 0, 1, -1, "127.0.0.1", 1000, 0), nullptr);

@@ -1,0 +1,137 @@
+"""fsdp_comms: FSDP2's all-gathers and reduce-scatters out of buffers the
+peers mapped once.
+
+    for layer in model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    rt_dist.torch.fsdp_comms(model)   # after fully_shard, before the first step
+
+FSDP2 allocates each all-gather's output (each rank's input is its block of
+it) and each reduce-scatter's input afresh, so on rtd they are new to the
+group at every call: within a host, rtd stages them through buffers its peers
+mapped once (a copy of every reduce-scatter input, of every all-gather
+input). This installs FSDP2's own hooks for custom collectives
+(FSDPModule.set_custom_all_gather / set_custom_reduce_scatter) on every FSDP
+module whose group is rtd: their allocate() lends FSDP2 the group's mapped
+buffers (see _shard_slots), FSDP2 copies its shards and gradients straight
+into them, and copy engines read them there. Same results, no staging copy.
+On a group that is not rtd, a module keeps FSDP2's defaults.
+"""
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from rt_dist.torch._process_group import ProcessGroupRTD
+
+try:
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+except ImportError:  # torch without FSDP2's custom collectives
+    FSDPModule = AllGather = ReduceScatter = None
+
+
+def _rtd(group):
+    """The ProcessGroupRTD behind group, or None."""
+    if isinstance(group, ProcessGroupRTD):
+        return group
+    return None
+
+
+def _plain(size, dtype, device):
+    return torch.empty(*size, dtype=dtype, device=device)
+
+
+def _lend(pg, kind, size, dtype, device):
+    numel = math.prod(int(s) for s in size)
+    t = pg.lend_shard_buffer(kind, numel, dtype, device)
+    return t.view(*size) if t is not None else _plain(size, dtype, device)
+
+
+def _finish(work, async_op):
+    # FSDP2 tells a synchronous call by its returning None.
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+if AllGather is not None:
+
+    class RtdAllGather(AllGather):
+        """FSDP2's all-gather on an rtd group, in place in a lent output."""
+
+        def __init__(self, pg):
+            self._pg = pg
+
+        def allocate(self, size, *, dtype, device):
+            return _lend(self._pg, "all_gather", size, dtype, device)
+
+        def __call__(self, output_tensor, input_tensor, group, async_op=False):
+            work = None
+            if _rtd(group) is self._pg:
+                work = self._pg.shard_collective("all_gather", output_tensor, input_tensor)
+            if work is None:
+                return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group,
+                                                   async_op=async_op)
+            return _finish(work, async_op)
+
+    class RtdReduceScatter(ReduceScatter):
+        """FSDP2's reduce-scatter on an rtd group, out of a lent input.
+
+        FSDP2 allocates the input, then the output (which becomes the
+        gradients: it must stay torch's), then calls."""
+
+        def __init__(self, pg):
+            self._pg = pg
+            self._input_next = True
+
+        def allocate(self, size, *, dtype, device):
+            is_input, self._input_next = self._input_next, not self._input_next
+            if is_input:
+                return _lend(self._pg, "reduce_scatter", size, dtype, device)
+            return _plain(size, dtype, device)
+
+        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+            self._input_next = True
+            work = None
+            if _rtd(group) is self._pg:
+                work = self._pg.shard_collective("reduce_scatter", output_tensor, input_tensor, op)
+            if work is None:
+                return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group,
+                                                  async_op=async_op)
+            return _finish(work, async_op)
+
+
+def _shard_group(module):
+    """The group a module's FSDP2 shards over, or None (no parameters, or not sharded)."""
+    param_group = module._get_fsdp_state()._fsdp_param_group
+    if param_group is None:
+        return None
+    try:
+        return param_group.mesh_info.shard_process_group
+    except AttributeError:  # replicated (DDP-like), not sharded
+        return None
+
+
+def fsdp_comms(model):
+    """Sets rtd's all-gather and reduce-scatter on every FSDP2 module of model
+    whose group is rtd; returns how many modules got them. Call it after
+    fully_shard and before the first step, on every rank."""
+    if AllGather is None or not hasattr(FSDPModule, "set_custom_all_gather"):
+        raise RuntimeError(
+            f"rt_dist.torch.fsdp_comms: torch {torch.__version__} has no FSDPModule."
+            "set_custom_all_gather (FSDP2's custom collectives, torch 2.11 is tested); leave "
+            "the call out: FSDP2 then runs on rtd through its ordinary calls")
+    count = 0
+    for m in model.modules():
+        if not isinstance(m, FSDPModule):
+            continue
+        pg = _rtd(_shard_group(m))
+        if pg is None:
+            continue
+        m.set_custom_all_gather(RtdAllGather(pg))
+        m.set_custom_reduce_scatter(RtdReduceScatter(pg))
+        count += 1
+    return count
