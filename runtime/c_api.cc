@@ -137,7 +137,7 @@ struct rtd_work {
 };
 
 struct rtd_persistent {
-  std::unique_ptr<rtd::PersistentAllReduce> reduce;      // an all-reduce, or
+  std::unique_ptr<rtd::PersistentAllReduce> reduce;       // an all-reduce, or
   std::unique_ptr<rtd::PersistentShardCollective> shard;  // an all-gather or reduce-scatter
   std::string method;
   rtd::BufferView buffer;  // a shard collective's: its dtype and device
@@ -439,11 +439,10 @@ rtd_persistent* rtd_persistent_all_gather(rtd_comm* comm, void* buf, int64_t cou
   return guarded<rtd_persistent*>(nullptr, [&] {
     rtd_comm& c = checked(comm);
     const rtd::BufferView b = view(buf, count, dtype, device);
-    auto shard = c.comm->persistent_all_gather(
-        {b}, rtd::PersistentOptions{copy_engines != 0});
+    auto shard = c.comm->persistent_all_gather({b}, rtd::PersistentOptions{copy_engines != 0});
     std::string method = shard->method();
-    return new rtd_persistent{nullptr, std::move(shard), std::move(method), b, true,
-                              c.comm->size()};
+    return new rtd_persistent{nullptr, std::move(shard), std::move(method), b,
+                              true,    c.comm->size()};
   });
 }
 
@@ -452,11 +451,11 @@ rtd_persistent* rtd_persistent_reduce_scatter(rtd_comm* comm, void* buf, int64_t
   return guarded<rtd_persistent*>(nullptr, [&] {
     rtd_comm& c = checked(comm);
     const rtd::BufferView b = view(buf, count, dtype, device);
-    auto shard = c.comm->persistent_reduce_scatter(
-        {b}, reduce_op(op), rtd::PersistentOptions{copy_engines != 0});
+    auto shard = c.comm->persistent_reduce_scatter({b}, reduce_op(op),
+                                                   rtd::PersistentOptions{copy_engines != 0});
     std::string method = shard->method();
-    return new rtd_persistent{nullptr, std::move(shard), std::move(method), b, false,
-                              c.comm->size()};
+    return new rtd_persistent{nullptr, std::move(shard), std::move(method), b,
+                              false,   c.comm->size()};
   });
 }
 

@@ -140,7 +140,8 @@ TEST(CApi, PersistentShardCollectivesGatherInPlaceAndReduceOutOfTheirBuffer) {
     ASSERT_NE(s, nullptr) << rtd_last_error();
     for (int run = 0; run < 2; ++run) {
       for (int i = 0; i < 3; ++i) gathered[r * 3 + i] = float(10 * r + i + run);
-      rtd_work* w = rtd_persistent_shard_run(g, gathered.data() + r * 3, gathered.data(), 3, nullptr);
+      rtd_work* w =
+          rtd_persistent_shard_run(g, gathered.data() + r * 3, gathered.data(), 3, nullptr);
       ASSERT_NE(w, nullptr) << rtd_last_error();
       EXPECT_EQ(rtd_work_wait(w, 10000), 0) << rtd_last_error();
       rtd_work_free(w);
