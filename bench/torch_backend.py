@@ -13,10 +13,11 @@ two whose collectives move nothing (its copies in and out, its hooks and its
 sharded optimizer step, no transfer); for comparison FSDP2 on a group of one
 rank (no transfer, but it steps the whole model, not a half); and DDP
 with PyTorch's bf16 compression hook on every backend.
-FSDP2 also with rt_dist.torch.fsdp_comms on rtd (its buffers lent by the group).
+FSDP2 also with rt_dist.torch.fsdp_comms on rtd (its buffers lent by the group),
+and on nccl with PyTorch's set_allocate_memory_from_process_group_for_comm.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
-fsdp2_noreshard_bf16_comms ddp_bf16hook; default all), STEPS,
+fsdp2_noreshard_bf16_comms fsdp2_pgalloc ddp_bf16hook; default all), STEPS,
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
 PROFILE_CONFIGS="fsdp2_nccl fsdp2_rtd floor_fsdp2_null ..." (three more steps
 of those configurations under torch.profiler: rank 0's trace in DIR and its
@@ -214,7 +215,22 @@ def main():
         t = (time.perf_counter() - t0) / steps
         if profile_dir and tag in profiled:
             profile_steps(tag, step)
-        return t
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        # One more step, untimed: the peak of each phase (where the step's peak lies).
+        phases = []
+        torch.cuda.reset_peak_memory_stats()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        for part in (lambda: loss.backward(), opt.step, lambda: opt.zero_grad(set_to_none=True)):
+            torch.cuda.synchronize()
+            phases.append(torch.cuda.max_memory_allocated() / 2**30)
+            torch.cuda.reset_peak_memory_stats()
+            part()
+        torch.cuda.synchronize()
+        phases.append(torch.cuda.max_memory_allocated() / 2**30)
+        log(f"{tag}: peak by phase (GiB): forward {phases[0]:.2f} backward {phases[1]:.2f} "
+            f"optimizer {phases[2]:.2f}")
+        return t, peak
 
     def profile_steps(tag, step):
         """Three more steps under torch.profiler (after the timed ones): rank
@@ -239,8 +255,7 @@ def main():
         torch.cuda.reset_peak_memory_stats()
         m = make()
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
-        t = bench(m, opt, tag)
-        peak = torch.cuda.max_memory_allocated() / 2**30
+        t, peak = bench(m, opt, tag)
         # Device memory outside torch's allocator: the CUDA context, NCCL's
         # buffers and rt_dist's staging buffers (which stay with the group).
         free, total = torch.cuda.mem_get_info()
@@ -265,7 +280,7 @@ def main():
         fut.set_result(bucket.buffer())
         return fut
 
-    def fsdp(g, reshard, reduce_dtype, comms=False):
+    def fsdp(g, reshard, reduce_dtype, comms=False, pg_alloc=False):
         def make():
             m = mk()
             mesh = DeviceMesh.from_group(g, "cuda")
@@ -276,6 +291,8 @@ def main():
             fully_shard(m, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
             if comms:
                 rt_dist.torch.fsdp_comms(m)
+            if pg_alloc:  # PyTorch's own: buffers from the group's allocator (NCCL's)
+                m.set_allocate_memory_from_process_group_for_comm(True)
             return m
         return make
 
@@ -288,6 +305,8 @@ def main():
         # rt_dist.torch.fsdp_comms: FSDP2's buffers lent by the group (rtd only).
         ("fsdp2_comms", lambda g: fsdp(g, True, torch.float32, comms=True)),
         ("fsdp2_noreshard_bf16_comms", lambda g: fsdp(g, False, torch.bfloat16, comms=True)),
+        # PyTorch's own route to the same end, on nccl only.
+        ("fsdp2_pgalloc", lambda g: fsdp(g, True, torch.float32, pg_alloc=True)),
     ]
     chosen = os.environ.get("CONFIGS", "").split()
     if chosen:
@@ -299,7 +318,13 @@ def main():
         for name, g in groups.items():
             if tag.endswith("_comms") and name == "nccl":
                 continue  # fsdp_comms leaves a nccl group's FSDP2 as it is
-            t, p, o = run(f"{tag}_{name}", maker(g))
+            if tag.endswith("_pgalloc") and name != "nccl":
+                continue
+            try:
+                t, p, o = run(f"{tag}_{name}", maker(g))
+            except Exception as e:  # noqa: BLE001 - a configuration this torch cannot run
+                log(f"{tag} {name}: failed: {type(e).__name__}: {str(e)[:300]}")
+                continue
             if tag.endswith("_comms"):
                 slots = g._comms["cuda"].slots
                 log(f"{tag} {name}: lent buffers {slots.stats} by {sorted(slots.methods)}")

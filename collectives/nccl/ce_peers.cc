@@ -356,12 +356,9 @@ void CeCall::check_result(cudaError_t rc, const char* step) {
 }
 
 std::shared_ptr<Work> CeCall::finish() {
-  std::shared_ptr<cudaEvent_t> end = state_->take_end_event();
-  RTD_CUDA_CHECK(state_->cuda(), cudaEventRecord(*end, peers_.stream_),
-                 what_ + ": recording the end event");
-  state_->watch(peers_.stream_, end, CallName::of(what_, number_));
+  const EndTicket end = state_->record_end(peers_.stream_, CallName::of(what_, number_));
   unlaunched_.launched();
-  return std::make_shared<NcclWork>(state_, std::move(end), CallName::of(what_, number_));
+  return std::make_shared<NcclWork>(state_, end, CallName::of(what_, number_));
 }
 
 }  // namespace rtd::nccl

@@ -29,41 +29,65 @@ bool run_bounded(Fn fn, std::chrono::milliseconds bound) {
 }
 }  // namespace
 
-CommState::EventPool::~EventPool() {
-  for (cudaEvent_t e : free_) RTD_CUDA_CHECK_WARN(*cuda_, cuda_->event_destroy(e), "event destroy");
-}
-
-cudaEvent_t CommState::EventPool::take() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!free_.empty()) {
-      cudaEvent_t e = free_.back();
-      free_.pop_back();
-      return e;
-    }
+CommState::~CommState() {
+  for (const auto& end : ends_) {
+    RTD_CUDA_CHECK_WARN(*cuda_, cuda_->event_destroy(end->event), "event destroy");
   }
-  cudaEvent_t e = nullptr;
-  RTD_CUDA_CHECK(*cuda_, cuda_->event_create(&e), "creating a CUDA event");
-  return e;
 }
 
-void CommState::EventPool::give(cudaEvent_t event) {
-  std::lock_guard<std::mutex> lock(mu_);
-  free_.push_back(event);
+EndTicket CommState::take_end_locked() {
+  if (free_ends_.empty()) {
+    auto slot = std::make_unique<EndSlot>();
+    RTD_CUDA_CHECK(*cuda_, cuda_->event_create(&slot->event), "creating a CUDA event");
+    ends_.push_back(std::move(slot));
+    free_ends_.push_back(ends_.back().get());
+  }
+  EndSlot* slot = free_ends_.back();
+  free_ends_.pop_back();
+  return EndTicket{slot, slot->generation.load(std::memory_order_relaxed)};
 }
 
-std::shared_ptr<cudaEvent_t> CommState::take_end_event() {
-  struct Held {  // the event and the pool it goes back to, beside the shared count
-    Held(cudaEvent_t e, std::shared_ptr<EventPool> p) : event(e), pool(std::move(p)) {}
-    ~Held() { pool->give(event); }
-    Held(const Held&) = delete;
-    Held& operator=(const Held&) = delete;
-    cudaEvent_t event;
-    std::shared_ptr<EventPool> pool;
-  };
-  auto held = std::make_shared<Held>(events_->take(), events_);
-  cudaEvent_t* event = &held->event;
-  return std::shared_ptr<cudaEvent_t>(std::move(held), event);  // takes over held's count
+void CommState::free_end_locked(EndSlot* end) {
+  // Only this lock's holder writes the generation: a store, not a
+  // read-modify-write. Release: whoever sees the new generation also sees
+  // that the operation completed.
+  end->generation.store(end->generation.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_release);
+  free_ends_.push_back(end);
+}
+
+EndTicket CommState::take_end() {
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  return take_end_locked();
+}
+
+void CommState::drop_end(EndTicket end) {
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  free_end_locked(end.slot);
+}
+
+EndTicket CommState::record_end(cudaStream_t stream, CallName name,
+                                std::vector<std::uint64_t> calls) {
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  EndTicket end = take_end_locked();
+  const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
+  if (rc != cudaSuccess) {
+    free_end_locked(end.slot);
+    RTD_CUDA_CHECK(*cuda_, rc, name.text() + ": recording its end");
+  }
+  watch_locked(stream, end.slot, std::move(name), std::move(calls));
+  return end;
+}
+
+void CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
+                           std::vector<std::uint64_t> calls) {
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
+  if (rc != cudaSuccess) {
+    free_end_locked(end.slot);
+    RTD_CUDA_CHECK(*cuda_, rc, name.text() + ": recording its end");
+  }
+  watch_locked(stream, end.slot, std::move(name), std::move(calls));
 }
 
 namespace {
@@ -71,7 +95,7 @@ constexpr std::uint64_t kQueryEvery = 16;  // watch() calls per query of the new
 }  // namespace
 
 std::string CallName::text() const {
-  if (!spelled.empty()) return spelled;
+  if (spelled) return *spelled;
   return std::string("nccl ") + op + (recorded != 0 ? " #" + std::to_string(recorded) : "") +
          " on rank " + std::to_string(rank);
 }
@@ -94,27 +118,37 @@ void CommState::mark_completed(const StreamOps& list) {
   recorder_->completed(calls);  // one lock for them all
 }
 
-void CommState::StreamOps::pop_front() {
-  ops[head++] = InFlight{};  // lets go of its end event now
-  if (head == ops.size()) clear();
+void CommState::retire_front(StreamOps& list, bool succeeded) {
+  InFlight& op = list.ops[list.head++];
+  // A failed one keeps its slot (its Work's own query reports the error).
+  if (succeeded) free_end_locked(op.end);
+  op = InFlight{};  // lets go of its name and calls now
+  if (list.empty()) {
+    list.ops.clear();
+    list.head = 0;
+  }
 }
 
-void CommState::watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, CallName name,
-                      std::vector<std::uint64_t> calls) {
-  std::lock_guard<std::mutex> lock(in_flight_mu_);
+void CommState::retire_all(StreamOps& list) {
+  mark_completed(list);
+  for (std::size_t i = list.head; i < list.ops.size(); ++i) free_end_locked(list.ops[i].end);
+  list.ops.clear();
+  list.head = 0;
+}
+
+void CommState::watch_locked(cudaStream_t stream, EndSlot* end, CallName name,
+                             std::vector<std::uint64_t> calls) {
   auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
                          [&](const StreamOps& s) { return s.stream == stream; });
   if (it == in_flight_.end()) it = in_flight_.insert(in_flight_.end(), StreamOps{.stream = stream});
   StreamOps& list = *it;
+  // The newest before this one (this one was recorded just now: not done).
   if (++watched_ % kQueryEvery == 0 && !list.empty() &&
-      cuda_->event_query(*list.ops.back().end) == cudaSuccess) {
-    // The newest is done, so is everything before it on this stream.
-    mark_completed(list);
-    list.clear();  // the events go back to the pool (its lock is taken alone)
+      cuda_->event_query(list.ops.back().end->event) == cudaSuccess) {
+    retire_all(list);  // the newest is done, so is everything before it on this stream
   }
   // A deadline of seconds needs no finer clock than the tick's.
-  list.ops.push_back(
-      {std::move(end), coarse::steady_now() + timeout_, std::move(name), std::move(calls)});
+  list.ops.push_back({end, coarse::steady_now() + timeout_, std::move(name), std::move(calls)});
 }
 
 std::optional<std::string> CommState::overdue() {
@@ -124,13 +158,14 @@ std::optional<std::string> CommState::overdue() {
     for (StreamOps& list : in_flight_) {
       while (!late && !list.empty()) {
         InFlight& oldest = list.ops[list.head];
-        if (cuda_->event_query(*oldest.end) == cudaErrorNotReady) {
+        const cudaError_t rc = cuda_->event_query(oldest.end->event);
+        if (rc == cudaErrorNotReady) {
           if (std::chrono::steady_clock::now() >= oldest.deadline)
             late.emplace(oldest.name.text(), oldest.diagnosed());
           break;
         }
         mark_completed(oldest);  // complete, or failed: its Work reports that
-        list.pop_front();
+        retire_front(list, rc == cudaSuccess);
       }
     }
   }

@@ -1,5 +1,5 @@
 // CommState: what a communicator and its outstanding Works share: the NCCL
-// handle, the APIs, the event pool, and abort. Works may outlive their
+// handle, the APIs, the end events, and abort. Works may outlive their
 // communicator, so the handle is guarded and marked gone once destroyed.
 #pragma once
 
@@ -28,22 +28,53 @@ struct CallName {
   const char* op = "";         // a string literal
   std::uint64_t recorded = 0;  // its flight-recorder number (0: not recorded)
   int rank = 0;
-  std::string spelled;  // the whole name, where it was given as text (of())
+  // The whole name, where it was given as text (of()); a pointer, so that the
+  // names of NCCL's calls (none) copy and move as three words.
+  std::unique_ptr<const std::string> spelled;
+
+  CallName() = default;
+  CallName(const char* op_, std::uint64_t recorded_, int rank_)
+      : op(op_), recorded(recorded_), rank(rank_) {}
+  CallName(const CallName& o) : op(o.op), recorded(o.recorded), rank(o.rank) {
+    if (o.spelled) spelled = std::make_unique<const std::string>(*o.spelled);
+  }
+  CallName& operator=(const CallName& o) {
+    if (this != &o) *this = CallName(o);
+    return *this;
+  }
+  CallName(CallName&&) noexcept = default;
+  CallName& operator=(CallName&&) noexcept = default;
   static CallName of(std::string text, std::uint64_t recorded = 0) {
-    return CallName{.recorded = recorded, .spelled = std::move(text)};
+    CallName name;
+    name.recorded = recorded;
+    name.spelled = std::make_unique<const std::string>(std::move(text));
+    return name;
   }
   std::string text() const;
+};
+
+// An operation's end event as its Work holds it: a slot of the CommState's
+// and the slot's generation when the operation took it. The in-flight list
+// hands a slot on to a later operation only after it saw this one complete,
+// and bumps the generation then: a Work whose generation is gone knows that
+// its operation completed. No shared count, no allocation per operation.
+struct EndSlot {
+  cudaEvent_t event = nullptr;
+  std::atomic<std::uint32_t> generation{0};
+};
+struct EndTicket {
+  EndSlot* slot = nullptr;
+  std::uint32_t generation = 0;
+  // The operation completed and the slot went on (or is free again).
+  bool retired() const { return slot->generation.load(std::memory_order_acquire) != generation; }
 };
 
 class CommState {
  public:
   CommState(std::shared_ptr<NcclApi> nccl, std::shared_ptr<CudaApi> cuda, int rank,
             std::chrono::milliseconds timeout)
-      : nccl_(std::move(nccl)),
-        cuda_(std::move(cuda)),
-        rank_(rank),
-        timeout_(timeout),
-        events_(std::make_shared<EventPool>(cuda_)) {}
+      : nccl_(std::move(nccl)), cuda_(std::move(cuda)), rank_(rank), timeout_(timeout) {}
+  ~CommState();  // destroys the end events
 
   NcclApi& nccl() { return *nccl_; }
   CudaApi& cuda() { return *cuda_; }
@@ -52,21 +83,22 @@ class CommState {
   ncclComm_t comm() const { return comm_; }
   void set_comm(ncclComm_t comm) { comm_ = comm; }
 
-  // An operation's end event from the pool, shared by its Work and the
-  // in-flight list; it goes back to the pool once both have let go (one
-  // allocation, the shared count and the pool's reference together).
-  std::shared_ptr<cudaEvent_t> take_end_event();
-
-  // [In flight] Watches an operation whose end event was just recorded on
-  // stream, until the event completes: an operation that has not completed by
-  // its deadline (now + timeout) aborts the communicator, even if nobody waits
-  // for it on the host (a trainer that only orders its stream after it).
-  // Operations on one stream complete in order, so one query of the newest
-  // retires all before it; it is made on every 16th call.
+  // [In flight] Records an operation's end event on stream, just after the
+  // operation, and watches it until it completes: an operation that has not
+  // completed by its deadline (now + timeout) aborts the communicator, even
+  // if nobody waits for it on the host (a trainer that only orders its stream
+  // after it). Operations on one stream complete in order, so one query of
+  // the newest retires all before it; it is made on every 16th call.
   // The flight-recorder numbers marked completed there once the end event
-  // fires: name.recorded, and a group's calls.
-  void watch(cudaStream_t stream, std::shared_ptr<cudaEvent_t> end, CallName name,
-             std::vector<std::uint64_t> calls = {});
+  // fires: name.recorded, and a group's calls. Returns the Work's ticket.
+  EndTicket record_end(cudaStream_t stream, CallName name, std::vector<std::uint64_t> calls = {});
+  // A group's Work is made before its calls: its end slot is taken then
+  // (take_end), and recorded and watched after them (record_end(end, ...)),
+  // or given back if the group never launched (drop_end).
+  EndTicket take_end();
+  void record_end(EndTicket end, cudaStream_t stream, CallName name,
+                  std::vector<std::uint64_t> calls);
+  void drop_end(EndTicket end);
   // Retires completed operations from the oldest end of each stream; names the
   // oldest one still running past its deadline, if any, with the flight
   // recorder's diagnosis (the watchdog thread calls this a few times per timeout).
@@ -116,32 +148,16 @@ class CommState {
   void deregister_buffer(void* handle);
 
  private:
-  // Events for reuse. Its lock is taken last and alone: events go back to it
-  // from anywhere (the in-flight list's lock held, or no CommState left).
-  class EventPool {
-   public:
-    explicit EventPool(std::shared_ptr<CudaApi> cuda) : cuda_(std::move(cuda)) {}
-    ~EventPool();        // destroys the pooled events
-    cudaEvent_t take();  // from the pool, or a new one
-    void give(cudaEvent_t event);
-
-   private:
-    std::shared_ptr<CudaApi> cuda_;
-    std::mutex mu_;
-    std::vector<cudaEvent_t> free_;
-  };
-
   std::shared_ptr<NcclApi> nccl_;
   std::shared_ptr<CudaApi> cuda_;
   const int rank_;
   const std::chrono::milliseconds timeout_;
   ncclComm_t comm_ = nullptr;
-  std::shared_ptr<EventPool> events_;
   std::mutex mu_;
   std::set<void*> registrations_;  // live ncclCommRegister handles
   std::vector<std::function<void()>> abort_hooks_;
   struct InFlight {
-    std::shared_ptr<cudaEvent_t> end;
+    EndSlot* end = nullptr;
     std::chrono::steady_clock::time_point deadline;
     CallName name;
     std::vector<std::uint64_t> calls;  // more flight-recorder numbers (a group's)
@@ -156,18 +172,22 @@ class CommState {
     std::vector<InFlight> ops;
     std::size_t head = 0;  // ops before it have retired
     bool empty() const { return head == ops.size(); }
-    void pop_front();
-    void clear() {
-      ops.clear();
-      head = 0;
-    }
   };
-  void mark_completed(const InFlight& op);     // in the flight recorder
-  void mark_completed(const StreamOps& list);  // all of them (in_flight_mu_ held)
-  std::vector<std::uint64_t> completing_;      // mark_completed(list)'s (in_flight_mu_)
+  // With in_flight_mu_ held:
+  EndTicket take_end_locked();
+  void watch_locked(cudaStream_t stream, EndSlot* end, CallName name,
+                    std::vector<std::uint64_t> calls);
+  void free_end_locked(EndSlot* end);                  // its operation completed: to the next
+  void retire_front(StreamOps& list, bool succeeded);  // the oldest finished
+  void retire_all(StreamOps& list);                    // the newest completed, so all did
+  void mark_completed(const InFlight& op);             // in the flight recorder
+  void mark_completed(const StreamOps& list);          // all of them (in_flight_mu_ held)
+  std::vector<std::uint64_t> completing_;              // mark_completed(list)'s (in_flight_mu_)
   std::shared_ptr<FlightRecorder> recorder_;
   std::mutex in_flight_mu_;
   std::vector<StreamOps> in_flight_;
+  std::vector<std::unique_ptr<EndSlot>> ends_;  // every end slot, for the destructor
+  std::vector<EndSlot*> free_ends_;
   std::uint64_t watched_ = 0;
   std::atomic<bool> aborted_{false};
   std::atomic<bool> failed_{false};  // failure_ is set

@@ -298,7 +298,7 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
   UnlaunchedCall unlaunched(state_->recorder(), recorded);
   // Collectives by their flight-recorder number (1-based, collectives only);
   // the name is spelled out only for an error.
-  const CallName name{.op = op, .recorded = recorded, .rank = rank_};
+  const CallName name(op, recorded, rank_);
   // A failure already known refuses the call; NCCL's asynchronous error is
   // asked for on every kFailureQueryEvery-th call only (NCCL itself refuses a
   // call on a failed communicator, and throw_call_failed then names why).
@@ -348,12 +348,9 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
     unlaunched.launched();
     return group_work_;
   }
-  std::shared_ptr<cudaEvent_t> end = state_->take_end_event();
-  RTD_CUDA_CHECK(cuda, cuda.event_record(*end, run_on), name.text() + ": recording its end");
-  state_->watch(run_on, end, name);
+  const EndTicket end = state_->record_end(run_on, name);
   unlaunched.launched();
-  return std::make_shared<NcclWork>(state_, std::move(end), name,
-                                    on_caller ? caller_stream : nullptr);
+  return make_nccl_work(state_, end, name, on_caller ? caller_stream : nullptr);
 }
 
 std::shared_ptr<Work> NcclCommunicator::launch_staged(const char* op, std::uint64_t recorded,
@@ -473,8 +470,16 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
   if (group_work_) throw Error(ErrorCategory::kInvalidArgument, "group: groups do not nest");
   ++seq_;
   std::string what = "nccl group on rank " + std::to_string(rank_);
-  group_end_ = state_->take_end_event();
-  auto work = std::make_shared<NcclWork>(state_, group_end_, CallName::of(what));
+  // The end slot goes back unless the group launched (recorded its end).
+  struct EndGuard {
+    CommState& state;
+    EndTicket end;
+    bool recorded = false;
+    ~EndGuard() {
+      if (!recorded) state.drop_end(end);
+    }
+  } guard{*state_, state_->take_end()};
+  auto work = std::make_shared<NcclWork>(state_, guard.end, CallName::of(what));
   group_work_ = work;
   NcclApi& api = state_->nccl();
   ncclResult_t rc = api.group_start();
@@ -505,9 +510,8 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
   } else if (rc != ncclSuccess) {
     throw nccl_error(api, state_->comm(), rc, what + ": ncclGroupEnd");
   }
-  RTD_CUDA_CHECK(state_->cuda(), state_->cuda().event_record(*group_end_, stream_),
-                 what + ": recording its end");
-  state_->watch(stream_, std::move(group_end_), CallName::of(what), std::move(calls));
+  guard.recorded = true;  // record_end keeps the slot, or frees it if recording fails
+  state_->record_end(guard.end, stream_, CallName::of(what), std::move(calls));
   return work;
 }
 

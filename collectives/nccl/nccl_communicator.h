@@ -128,8 +128,7 @@ class NcclCommunicator : public Communicator {
   int persistent_seq_ = 0;                // persistent collectives set up so far (store scopes)
   std::uint64_t in_progress_ = 0;         // calls answered ncclInProgress (then settled)
   std::chrono::nanoseconds settling_{0};  // host time spent settling them
-  // Inside group(): the group's end event and Work, returned by every operation.
-  std::shared_ptr<cudaEvent_t> group_end_;
+  // Inside group(): the group's Work, returned by every operation.
   std::shared_ptr<Work> group_work_;
   std::vector<std::uint64_t> group_calls_;  // the group's recorded collectives
   // all_reduce, all_gather and reduce_scatter by copy engines through staging

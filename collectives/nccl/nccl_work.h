@@ -13,11 +13,12 @@ namespace rtd::nccl {
 
 class NcclWork : public Work {
  public:
+  // end: from state->record_end (or take_end).
   // name.recorded: the operation's number in the flight recorder (0: not
   // recorded), for the diagnosis of a timeout.
   // ran_on: the stream the operation ran on, when that was the caller's (a
   // wait on it is then already ordered); null otherwise.
-  NcclWork(std::shared_ptr<CommState> state, std::shared_ptr<cudaEvent_t> end, CallName name,
+  NcclWork(std::shared_ptr<CommState> state, EndTicket end, CallName name,
            cudaStream_t ran_on = nullptr);
 
   bool done() const override;
@@ -28,12 +29,18 @@ class NcclWork : public Work {
 
  private:
   std::shared_ptr<CommState> state_;
-  std::shared_ptr<cudaEvent_t> end_;  // shared with the in-flight list
+  EndTicket end_;  // its end event, while the in-flight list has not passed it on
   CallName name_;
   cudaStream_t ran_on_;
   mutable std::mutex mu_;
   mutable std::optional<Error> error_;
   mutable bool complete_ = false;
 };
+
+// An NcclWork with its shared count in storage reused from earlier ones (one
+// free list for the process, behind a spin lock), not the heap's: the data
+// path makes one per call.
+std::shared_ptr<NcclWork> make_nccl_work(std::shared_ptr<CommState> state, EndTicket end,
+                                         CallName name, cudaStream_t ran_on = nullptr);
 
 }  // namespace rtd::nccl

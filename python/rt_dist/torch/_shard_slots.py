@@ -106,4 +106,6 @@ class ShardSlots:
                     self._comm.lib.rtd_persistent_free(h)
                 slot.handles.clear()
         self._rings.clear()
+        self.stats = dict.fromkeys(self.stats, 0)
+        self.methods = set()
 
