@@ -397,9 +397,7 @@ std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out
       return launch_staged("all_gather", record(describe::all_gather(in)), stream, *slot, in, out);
     }
   }
-  // Up to twice inline_bytes of output: over the links, what an all_reduce
-  // of inline_bytes moves ((n-1)/n of it against 2(n-1)/n).
-  return launch("all_gather", record(describe::all_gather(in)), stream, out.bytes() / 2,
+  return launch("all_gather", record(describe::all_gather(in)), stream, out.bytes(),
                 [&](cudaStream_t s) {
                   return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype),
                                                    state_->comm(), s);
@@ -416,8 +414,7 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView
                            *slot, in, out);
     }
   }
-  // As all_gather: up to twice inline_bytes of input.
-  return launch("reduce_scatter", record(describe::reduce_scatter(out, op)), stream, in.bytes() / 2,
+  return launch("reduce_scatter", record(describe::reduce_scatter(out, op)), stream, in.bytes(),
                 [&](cudaStream_t s) {
                   return state_->nccl().reduce_scatter(in.data, out.data, out.count,
                                                        to_nccl(in.dtype), reduction(op),
