@@ -221,6 +221,28 @@ TEST_F(NcclWithFakes, CompletedOperationsLeaveTheInFlightList) {
   EXPECT_EQ(log_.count("comm_abort"), 0);
 }
 
+// A Work does not share its end event: once the in-flight list has seen the
+// operation complete, the event goes on to later operations, and the Work
+// knows from the slot's generation that its own operation completed.
+TEST_F(NcclWithFakes, AWorkStaysDoneAfterItsEndEventGoesOnToLaterOperations) {
+  auto comm = make();
+  auto first = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  for (int i = 0; i < 32; ++i) base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  ASSERT_LT(comm->in_flight(), 16u) << "the first operation was retired";
+  cuda_->events_complete = false;  // every event, the first one's included, now answers "not ready"
+  auto later = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  EXPECT_TRUE(first->done());
+  EXPECT_FALSE(first->error().has_value());
+  EXPECT_FALSE(later->done());
+  const int waits = log_.count("stream_wait_event");
+  first->wait(StreamRef{reinterpret_cast<cudaStream_t>(0x42)});
+  EXPECT_EQ(log_.count("stream_wait_event"), waits) << "nothing to wait for";
+  later->wait(StreamRef{reinterpret_cast<cudaStream_t>(0x42)});
+  EXPECT_EQ(log_.count("stream_wait_event"), waits + 1);
+  cuda_->events_complete = true;
+  EXPECT_TRUE(later->done());
+}
+
 TEST_F(NcclWithFakes, CtaPolicyReachesEveryCommunicatorInitMakes) {
   const std::string policy = "CTAPolicy=" + std::to_string(NCCL_CTA_POLICY_EFFICIENCY);
   auto has = [&](const std::string& prefix) {
