@@ -72,7 +72,7 @@ std::string CallArgs::text() const {
 namespace describe {
 namespace {
 CallArgs of(const BufferView& buf) {
-  return CallArgs{.has_buffer = true, .dtype = buf.dtype, .count = buf.count};
+  return CallArgs{.count = buf.count, .dtype = buf.dtype, .has_buffer = true};
 }
 CallArgs reducing(const BufferView& buf, ReduceOp op) {
   CallArgs args = of(buf);
@@ -139,14 +139,32 @@ FlightRecorder::~FlightRecorder() {
 
 std::string FlightRecorder::key(int rank) const { return "flight/" + std::to_string(rank); }
 
+FlightRecorder::Texts& FlightRecorder::Entry::own_texts() {
+  if (!texts) {
+    texts = std::make_unique<Texts>();
+  } else if (!has_texts) {  // an earlier call's: cleared, its storage kept
+    texts->op_text.clear();
+    texts->args_text.clear();
+    texts->at_us = 0;
+    texts->trace_note.clear();
+  }
+  has_texts = true;
+  return *texts;
+}
+
 FlightRecorder::Call FlightRecorder::Entry::call() const {
+  const Texts* t = has_texts ? texts.get() : nullptr;
   return Call{.seq = seq,
-              .op = op != nullptr ? std::string(op) : op_text,
-              .args = op != nullptr ? args.text() : args_text,
+              .op = op != nullptr ? std::string(op)
+                    : t           ? t->op_text
+                                  : std::string(),
+              .args = op != nullptr ? args.text()
+                      : t           ? t->args_text
+                                    : std::string(),
               .at_ms = at_ms,
               .done = done,
-              .at_us = at_us,
-              .trace_note = trace_note};
+              .at_us = t ? t->at_us : 0,
+              .trace_note = t ? t->trace_note : std::string()};
 }
 
 std::uint64_t FlightRecorder::oldest_seq() const {
@@ -158,12 +176,10 @@ FlightRecorder::Entry& FlightRecorder::next_entry() {
   Entry& e = ring_[(next_seq_ - 1) % kCapacity];
   e.seq = next_seq_;
   e.op = nullptr;
-  e.op_text.clear();  // clear() keeps a reused slot's storage: no allocation
-  e.args_text.clear();
+  e.has_texts = false;          // the texts' storage stays for a later call's
   e.at_ms = coarse::unix_ms();  // for ages in seconds
-  e.at_us = trace::enabled() ? trace::now_us() : 0;
+  if (trace::enabled()) e.own_texts().at_us = trace::now_us();
   e.done = false;
-  e.trace_note.clear();
   return e;
 }
 
@@ -178,8 +194,9 @@ std::uint64_t FlightRecorder::record(const char* op, const CallArgs& args) {
 std::uint64_t FlightRecorder::record(std::string op, std::string args) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = next_entry();
-  e.op_text = clean(std::move(op));
-  e.args_text = clean(std::move(args));
+  Texts& t = e.own_texts();
+  t.op_text = clean(std::move(op));
+  t.args_text = clean(std::move(args));
   return next_seq_++;
 }
 
@@ -204,7 +221,7 @@ void FlightRecorder::complete(std::uint64_t seq) {
   e->done = true;
   // In the trace: from the call until its completion was seen (on a GPU, by
   // the watchdog's poll of the collective's end event).
-  if (e->at_us > 0) {
+  if (e->has_texts && e->texts->at_us > 0) {
     const Call c = e->call();
     trace::span(c.op, "collective", trace_track_, c.at_us, trace::now_us(),
                 c.trace_note.empty() ? c.args : c.args + ", " + c.trace_note);
@@ -214,7 +231,7 @@ void FlightRecorder::complete(std::uint64_t seq) {
 void FlightRecorder::annotate(std::uint64_t seq, std::string note) {
   if (!trace::enabled()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (Entry* e = find(seq)) e->trace_note = std::move(note);
+  if (Entry* e = find(seq)) e->own_texts().trace_note = std::move(note);
 }
 
 void FlightRecorder::check_hang() {

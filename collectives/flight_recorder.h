@@ -48,13 +48,13 @@ struct FlightOptions {
 // these fields; the text ("float32 x 1024, sum") is spelled out only when a
 // report is published or a call diagnosed.
 struct CallArgs {
-  bool has_buffer = false;  // none: a barrier's (no text)
-  DType dtype = DType::kFloat32;
   std::size_t count = 0;
-  bool reduces = false;  // op is the call's reduction
+  DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  int root = -1;  // a broadcast's root, or -1
-  std::string text() const;
+  int root = -1;             // a broadcast's root, or -1
+  bool has_buffer = false;   // none: a barrier's (no text)
+  bool reduces = false;      // op is the call's reduction
+  std::string text() const;  // (fields ordered to pack: 24 bytes)
 };
 
 class FlightRecorder {
@@ -131,20 +131,29 @@ class FlightRecorder {
   static constexpr std::size_t kPublished = 16;   // newest calls each report carries
 
  private:
-  // One call in the ring, as recorded: plain data, or text (op_text and
-  // args_text) from the text form; spelled out as a Call when read.
-  struct Entry {
+  // What only some calls have: the text form's op and arguments, and a
+  // trace's start and note.
+  struct Texts {
+    std::string op_text;
+    std::string args_text;
+    std::int64_t at_us = 0;
+    std::string trace_note;
+  };
+  // One call in the ring, as recorded: plain data, or text from the text
+  // form; spelled out as a Call when read. One cache line for a plain call:
+  // the ring is written a new entry a call, so its lines are cold.
+  struct alignas(64) Entry {
     std::uint64_t seq = 0;
     const char* op = nullptr;  // the plain form's (a string literal)
     CallArgs args;
-    std::string op_text;  // the text form's
-    std::string args_text;
     std::int64_t at_ms = 0;
-    std::int64_t at_us = 0;
+    std::unique_ptr<Texts> texts;  // kept once made (its storage is reused)
+    bool has_texts = false;        // texts holds this call's
     bool done = false;
-    std::string trace_note;
+    Texts& own_texts();  // texts for this call, made or cleared
     Call call() const;
   };
+  static_assert(sizeof(Entry) == 64, "a ring entry is one cache line");
   Entry& next_entry();               // the ring's slot for the next call, reset (caller holds mu_)
   Entry* find(std::uint64_t seq);    // in the ring, or null (caller holds mu_)
   void complete(std::uint64_t seq);  // completed()'s work (caller holds mu_)
