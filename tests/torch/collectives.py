@@ -299,6 +299,9 @@ for dtype in (torch.float32, torch.bfloat16):
                                R.MAX) is None, "MAX was taken by the lent set-up"
     del grads
 assert pg.lend_shard_buffer("all_gather", k * n * 4, torch.uint8, dev) is None, "uint8 was lent"
+assert pg.lend_shard_buffer("all_gather", 0, torch.float32, dev) is None, "nothing was lent"
+assert pg.lend_shard_buffer("reduce_scatter", k * n + 1, torch.float32, dev) is None, \
+    "a buffer that does not split over the ranks was lent"
 if device == "cuda":
     assert pg.lend_shard_buffer("all_gather", 1000, torch.float32, dev) is None, \
         "a buffer under 1 MiB was lent"

@@ -545,8 +545,10 @@ class ProcessGroupRTD(dist.ProcessGroup):
         output ("all_gather") or a reduce-scatter's input ("reduce_scatter")
         of numel elements; None when none is free (see _shard_slots). Every
         rank must ask for the same in the same order. See fsdp_comms."""
-        if dtype not in _DTYPES or device.type not in ("cpu", "cuda"):
+        if numel <= 0 or dtype not in _DTYPES or device.type not in ("cpu", "cuda"):
             return None
+        if numel % self.size():
+            return None  # not size equal blocks: no collective of this group's
         return self._comm(device).slots.lend(kind, numel, dtype)
 
     def release_shard_buffers(self):
