@@ -119,11 +119,13 @@ def fsdp_comms(model):
     """Sets rtd's all-gather and reduce-scatter on every FSDP2 module of model
     whose group is rtd; returns how many modules got them. Call it after
     fully_shard and before the first step, on every rank."""
-    if AllGather is None or not hasattr(FSDPModule, "set_custom_all_gather"):
+    if (AllGather is None or not hasattr(FSDPModule, "set_custom_all_gather")
+            or not hasattr(torch._C, "_storage_Use_Count")):  # how a lent buffer is seen free
         raise RuntimeError(
-            f"rt_dist.torch.fsdp_comms: torch {torch.__version__} has no FSDPModule."
-            "set_custom_all_gather (FSDP2's custom collectives, torch 2.11 is tested); leave "
-            "the call out: FSDP2 then runs on rtd through its ordinary calls")
+            f"rt_dist.torch.fsdp_comms: torch {torch.__version__} lacks what it needs "
+            "(FSDP2's custom collectives, FSDPModule.set_custom_all_gather, since torch 2.9, "
+            "and torch._C._storage_Use_Count; 2.11 is tested); leave the call out: FSDP2 then "
+            "runs on rtd through its ordinary calls")
     count = 0
     for m in model.modules():
         if not isinstance(m, FSDPModule):
