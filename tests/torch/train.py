@@ -141,8 +141,18 @@ for name, run, rtol, atol in (
     diff = (ours - theirs).abs().max().item()
     results.append(f"{name}: same parameters as the reference ({ours.numel()} values, "
                    f"largest difference {diff:.1e}{how})")
-# A model without FSDP modules gets nothing set.
+# A model without FSDP modules gets nothing set; a torch without FSDP2's
+# custom collectives gets the reason and what to do.
 assert rt_dist.torch.fsdp_comms(model()) == 0
+_comms = sys.modules["rt_dist.torch._fsdp_comms"]
+_saved, _comms.AllGather = _comms.AllGather, None
+try:
+    rt_dist.torch.fsdp_comms(model())
+    raise AssertionError("fsdp_comms without FSDP2's custom collectives was not refused")
+except RuntimeError as e:
+    assert "leave the call out" in str(e), e
+finally:
+    _comms.AllGather = _saved
 dist.barrier()
 if rank == 0:
     for line in results:
