@@ -11,6 +11,9 @@ import torch.distributed as dist
 
 import rt_dist.torch  # noqa: F401
 
+# rt_dist.torch is imported by `import torch` itself (its entry point): it must
+# not pull in FSDP2, which takes most of a second to import.
+assert "torch.distributed.fsdp" not in sys.modules, "rt_dist.torch imported FSDP2"
 device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 if device == "cuda":
     torch.cuda.set_device(int(__import__("os").environ["LOCAL_RANK"]))

@@ -25,11 +25,11 @@ import torch.distributed as dist
 
 from rt_dist.torch._process_group import ProcessGroupRTD
 
-try:
-    from torch.distributed.fsdp import FSDPModule
-    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
-except ImportError:  # torch without FSDP2's custom collectives
-    FSDPModule = AllGather = ReduceScatter = None
+# FSDP2 is imported at the first fsdp_comms() call, not with this module:
+# rt_dist.torch is imported by `import torch` itself (the entry point), and
+# torch.distributed.fsdp takes most of a second to import.
+FSDPModule = AllGather = ReduceScatter = None
+RtdAllGather = RtdReduceScatter = None
 
 
 def _rtd(group):
@@ -57,9 +57,20 @@ def _finish(work, async_op):
     return None
 
 
-if AllGather is not None:
+def _load_fsdp():
+    """Imports FSDP2's interfaces and defines the hooks on them (once)."""
+    global FSDPModule, AllGather, ReduceScatter, RtdAllGather, RtdReduceScatter
+    if RtdAllGather is not None:
+        return
+    try:
+        from torch.distributed.fsdp import FSDPModule as module_type
+        from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as ag_base
+        from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as rs_base
+    except ImportError:  # torch without FSDP2's custom collectives
+        return
+    FSDPModule, AllGather, ReduceScatter = module_type, ag_base, rs_base
 
-    class RtdAllGather(AllGather):
+    class _AllGather(AllGather):
         """FSDP2's all-gather on an rtd group, in place in a lent output."""
 
         def __init__(self, pg):
@@ -77,7 +88,7 @@ if AllGather is not None:
                                                    async_op=async_op)
             return _finish(work, async_op)
 
-    class RtdReduceScatter(ReduceScatter):
+    class _ReduceScatter(ReduceScatter):
         """FSDP2's reduce-scatter on an rtd group, out of a lent input.
 
         FSDP2 allocates the input, then the output (which becomes the
@@ -103,6 +114,8 @@ if AllGather is not None:
                                                   async_op=async_op)
             return _finish(work, async_op)
 
+    RtdAllGather, RtdReduceScatter = _AllGather, _ReduceScatter
+
 
 def _shard_group(module):
     """The group a module's FSDP2 shards over, or None (no parameters, or not sharded)."""
@@ -119,6 +132,7 @@ def fsdp_comms(model):
     """Sets rtd's all-gather and reduce-scatter on every FSDP2 module of model
     whose group is rtd; returns how many modules got them. Call it after
     fully_shard and before the first step, on every rank."""
+    _load_fsdp()
     if (AllGather is None or not hasattr(FSDPModule, "set_custom_all_gather")
             or not hasattr(torch._C, "_storage_Use_Count")):  # how a lent buffer is seen free
         raise RuntimeError(
