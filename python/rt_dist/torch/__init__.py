@@ -11,7 +11,9 @@ package's entry point is visible (dtrun puts it on the workers' PYTHONPATH).
 With RTD_TORCH_DEFAULT=1, rtd is also torch.distributed's default backend for
 CPU and CUDA tensors, so that a script that asks for the default
 (``init_process_group()`` without a backend, or
-``get_default_backend_for_device``) runs on rtd unchanged. See docs/torch.md.
+``get_default_backend_for_device``) runs on rtd unchanged; with
+RTD_TORCH_FSDP_COMMS=1, ``fully_shard`` sets ``fsdp_comms``'s hooks itself, so
+that an unchanged FSDP2 script gets them. See docs/torch.md.
 """
 
 import os
@@ -22,6 +24,7 @@ import torch.distributed as dist
 
 from rt_dist.torch._ddp_hook import ddp_hook
 from rt_dist.torch._failure_watch import CommunicatorFailed
+from rt_dist.torch import _fsdp_comms
 from rt_dist.torch._fsdp_comms import fsdp_comms
 from rt_dist.torch._process_group import ProcessGroupRTD
 
@@ -61,6 +64,13 @@ def register():
     elif default == "1":
         for device in ("cpu", "cuda"):
             dist.Backend.default_device_backend_map[device] = BACKEND
+    fsdp = os.environ.get("RTD_TORCH_FSDP_COMMS", "0")
+    if fsdp not in ("0", "1"):
+        warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS={fsdp!r} is neither 0 nor 1; ignored")
+    elif fsdp == "1":
+        why = _fsdp_comms.install_on_fully_shard()
+        if why:
+            warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS=1 ignored: {why}")
 
 
 register()

@@ -18,7 +18,9 @@ into them, and copy engines read them there. Same results, no staging copy.
 On a group that is not rtd, a module keeps FSDP2's defaults.
 """
 
+import functools
 import math
+import sys
 
 import torch
 import torch.distributed as dist
@@ -128,26 +130,65 @@ def _shard_group(module):
         return None
 
 
+def _missing():
+    """Why this torch cannot lend FSDP2 buffers, or None."""
+    _load_fsdp()
+    if (AllGather is None or not hasattr(FSDPModule, "set_custom_all_gather")
+            or not hasattr(torch._C, "_storage_Use_Count")):  # how a lent buffer is seen free
+        return (f"torch {torch.__version__} lacks what it needs (FSDP2's custom collectives, "
+                "FSDPModule.set_custom_all_gather, since torch 2.9, and "
+                "torch._C._storage_Use_Count; 2.11 is tested)")
+    return None
+
+
+def _install(module):
+    """Sets the hooks on one FSDP module if its group is rtd; whether it did."""
+    if not isinstance(module, FSDPModule):
+        return False
+    pg = _rtd(_shard_group(module))
+    if pg is None:
+        return False
+    module.set_custom_all_gather(RtdAllGather(pg))
+    module.set_custom_reduce_scatter(RtdReduceScatter(pg))
+    return True
+
+
 def fsdp_comms(model):
     """Sets rtd's all-gather and reduce-scatter on every FSDP2 module of model
     whose group is rtd; returns how many modules got them. Call it after
     fully_shard and before the first step, on every rank."""
-    _load_fsdp()
-    if (AllGather is None or not hasattr(FSDPModule, "set_custom_all_gather")
-            or not hasattr(torch._C, "_storage_Use_Count")):  # how a lent buffer is seen free
-        raise RuntimeError(
-            f"rt_dist.torch.fsdp_comms: torch {torch.__version__} lacks what it needs "
-            "(FSDP2's custom collectives, FSDPModule.set_custom_all_gather, since torch 2.9, "
-            "and torch._C._storage_Use_Count; 2.11 is tested); leave the call out: FSDP2 then "
-            "runs on rtd through its ordinary calls")
-    count = 0
-    for m in model.modules():
-        if not isinstance(m, FSDPModule):
-            continue
-        pg = _rtd(_shard_group(m))
-        if pg is None:
-            continue
-        m.set_custom_all_gather(RtdAllGather(pg))
-        m.set_custom_reduce_scatter(RtdReduceScatter(pg))
-        count += 1
-    return count
+    why = _missing()
+    if why:
+        raise RuntimeError(f"rt_dist.torch.fsdp_comms: {why}; leave the call out: FSDP2 then "
+                           "runs on rtd through its ordinary calls")
+    return sum(_install(m) for m in model.modules())
+
+
+def install_on_fully_shard():
+    """RTD_TORCH_FSDP_COMMS=1: torch.distributed.fsdp.fully_shard sets the
+    hooks on each module it shards onto an rtd group, so that an unchanged
+    FSDP2 script gets them. Takes effect for the names a script imports after
+    it (rt_dist.torch runs it when `import torch` loads it). Returns why not,
+    or None."""
+    why = _missing()
+    if why:
+        return why
+    import torch.distributed.fsdp as package
+
+    original = package.fully_shard
+    if getattr(original, "_rtd_installs", False):
+        return None
+
+    @functools.wraps(original)
+    def fully_shard(module, *args, **kwargs):
+        out = original(module, *args, **kwargs)
+        for m in out if isinstance(out, (list, tuple)) else [out]:
+            _install(m)
+        return out
+
+    fully_shard._rtd_installs = True
+    package.fully_shard = fully_shard
+    composable = sys.modules.get("torch.distributed._composable.fsdp")
+    if composable is not None and getattr(composable, "fully_shard", None) is original:
+        composable.fully_shard = fully_shard
+    return None
