@@ -69,25 +69,25 @@ void CommState::drop_end(EndTicket end) {
 EndTicket CommState::record_end(cudaStream_t stream, CallName name,
                                 std::vector<std::uint64_t> calls) {
   std::lock_guard<std::mutex> lock(in_flight_mu_);
-  EndTicket end = take_end_locked();
-  const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
-  if (rc != cudaSuccess) {
-    free_end_locked(end.slot);
-    RTD_CUDA_CHECK(*cuda_, rc, name.text() + ": recording its end");
-  }
-  watch_locked(stream, end.slot, std::move(name), std::move(calls));
+  const EndTicket end = take_end_locked();
+  record_locked(end.slot, stream, std::move(name), std::move(calls));
   return end;
 }
 
 void CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
                            std::vector<std::uint64_t> calls) {
   std::lock_guard<std::mutex> lock(in_flight_mu_);
-  const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
+  record_locked(end.slot, stream, std::move(name), std::move(calls));
+}
+
+void CommState::record_locked(EndSlot* end, cudaStream_t stream, CallName name,
+                              std::vector<std::uint64_t> calls) {
+  const cudaError_t rc = cuda_->event_record(end->event, stream);
   if (rc != cudaSuccess) {
-    free_end_locked(end.slot);
+    free_end_locked(end);
     RTD_CUDA_CHECK(*cuda_, rc, name.text() + ": recording its end");
   }
-  watch_locked(stream, end.slot, std::move(name), std::move(calls));
+  watch_locked(stream, end, std::move(name), std::move(calls));
 }
 
 namespace {

@@ -175,6 +175,9 @@ class CommState {
   };
   // With in_flight_mu_ held:
   EndTicket take_end_locked();
+  // Records end on stream and watches it; frees it if the record fails.
+  void record_locked(EndSlot* end, cudaStream_t stream, CallName name,
+                     std::vector<std::uint64_t> calls);
   void watch_locked(cudaStream_t stream, EndSlot* end, CallName name,
                     std::vector<std::uint64_t> calls);
   void free_end_locked(EndSlot* end);                  // its operation completed: to the next

@@ -350,7 +350,7 @@ std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t rec
   }
   const EndTicket end = state_->record_end(run_on, name);
   unlaunched.launched();
-  return make_nccl_work(state_, end, name, on_caller ? caller_stream : nullptr);
+  return std::make_shared<NcclWork>(state_, end, name, on_caller ? caller_stream : nullptr);
 }
 
 std::shared_ptr<Work> NcclCommunicator::launch_staged(const char* op, std::uint64_t recorded,

@@ -1,87 +1,11 @@
 // NcclWork: completion by event query, failure by async error, timeout by abort.
 #include "collectives/nccl/nccl_work.h"
 
-#include <atomic>
-#include <new>
 #include <thread>
-#include <vector>
 
 #include "collectives/nccl/nccl_check.h"
 
 namespace rtd::nccl {
-namespace {
-
-// Blocks of one size, kept for reuse (up to kKept of them). Never destroyed:
-// a Work may be freed by any thread at any time, static destructors included.
-class BlockPool {
- public:
-  explicit BlockPool(std::size_t bytes) : bytes_(bytes) { free_.reserve(kKept); }
-  void* take() {
-    lock();
-    void* p = nullptr;
-    if (!free_.empty()) {
-      p = free_.back();
-      free_.pop_back();
-    }
-    unlock();
-    return p ? p : ::operator new(bytes_);
-  }
-  void give(void* p) {
-    lock();
-    const bool kept = free_.size() < kKept;
-    if (kept) free_.push_back(p);
-    unlock();
-    if (!kept) ::operator delete(p);
-  }
-
- private:
-  static constexpr std::size_t kKept = 4096;
-  // Held for a push or a pop: spinning beats a mutex's system calls.
-  void lock() {
-    while (busy_.test_and_set(std::memory_order_acquire)) std::this_thread::yield();
-  }
-  void unlock() { busy_.clear(std::memory_order_release); }
-  const std::size_t bytes_;
-  std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
-  std::vector<void*> free_;
-};
-
-template <typename T>
-struct PoolAllocator {
-  using value_type = T;
-  PoolAllocator() = default;
-  template <typename U>
-  PoolAllocator(const PoolAllocator<U>&) {}  // NOLINT: rebinding, as allocators do
-  static BlockPool& pool() {
-    static BlockPool* pool = new BlockPool(sizeof(T));  // never freed: see BlockPool
-    return *pool;
-  }
-  T* allocate(std::size_t n) {
-    if (n != 1) return std::allocator<T>().allocate(n);
-    return static_cast<T*>(pool().take());
-  }
-  void deallocate(T* p, std::size_t n) {
-    if (n != 1) return std::allocator<T>().deallocate(p, n);
-    pool().give(p);
-  }
-  template <typename U>
-  bool operator==(const PoolAllocator<U>&) const {
-    return true;
-  }
-  template <typename U>
-  bool operator!=(const PoolAllocator<U>&) const {
-    return false;
-  }
-};
-
-}  // namespace
-
-std::shared_ptr<NcclWork> make_nccl_work(std::shared_ptr<CommState> state, EndTicket end,
-                                         CallName name, cudaStream_t ran_on) {
-  return std::allocate_shared<NcclWork>(PoolAllocator<NcclWork>(), std::move(state), end,
-                                        std::move(name), ran_on);
-}
-
 NcclWork::NcclWork(std::shared_ptr<CommState> state, EndTicket end, CallName name,
                    cudaStream_t ran_on)
     : state_(std::move(state)), end_(end), name_(std::move(name)), ran_on_(ran_on) {}

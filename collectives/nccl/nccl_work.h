@@ -37,10 +37,4 @@ class NcclWork : public Work {
   mutable bool complete_ = false;
 };
 
-// An NcclWork with its shared count in storage reused from earlier ones (one
-// free list for the process, behind a spin lock), not the heap's: the data
-// path makes one per call.
-std::shared_ptr<NcclWork> make_nccl_work(std::shared_ptr<CommState> state, EndTicket end,
-                                         CallName name, cudaStream_t ran_on = nullptr);
-
 }  // namespace rtd::nccl
