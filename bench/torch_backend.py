@@ -320,11 +320,7 @@ def main():
                 continue  # fsdp_comms leaves a nccl group's FSDP2 as it is
             if tag.endswith("_pgalloc") and name != "nccl":
                 continue
-            try:
-                t, p, o = run(f"{tag}_{name}", maker(g))
-            except Exception as e:  # noqa: BLE001 - a configuration this torch cannot run
-                log(f"{tag} {name}: failed: {type(e).__name__}: {str(e)[:300]}")
-                continue
+            t, p, o = run(f"{tag}_{name}", maker(g))
             if tag.endswith("_comms"):
                 slots = g._comms["cuda"].slots
                 log(f"{tag} {name}: lent buffers {slots.stats} by {sorted(slots.methods)}")
