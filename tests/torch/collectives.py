@@ -5,6 +5,8 @@ Prints "collectives: N checks passed" on rank 0; raises on the first mismatch.
 """
 
 import sys
+import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -263,6 +265,37 @@ same("async all_reduce", t, on(torch.full((4,), float(n))))
 chained = dist.all_reduce(on(torch.ones(2)), async_op=True).get_future().then(
     lambda f: f.value()[0] * 2)
 same("future then()", chained.wait(), on(torch.full((2,), 2.0 * n)))
+
+# What a Work keeps (no record_stream): after wait() its result alone (the
+# output); dropped before its collective is done, its tensors until it is.
+# The last rank calls late.
+comm = rtd._comms[device]
+t = on(torch.ones(4))
+kept = weakref.ref(t)
+work = dist.all_gather_into_tensor(on(torch.zeros(4 * n)), t, async_op=True)
+work.wait()
+del t
+assert kept() is None, "a waited Work still holds its input"
+del work
+dist.barrier()
+if rank == n - 1:
+    time.sleep(0.5)
+t = on(torch.ones(1 << 12))
+kept = weakref.ref(t)
+work = dist.all_reduce(t, async_op=True)
+del work, t
+if rank != n - 1:
+    assert kept() is not None and len(comm.unwaited) == 1, \
+        "a Work dropped before its collective was done let its tensor go"
+for _ in range(200):  # each call frees the dropped Works that are done
+    dist.all_reduce(on(torch.ones(1)))
+    if device == "cuda":
+        torch.cuda.synchronize()
+    if not comm.unwaited:
+        break
+    time.sleep(0.01)
+assert not comm.unwaited and kept() is None, "a dropped Work's tensor was kept after it was done"
+checks += 2
 
 # Buffers lent for FSDP2 (rt_dist.torch.fsdp_comms): an all-gather in place
 # in a lent output and a reduce-scatter out of a lent input agree with the

@@ -149,13 +149,15 @@ class _Comm:
         self.slots = ShardSlots(self, pg._copy_engines)  # FSDP2's buffers (fsdp_comms)
         self.raise_in_main = False
         self.side = torch.cuda.Stream(device) if self.cuda else None
-        # The tensors an operation uses are recorded on a stream of torch's
-        # that waits for each operation: the caching allocator then reuses
-        # none of their blocks while it runs (as under ProcessGroupNCCL), and
-        # the stream, being torch's, outlives every tensor recorded on it
-        # (the communicator's own is destroyed with it).
-        self.track = torch.cuda.Stream(device) if self.cuda else None
-        self.track_handle = self.track.cuda_stream if self.cuda else None
+        # The tensors an operation uses are kept by its Work until a wait()
+        # has ordered the caller's stream after it (then the caching
+        # allocator may hand their blocks out again on that stream), or, for
+        # a Work dropped before that, here until the operation is done: as
+        # ProcessGroupNCCL keeps them (no record_stream, whose frees wait for
+        # whatever a stream has queued by then, and which let blocks pile up
+        # while the host runs steps ahead: 31 GiB reserved against nccl's 8
+        # for FSDP2).
+        self.unwaited = deque()  # (work handle, tensors)
         if self.cuda:
             _failure_watch.watch(self)
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -181,10 +183,17 @@ class _Comm:
             self.seen = True
             return f"{self.who}: {_capi().last_error()}"
 
-    def track_use(self, work, tensors):
-        self.lib.rtd_work_wait_stream(work, self.track_handle)
-        for t in tensors:
-            t.record_stream(self.track)
+    def keep_until_done(self, work, tensors):
+        """A Work dropped before its operation was waited for: its tensors
+        stay alive until the operation is done (reap), then it is freed."""
+        self.unwaited.append((work, tensors))
+
+    def reap(self):
+        """Frees the dropped Works whose operations are done, oldest first."""
+        with self.lock:
+            q = self.unwaited
+            while q and self.lib.rtd_work_done(q[0][0]):
+                self.lib.rtd_work_free(q.popleft()[0])
 
     def close(self):
         buckets, self.buckets = list(self.buckets.values()), {}
@@ -194,7 +203,9 @@ class _Comm:
         with self.lock:
             handle, self.handle = self.handle, None
         if handle:
-            self.lib.rtd_comm_destroy(handle)
+            self.lib.rtd_comm_destroy(handle)  # waits for (or aborts) what is in flight
+        while self.unwaited:
+            self.lib.rtd_work_free(self.unwaited.popleft()[0])
         self.bridge.close()
 
 
@@ -231,8 +242,11 @@ class _Work(dist.Work):
     def __del__(self):
         h = getattr(self, "_handle", None)
         if h:
-            self._comm.lib.rtd_work_free(h)
             self._handle = None
+            if self._tensors and self._comm.handle and not self._comm.lib.rtd_work_done(h):
+                self._comm.keep_until_done(h, self._tensors)
+            else:
+                self._comm.lib.rtd_work_free(h)
 
     def _raise_if_failed(self):
         if self._comm.lib.rtd_work_error(self._handle):
@@ -244,6 +258,7 @@ class _Work(dist.Work):
         if self._comm.lib.rtd_work_wait(self._handle, timeout_ms) != 0:
             raise self._comm.failed(self._pg, self._what)
         self._finished = True
+        self._tensors = None
         if self._after:
             self._after()
 
@@ -259,6 +274,7 @@ class _Work(dist.Work):
             # The caller's stream waits for the operation; the host does not.
             if self._comm.lib.rtd_work_wait_stream(self._handle, self._comm.stream()) != 0:
                 raise self._comm.failed(self._pg, self._what)
+            self._tensors = None  # the caller's stream is ordered after the operation
             if self._after:
                 self._after()
                 self._after = None
@@ -486,8 +502,8 @@ class ProcessGroupRTD(dist.ProcessGroup):
         self.calls += 1
         if not handle:
             raise comm.failed(self, what)
-        if comm.cuda:
-            comm.track_use(handle, tensors)
+        if comm.unwaited:
+            comm.reap()
         return _Work(self, comm, handle, what, tensors, result, after)
 
     # -- collectives --------------------------------------------------------------
@@ -540,16 +556,17 @@ class ProcessGroupRTD(dist.ProcessGroup):
         handle = comm.lib.rtd_persistent_run(bucket.handle, comm.stream())
         return self._work(comm, handle, "allreduce (DDP bucket)", [t], [t])
 
-    def lend_shard_buffer(self, kind, numel, dtype, device):
+    def lend_shard_buffer(self, kind, numel, dtype, device, reclaim=None):
         """A buffer of this group's that its peers map once, for an all-gather's
         output ("all_gather") or a reduce-scatter's input ("reduce_scatter")
-        of numel elements; None when none is free (see _shard_slots). Every
-        rank must ask for the same in the same order. See fsdp_comms."""
+        of numel elements; None when none is free (see _shard_slots, also for
+        reclaim). Every rank must ask for the same in the same order. See
+        fsdp_comms."""
         if numel <= 0 or dtype not in _DTYPES or device.type not in ("cpu", "cuda"):
             return None
         if numel % self.size():
             return None  # not size equal blocks: no collective of this group's
-        return self._comm(device).slots.lend(kind, numel, dtype)
+        return self._comm(device).slots.lend(kind, numel, dtype, reclaim)
 
     def release_shard_buffers(self):
         """Lets go of every buffer lent for FSDP2 and its set-up (once the model
