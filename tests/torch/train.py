@@ -130,8 +130,14 @@ for name, run, rtol, atol in (
         if not stats["all_gather"] or not stats["reduce_scatter"] or stats["not lent"]:
             raise AssertionError(f"{name}: FSDP2's calls did not all go through lent "
                                  f"buffers: {stats}")
+        # One all-gather buffer a size: FSDP2's forward lets the next gather
+        # have the one it keeps once its copy-out is done.
+        buffers, sizes, _ = slots.held()["all_gather"]
+        if buffers != sizes:
+            raise AssertionError(f"{name}: {buffers} all-gather buffers for {sizes} sizes")
         how = f", {stats['all_gather']} all-gathers and {stats['reduce_scatter']} " \
-              f"reduce-scatters in lent buffers by {sorted(slots.methods)}"
+              f"reduce-scatters in lent buffers by {sorted(slots.methods)}, " \
+              f"{buffers} all-gather buffers for {sizes} sizes"
         for k in ("all_gather", "reduce_scatter"):
             slots.stats[k] = 0
     theirs = run(reference)

@@ -21,6 +21,7 @@ On a group that is not rtd, a module keeps FSDP2's defaults.
 import functools
 import math
 import sys
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -45,9 +46,9 @@ def _plain(size, dtype, device):
     return torch.empty(*size, dtype=dtype, device=device)
 
 
-def _lend(pg, kind, size, dtype, device):
+def _lend(pg, kind, size, dtype, device, reclaim=None):
     numel = math.prod(int(s) for s in size)
-    t = pg.lend_shard_buffer(kind, numel, dtype, device)
+    t = pg.lend_shard_buffer(kind, numel, dtype, device, reclaim)
     return t.view(*size) if t is not None else _plain(size, dtype, device)
 
 
@@ -75,11 +76,36 @@ def _load_fsdp():
     class _AllGather(AllGather):
         """FSDP2's all-gather on an rtd group, in place in a lent output."""
 
-        def __init__(self, pg):
+        def __init__(self, pg, module):
             self._pg = pg
+            self._module = weakref.ref(module)
 
         def allocate(self, size, *, dtype, device):
-            return _lend(self._pg, "all_gather", size, dtype, device)
+            return _lend(self._pg, "all_gather", size, dtype, device, self._reclaim)
+
+        def _reclaim(self, buffer, holders):
+            """Whether a busy buffer may be lent again: FSDP2's forward holds
+            the previous all-gather's output alone (AllGatherState) until this
+            one's copy-out, but reads it no more after its own copy-out, whose
+            event it keeps; the current stream (this call's copy-in, which
+            the all-gather follows) waits for that event. Relies on FSDP2's
+            internals: whatever does not look as expected answers no (a second
+            buffer is then lent)."""
+            try:
+                state = self._module()._get_fsdp_state()._fsdp_param_group.comm_ctx \
+                    .all_gather_state
+                if state is None or holders != 1:
+                    return False
+                if state.all_gather_result.all_gather_output.data_ptr() != buffer.data_ptr():
+                    return False
+                event = state.event
+            except (AttributeError, TypeError):
+                return False
+            if buffer.is_cuda:
+                if event is None:
+                    return False
+                torch.cuda.current_stream(buffer.device).wait_event(event)
+            return True
 
         def __call__(self, output_tensor, input_tensor, group, async_op=False):
             work = None
@@ -148,7 +174,7 @@ def _install(module):
     pg = _rtd(_shard_group(module))
     if pg is None:
         return False
-    module.set_custom_all_gather(RtdAllGather(pg))
+    module.set_custom_all_gather(RtdAllGather(pg, module))
     module.set_custom_reduce_scatter(RtdReduceScatter(pg))
     return True
 

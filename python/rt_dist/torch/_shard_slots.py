@@ -18,6 +18,12 @@ copy-in after the reduce-scatter before it, before it lets go of the
 buffers. Up to RING slots a size; past them (FSDP2 holding more than it
 should), lend() returns None and the caller allocates as usual (the call
 then takes the group's ordinary path).
+
+A busy slot may also be lent again when the caller's reclaim() says the
+only one holding it will not read it after an event, and makes the current
+stream wait for that event: FSDP2's forward keeps the previous all-gather's
+output until the next one's copy-out, though it reads it no more once its own
+copy-out is done (see fsdp_comms). One all-gather buffer a size then serves.
 """
 
 import torch
@@ -43,6 +49,10 @@ class _Slot:
     def idle(self):
         return _use_count(self._storage) <= self._idle
 
+    def holders(self):
+        """How many tensors (or storages) hold the buffer besides the slot."""
+        return _use_count(self._storage) - self._idle
+
     def lend(self):
         return self.base.view(self.base.shape)  # an alias: it counts as a use
 
@@ -57,20 +67,35 @@ class ShardSlots:
         self.stats = {"all_gather": 0, "reduce_scatter": 0, "not lent": 0}
         self.methods = set()
 
-    def lend(self, kind, numel, dtype):
-        """A tensor of numel elements from a slot of this kind, or None."""
+    def lend(self, kind, numel, dtype, reclaim=None):
+        """A tensor of numel elements from a slot of this kind, or None.
+        reclaim(buffer, holders): whether a busy slot may be lent again (see
+        above)."""
         if self._comm.cuda and numel * dtype.itemsize < MIN_CUDA_BYTES:
             return None
         ring = self._rings.setdefault((kind, numel, dtype), [])
         for slot in ring:
             if slot.idle():
                 return slot.lend()
+        if reclaim is not None:
+            for slot in ring:
+                if reclaim(slot.base, slot.holders()):
+                    return slot.lend()
         if len(ring) < RING[kind]:
             device = torch.device("cuda", self._comm.device) if self._comm.cuda else "cpu"
             ring.append(_Slot(numel, dtype, device))
             return ring[-1].lend()
         self.stats["not lent"] += 1
         return None
+
+    def held(self):
+        """The buffers held, by kind: (buffers, sizes they are of, bytes)."""
+        out = {}
+        for (kind, _, _), ring in self._rings.items():
+            count, sizes, size = out.get(kind, (0, 0, 0))
+            out[kind] = (count + len(ring), sizes + 1,
+                         size + sum(s.base.numel() * s.base.element_size() for s in ring))
+        return out
 
     def find(self, kind, t):
         """The slot whose whole buffer t is (same place, size and dtype), or None."""
