@@ -3,8 +3,9 @@ and one call, on the reference MLP of torch_anchor.py (same H, L, B):
     dtrun --nproc-per-node=2 python bench/torch_backend.py
 Each configuration runs on a nccl group and on an rtd group in turn (so both
 see the same GPUs, clocks and neighbours); prints step times, scaling
-efficiency against one GPU, peak memory (and device memory outside torch:
-NCCL's and rt_dist's own buffers), all_reduce busbw (fp32, 16 MB to
+efficiency against one GPU, peak memory (allocated, the anchor's figure, and
+reserved by the caching allocator; and device memory outside torch: NCCL's
+and rt_dist's own buffers), all_reduce busbw (fp32, 16 MB to
 1 GB) and the cost of a 4-byte all_reduce, and writes JSON to $BENCH_JSON.
 DDP also with rt_dist.torch.ddp_hook (on nccl it is PyTorch's allreduce_hook).
 Also, on nccl only, floors no backend can beat: DDP whose comm hook returns
@@ -21,7 +22,9 @@ fsdp2_noreshard_bf16_comms fsdp2_pgalloc ddp_bf16hook; default all), STEPS,
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
 PROFILE_CONFIGS="fsdp2_nccl fsdp2_rtd floor_fsdp2_null ..." (three more steps
 of those configurations under torch.profiler: rank 0's trace in DIR and its
-GPU time by kernel in the output).
+GPU time by kernel in the output), SNAPSHOT=DIR (rank 0's allocations and frees
+during the untimed step of every configuration, as torch's memory snapshot
+DIR/<configuration>.pickle; bench/memory_peak.py tells what is live at its peak).
 """
 
 import gc
@@ -194,6 +197,7 @@ def main():
 
     profile_dir = os.environ.get("PROFILE")
     profiled = set(os.environ.get("PROFILE_CONFIGS", "").split())
+    snapshot_dir = os.environ.get("SNAPSHOT")
 
     def bench(model, opt, tag, warm=5):
         x = torch.randn(B, H, device=dev)
@@ -216,8 +220,13 @@ def main():
         if profile_dir and tag in profiled:
             profile_steps(tag, step)
         peak = torch.cuda.max_memory_allocated() / 2**30
+        # What the caching allocator held at most (freed blocks it keeps,
+        # and those whose frees wait on other streams, count here).
+        reserved = torch.cuda.max_memory_reserved() / 2**30
         # One more step, untimed: the peak of each phase (where the step's peak lies).
         phases = []
+        if snapshot_dir:
+            torch.cuda.memory._record_memory_history(max_entries=200000, stacks="python")
         torch.cuda.reset_peak_memory_stats()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(x).float().pow(2).mean()
@@ -228,9 +237,14 @@ def main():
             part()
         torch.cuda.synchronize()
         phases.append(torch.cuda.max_memory_allocated() / 2**30)
+        if snapshot_dir:
+            if dist.get_rank() == 0:
+                os.makedirs(snapshot_dir, exist_ok=True)
+                torch.cuda.memory._dump_snapshot(os.path.join(snapshot_dir, f"{tag}.pickle"))
+            torch.cuda.memory._record_memory_history(enabled=None)
         log(f"{tag}: peak by phase (GiB): forward {phases[0]:.2f} backward {phases[1]:.2f} "
             f"optimizer {phases[2]:.2f}")
-        return t, peak
+        return t, peak, reserved
 
     def profile_steps(tag, step):
         """Three more steps under torch.profiler (after the timed ones): rank
@@ -255,15 +269,15 @@ def main():
         torch.cuda.reset_peak_memory_stats()
         m = make()
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
-        t, peak = bench(m, opt, tag)
+        t, peak, reserved = bench(m, opt, tag)
         # Device memory outside torch's allocator: the CUDA context, NCCL's
         # buffers and rt_dist's staging buffers (which stay with the group).
         free, total = torch.cuda.mem_get_info()
         outside = (total - free - torch.cuda.memory_reserved()) / 2**30
         del m, opt
-        return t, peak, outside
+        return t, peak, outside, reserved
 
-    t1, p1, _ = run("single", mk)
+    t1, p1, _, _ = run("single", mk)
     log(f"model params {L * H * H / 1e6:.0f}M tokens/step/rank {B}")
     log(f"single-GPU step {t1 * 1e3:.2f} ms peak {p1:.2f} GiB")
     res.update(single_ms=t1 * 1e3, single_gib=p1)
@@ -320,16 +334,20 @@ def main():
                 continue  # fsdp_comms leaves a nccl group's FSDP2 as it is
             if tag.endswith("_pgalloc") and name != "nccl":
                 continue
-            t, p, o = run(f"{tag}_{name}", maker(g))
+            t, p, o, r = run(f"{tag}_{name}", maker(g))
             if tag.endswith("_comms"):
                 slots = g._comms["cuda"].slots
-                log(f"{tag} {name}: lent buffers {slots.stats} by {sorted(slots.methods)}")
+                held = {k: f"{c} buffers, {b / 2**30:.3f} GiB" for k, (c, _, b) in
+                        slots.held().items()}
+                log(f"{tag} {name}: lent buffers {slots.stats} by {sorted(slots.methods)}; "
+                    f"held {held}")
                 gc.collect()
                 g.release_shard_buffers()  # counted in this configuration's peak, not the next
             log(f"{tag} {name} step {t * 1e3:.2f} ms peak {p:.2f} GiB  eff {t1 / t:.3f}  "
-                f"(outside torch {o:.2f} GiB)")
+                f"(reserved {r:.2f} GiB, outside torch {o:.2f} GiB)")
             res[f"{tag}_{name}_ms"] = t * 1e3
             res[f"{tag}_{name}_gib"] = p
+            res[f"{tag}_{name}_reserved_gib"] = r
             res[f"{tag}_{name}_outside_gib"] = o
             res[f"{tag}_{name}_eff"] = t1 / t
     if floors and "nccl" in groups:
@@ -341,7 +359,7 @@ def main():
                           ("floor_fsdp2_noreshard_bf16_null", fsdp(null, False, torch.bfloat16)),
                           ("floor_fsdp2_alone", fsdp(alone, True, torch.float32)),
                           ("floor_fsdp2_noreshard_bf16_alone", fsdp(alone, False, torch.bfloat16))):
-            t, p, _ = run(tag, make)
+            t, p, _, _ = run(tag, make)
             log(f"{tag} step {t * 1e3:.2f} ms peak {p:.2f} GiB  eff {t1 / t:.3f}")
             res[f"{tag}_ms"] = t * 1e3
             res[f"{tag}_gib"] = p
