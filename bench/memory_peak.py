@@ -18,9 +18,9 @@ import sys
 MARKERS = ("_fully_shard", "rt_dist", "torch_backend.py", "torch/optim", "torch/nn/modules")
 
 
-def label(frames):
+def label(frames, none="before the recording"):
     if not frames:
-        return "before the recording"
+        return none
     for f in frames:
         name = f.get("filename", "")
         if any(m in name for m in MARKERS):
@@ -82,7 +82,8 @@ def main():
             continue
         peak, event, groups = got
         print(f"{path}: peak {peak / 2**30:.3f} GiB, reached by an allocation of "
-              f"{event['size'] / 2**20:.1f} MiB at {label(event.get('frames', []))}")
+              f"{event['size'] / 2**20:.1f} MiB at "
+              f"{label(event.get('frames', []), 'a call without Python frames')}")
         for name, (size, count) in sorted(groups.items(), key=lambda kv: -kv[1][0]):
             print(f"  {size / 2**30:8.3f} GiB  {count:4d} blocks  {name}")
 

@@ -19,6 +19,7 @@ and on nccl with PyTorch's set_allocate_memory_from_process_group_for_comm.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
 fsdp2_noreshard_bf16_comms fsdp2_pgalloc ddp_bf16hook; default all), STEPS,
+BUSBW=0 (no all_reduce busbw or 4-byte figures),
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
 PROFILE_CONFIGS="fsdp2_nccl fsdp2_rtd floor_fsdp2_null ..." (three more steps
 of those configurations under torch.profiler: rank 0's trace in DIR and its
@@ -118,8 +119,10 @@ def main():
             groups[name] = dist.new_group(backend="rtd")
     res = {"world": n, "torch": torch.__version__}
 
-    # all_reduce busbw, fp32, and the cost of the smallest call.
-    for mb in (16, 64, 256, 1024):
+    # all_reduce busbw, fp32, and the cost of the smallest call (BUSBW=0:
+    # left out, so that "outside torch" holds no buffers set up for them).
+    busbw = os.environ.get("BUSBW", "1") == "1"
+    for mb in (16, 64, 256, 1024) if busbw else ():
         x = torch.randn(mb * (1 << 20) // 4, device=dev)
         for name, g in groups.items():
             for _ in range(5):
@@ -138,7 +141,7 @@ def main():
             res[f"allreduce_busbw_{name}_{mb}MB"] = bus
         del x
     tiny = torch.ones(1, device=dev)
-    for name, g in groups.items():
+    for name, g in groups.items() if busbw else ():
         for _ in range(100):
             dist.all_reduce(tiny, group=g)
         torch.cuda.synchronize()
