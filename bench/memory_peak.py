@@ -6,7 +6,10 @@ allocated before the recording began (parameters, optimizer states, lent
 buffers) are counted too; prints the peak of allocated bytes, the allocation
 that reached it, and the blocks live there grouped by who allocated them (the
 innermost FSDP2, rt_dist or benchmark frame; "before" for blocks older than
-the recording). Needs only Python's pickle: torch is not imported.
+the recording). A block counts until its free completes: one freed while
+another stream still used it (record_stream) counts until then, as torch's
+"active" bytes do, not its "allocated". Needs only Python's pickle: torch is
+not imported.
 """
 
 import collections
