@@ -18,7 +18,8 @@ FSDP2 also with rt_dist.torch.fsdp_comms on rtd (its buffers lent by the group),
 and on nccl with PyTorch's set_allocate_memory_from_process_group_for_comm.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
-fsdp2_noreshard_bf16_comms fsdp2_pgalloc ddp_bf16hook; default all), STEPS,
+fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook; default
+all), STEPS,
 BUSBW=0 (no all_reduce busbw or 4-byte figures),
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
 PROFILE_CONFIGS="fsdp2_nccl fsdp2_rtd floor_fsdp2_null ..." (three more steps
@@ -38,7 +39,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import rt_dist.torch
@@ -96,6 +98,20 @@ class _NullGroup(rt_dist.torch.ProcessGroupRTD):
 NULL_BACKEND = "rtdnull"
 dist.Backend.register_backend(NULL_BACKEND, lambda store, rank, size, timeout: _NullGroup(
     store, rank, size, timeout), devices=["cpu", "cuda"])
+
+
+class NcclReduceScatter(ReduceScatter):
+    """FSDP2's reduce-scatter on another group (its own allocation)."""
+
+    def __init__(self, group):
+        self._group = group
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=self._group,
+                                          async_op=async_op)
 
 
 def log(*a):
@@ -297,7 +313,7 @@ def main():
         fut.set_result(bucket.buffer())
         return fut
 
-    def fsdp(g, reshard, reduce_dtype, comms=False, pg_alloc=False):
+    def fsdp(g, reshard, reduce_dtype, comms=False, pg_alloc=False, rs_nccl=False):
         def make():
             m = mk()
             mesh = DeviceMesh.from_group(g, "cuda")
@@ -308,6 +324,10 @@ def main():
             fully_shard(m, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
             if comms:
                 rt_dist.torch.fsdp_comms(m)
+            if rs_nccl:  # the gathers as fsdp_comms has them, the reductions on nccl
+                for mod in m.modules():
+                    if isinstance(mod, FSDPModule) and mod._get_fsdp_state()._fsdp_param_group:
+                        mod.set_custom_reduce_scatter(NcclReduceScatter(groups["nccl"]))
             if pg_alloc:  # PyTorch's own: buffers from the group's allocator (NCCL's)
                 m.set_allocate_memory_from_process_group_for_comm(True)
             return m
@@ -322,6 +342,9 @@ def main():
         # rt_dist.torch.fsdp_comms: FSDP2's buffers lent by the group (rtd only).
         ("fsdp2_comms", lambda g: fsdp(g, True, torch.float32, comms=True)),
         ("fsdp2_noreshard_bf16_comms", lambda g: fsdp(g, False, torch.bfloat16, comms=True)),
+        # fsdp_comms' gathers, but each reduce-scatter by NCCL's kernel in FSDP2's own
+        # buffer (PyTorch's nccl group): which of the two a reduction costs the GEMMs less.
+        ("fsdp2_comms_rsnccl", lambda g: fsdp(g, True, torch.float32, comms=True, rs_nccl=True)),
         # PyTorch's own route to the same end, on nccl only.
         ("fsdp2_pgalloc", lambda g: fsdp(g, True, torch.float32, pg_alloc=True)),
     ]
@@ -333,12 +356,14 @@ def main():
         configs.append(("ddp_bf16hook", lambda g: (lambda: ddp(g, default_hooks.bf16_compress_hook))))
     for tag, maker in configs:
         for name, g in groups.items():
-            if tag.endswith("_comms") and name == "nccl":
+            if "_comms" in tag and name == "nccl":
                 continue  # fsdp_comms leaves a nccl group's FSDP2 as it is
+            if tag.endswith("_rsnccl") and "nccl" not in groups:
+                continue
             if tag.endswith("_pgalloc") and name != "nccl":
                 continue
             t, p, o, r = run(f"{tag}_{name}", maker(g))
-            if tag.endswith("_comms"):
+            if "_comms" in tag:
                 slots = g._comms["cuda"].slots
                 held = {k: f"{c} buffers, {b / 2**30:.3f} GiB" for k, (c, _, b) in
                         slots.held().items()}
