@@ -44,6 +44,7 @@ def analyse(path, device=None):
             continue
         addr = seg["address"]
         for b in seg["blocks"]:
+            addr = b.get("address", addr)
             if b["state"] == "active_allocated":
                 live[addr] = (b["size"], b.get("frames", []))
             addr += b["size"]
