@@ -20,7 +20,8 @@ Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
 fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook; default
 all), STEPS,
-BUSBW=0 (no all_reduce busbw or 4-byte figures),
+BUSBW=0 (no all_reduce busbw or 4-byte figures), WINDOWS=1 (each configuration's
+timed steps as unix times, for bench/power_windows.py),
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
 PROFILE_CONFIGS="fsdp2_nccl fsdp2_rtd floor_fsdp2_null ..." (three more steps
 of those configurations under torch.profiler: rank 0's trace in DIR and its
@@ -233,9 +234,12 @@ def main():
             if i == warm:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
+                wall0 = time.time()
             step()
         torch.cuda.synchronize()
         t = (time.perf_counter() - t0) / steps
+        if os.environ.get("WINDOWS") == "1":  # to match with a clock and power log
+            log(f"{tag}: timed steps from {wall0:.3f} to {time.time():.3f} (unix time)")
         if profile_dir and tag in profiled:
             profile_steps(tag, step)
         peak = torch.cuda.max_memory_allocated() / 2**30
