@@ -9,11 +9,15 @@ CUDA only: late: as missing, but rank 0 calls nothing more; the failure
 must be raised in its main thread all the same (the failure watch). exit:
 as late, with that raise turned off (RTD_TORCH_ASYNC_ERRORS=0) and rank 0
 ending its script: the process must still exit 1, naming the failure.
+dropped: rank 0 drops an all_reduce's Work unwaited, rank 1 never calls it,
+and rank 0 destroys the group: the collective is cut short, which rank 0
+must be told of (a RuntimeWarning, printed as caught).
 """
 
 import os
 import sys
 import time
+import warnings
 from datetime import timedelta
 
 import torch
@@ -43,6 +47,19 @@ try:
                     sys.exit(0)
         else:
             time.sleep(12)
+            sys.exit(0)
+    elif case == "dropped":
+        if rank != 1:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                dist.all_reduce(torch.ones(4, device=device), async_op=True)  # Work dropped
+                dist.destroy_process_group()
+            said = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+            if said:
+                print(f"rank {rank} caught RuntimeWarning: {said[0]}", flush=True)
+                os._exit(3)
+        else:
+            time.sleep(2)
             sys.exit(0)
     else:
         t = torch.ones(4 + 4 * rank, device=device)

@@ -14,6 +14,7 @@ import ctypes
 import os
 import sys
 import threading
+import warnings
 import weakref
 from collections import deque
 from datetime import timedelta
@@ -200,6 +201,12 @@ class _Comm:
         for bucket in buckets:  # before the communicator they belong to
             bucket.free()
         self.slots.free()
+        in_flight = sum(1 for work, _ in self.unwaited if not self.lib.rtd_work_done(work))
+        if in_flight:  # cut short below: say so, or their results would be lost unseen
+            warnings.warn(f"{self.who}: destroyed with {in_flight} collective(s) in flight "
+                          "whose Works were dropped unwaited; they are cut short, and their "
+                          "tensors may hold partial results (wait() on a collective's Work "
+                          "before destroying its group)", RuntimeWarning, stacklevel=2)
         with self.lock:
             handle, self.handle = self.handle, None
         if handle:
