@@ -16,7 +16,9 @@ import sys
 
 def samples(path):
     out = []
-    for line in open(path):
+    with open(path) as fh:
+        lines = fh.read().splitlines()
+    for line in lines:
         f = [x.strip() for x in line.split(",")]
         if len(f) < 5:
             continue
@@ -30,13 +32,15 @@ def samples(path):
 
 
 def windows(path):
-    got = []
-    for line in open(path):
+    """Rank 0's timed windows (tag, t0, t1), and its step times in ms by tag."""
+    got, steps = [], {}
+    with open(path) as f:
+        lines = f.read().splitlines()
+    for line in lines:
         m = re.search(r"\]: (\S+): timed steps from ([\d.]+) to ([\d.]+)", line)
         if m and line.startswith("[rank 0]"):
             got.append((m.group(1), float(m.group(2)), float(m.group(3))))
-    steps = {}
-    for line in open(path):
+            continue
         m = re.search(r"\[rank 0\]: (\S+) (\S+) step ([\d.]+) ms", line)
         if m:
             steps[f"{m.group(1)}_{m.group(2)}"] = float(m.group(3))

@@ -25,9 +25,10 @@ timed steps as unix times, for bench/power_windows.py),
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
 PROFILE_CONFIGS="fsdp2_nccl fsdp2_rtd floor_fsdp2_null ..." (three more steps
 of those configurations under torch.profiler: rank 0's trace in DIR and its
-GPU time by kernel in the output; PROFILE_SORT=cpu_time_total for host time), SNAPSHOT=DIR (rank 0's allocations and frees
-during the untimed step of every configuration, as torch's memory snapshot
-DIR/<configuration>.pickle; bench/memory_peak.py tells what is live at its peak).
+GPU time by kernel in the output; PROFILE_SORT=self_cpu_time_total: by host
+time), SNAPSHOT=DIR (rank 0's allocations and frees during the untimed step
+of every configuration, as torch's memory snapshot DIR/<configuration>.pickle;
+bench/memory_peak.py tells what is live at its peak).
 """
 
 import gc
@@ -217,7 +218,9 @@ def main():
 
     profile_dir = os.environ.get("PROFILE")
     profiled = set(os.environ.get("PROFILE_CONFIGS", "").split())
+    profile_sort = os.environ.get("PROFILE_SORT", "cuda_time_total")
     snapshot_dir = os.environ.get("SNAPSHOT")
+    windows = os.environ.get("WINDOWS") == "1"
 
     def bench(model, opt, tag, warm=5):
         x = torch.randn(B, H, device=dev)
@@ -239,7 +242,7 @@ def main():
         issued = (time.perf_counter() - t0) / steps
         torch.cuda.synchronize()
         t = (time.perf_counter() - t0) / steps
-        if os.environ.get("WINDOWS") == "1":  # to match with a clock and power log
+        if windows:  # to match with a clock and power log
             log(f"{tag}: timed steps from {wall0:.3f} to {time.time():.3f} (unix time)")
         # Near the step time: the host sets the pace (or a step waits for the GPU).
         log(f"{tag}: the host issued a step in {issued * 1e3:.2f} ms")
@@ -283,8 +286,7 @@ def main():
         if dist.get_rank() == 0:
             os.makedirs(profile_dir, exist_ok=True)
             prof.export_chrome_trace(os.path.join(profile_dir, f"{tag}.json.gz"))
-            table = prof.key_averages().table(sort_by=os.environ.get("PROFILE_SORT", "cuda_time_total"),
-                                              row_limit=15)
+            table = prof.key_averages().table(sort_by=profile_sort, row_limit=15)
             log(f"profile {tag} (3 steps, rank 0):\n{table}")
 
     def run(tag, make):

@@ -92,8 +92,7 @@ def _load_fsdp():
             internals: whatever does not look as expected answers no (a second
             buffer is then lent)."""
             try:
-                state = self._module()._get_fsdp_state()._fsdp_param_group.comm_ctx \
-                    .all_gather_state
+                state = _param_group(self._module()).comm_ctx.all_gather_state
                 if state is None or holders != 1:
                     return False
                 if state.all_gather_result.all_gather_output.data_ptr() != buffer.data_ptr():
@@ -145,9 +144,14 @@ def _load_fsdp():
     RtdAllGather, RtdReduceScatter = _AllGather, _ReduceScatter
 
 
+def _param_group(module):
+    """FSDP2's state of a module's parameters (FSDPParamGroup), or None."""
+    return module._get_fsdp_state()._fsdp_param_group
+
+
 def _shard_group(module):
     """The group a module's FSDP2 shards over, or None (no parameters, or not sharded)."""
-    param_group = module._get_fsdp_state()._fsdp_param_group
+    param_group = _param_group(module)
     if param_group is None:
         return None
     try:
