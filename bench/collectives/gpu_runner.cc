@@ -7,8 +7,11 @@
 // layer does on the device, without the rest of our layer: "raw_end" an end
 // event recorded after each call (what a call on the caller's stream adds),
 // "raw_fork" the call on a second stream ordered after the benchmark's by an
-// event and the benchmark's after it by another (what the default adds).
-// All are timed with CUDA events on the benchmark's stream.
+// event and the benchmark's after it by another (what the default adds), and
+// "raw_write" a 32-bit word written to pinned host memory by the stream after
+// each call (cuStreamWriteValue32: an end marker the host reads without a
+// driver call, the candidate to replace the end event). All are timed with CUDA events on the
+// benchmark's stream.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -20,6 +23,7 @@
 
 #include "bench/collectives/runner.h"
 #include "bench/common/gpu_check.h"
+#include "collectives/nccl/driver_api.h"
 #include "collectives/nccl/nccl_communicator.h"
 #include "collectives/nccl/nccl_types.h"
 #include "rt_dist/rt_dist.h"
@@ -44,10 +48,19 @@ class GpuRunner : public Runner {
       for (cudaEvent_t& e : marks_) {
         cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
       }
+      cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&words_), kMarks * sizeof(std::uint32_t),
+                               cudaHostAllocMapped),
+                 "pinned end words");
+      void* dev = nullptr;
+      cuda_check(cudaHostGetDevicePointer(&dev, words_, 0), "end words' device address");
+      words_dev_ = reinterpret_cast<CUdeviceptr>(dev);
+      if (!nccl::driver_api().missing.empty())
+        throw std::runtime_error("raw_write: no " + nccl::driver_api().missing);
     }
   }
   ~GpuRunner() override {
     if (raw_comm_ && raw_init_ != "ours") ncclCommDestroy(raw_comm_);
+    if (words_) cudaFreeHost(words_);
   }
 
   int rank() const override { return ctx_->rank(); }
@@ -55,13 +68,14 @@ class GpuRunner : public Runner {
   std::string describe() const override {
     if (paired_) {
       return "raw NCCL, raw NCCL with an end event (raw_end) or on a second stream ordered by "
-             "events (raw_fork), and our NCCL communicator, alternating blocks";
+             "events (raw_fork), raw NCCL with a word written to host memory after each call "
+             "(raw_write), and our NCCL communicator, alternating blocks";
     }
     return variant_ == kRaw ? "raw NCCL (ncclAllReduce etc. on one stream)"
                             : "our NCCL communicator";
   }
   std::vector<std::string> variants() const override {
-    if (paired_) return {"raw", "raw_end", "raw_fork", "ours"};
+    if (paired_) return {"raw", "raw_end", "raw_fork", "raw_write", "ours"};
     return {""};
   }
   void select(std::size_t variant) override {
@@ -100,6 +114,14 @@ class GpuRunner : public Runner {
           raw_issue(op, b, side_);
           cuda_check(cudaEventRecord(mark, side_), "record");
           cuda_check(cudaStreamWaitEvent(stream_, mark, 0), "wait");
+          break;
+        case kRawWrite:
+          raw_issue(op, b, stream_);
+          if (nccl::driver_api().stream_write_value32(
+                  stream_, words_dev_ + (i % kMarks) * sizeof(std::uint32_t),
+                  static_cast<cuuint32_t>(i), 0) != CUDA_SUCCESS) {
+            throw std::runtime_error("cuStreamWriteValue32 failed");
+          }
           break;
         case kOurs:
           ours_issue(op, b)->wait(StreamRef{stream_});
@@ -203,10 +225,10 @@ class GpuRunner : public Runner {
     }
   }
 
-  enum Variant { kRaw, kRawEnd, kRawFork, kOurs };  // paired mode's rows, in order
-  Variant variant_;                                 // what time() runs
-  bool paired_;                                     // every variant, chosen by select()
-  std::string raw_init_;                            // --raw-init
+  enum Variant { kRaw, kRawEnd, kRawFork, kRawWrite, kOurs };  // paired mode's rows, in order
+  Variant variant_;                                            // what time() runs
+  bool paired_;                                                // every variant, chosen by select()
+  std::string raw_init_;                                       // --raw-init
   double host_us_ = -1;
   std::shared_ptr<Context> ctx_;
   cudaStream_t stream_ = nullptr;
@@ -214,6 +236,8 @@ class GpuRunner : public Runner {
   static constexpr int kMarks = 64;     // end events in rotation, as our pool has
   cudaEvent_t marks_[kMarks + 1] = {};  // the last: raw_fork's fork event
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  std::uint32_t* words_ = nullptr;  // raw_write's pinned words (one per mark)
+  CUdeviceptr words_dev_ = 0;       // and their device address
   ncclComm_t raw_comm_ = nullptr;
   void* scratch_ = nullptr;
 };
