@@ -97,6 +97,30 @@ void point_to_point(const char* op, const BufferView& buf, int peer, int rank, i
   if (peer == rank) fail(op, "peer is this rank");
 }
 
+void gather_blocks(const BufferView& source, const std::vector<BufferView>& outs, int size,
+                   DeviceType device) {
+  const char* op = "gather_blocks";
+  if (outs.empty()) fail(op, "no outputs");
+  std::size_t block = 0;
+  for (const BufferView& out : outs) {
+    buffer_on(op, out, device);
+    if (out.dtype != source.dtype) {
+      fail(op, "an output is " + std::string(to_string(out.dtype)) + ", the gather buffer " +
+                   std::string(to_string(source.dtype)));
+    }
+    if (out.count % static_cast<std::size_t>(size) != 0) {
+      fail(op, "an output's count " + std::to_string(out.count) +
+                   " is not divisible by the communicator size " + std::to_string(size));
+    }
+    block += out.count / static_cast<std::size_t>(size);
+  }
+  if (block * static_cast<std::size_t>(size) != source.count) {
+    fail(op, "the outputs' shares make blocks of " + std::to_string(block) +
+                 " elements; the gather buffer holds " + std::to_string(size) + " blocks of " +
+                 std::to_string(source.count / static_cast<std::size_t>(size)));
+  }
+}
+
 SourcePlace shard_source(const char* op, bool gather, const std::vector<BufferView>& sources,
                          const BufferView& in, const BufferView& out, int rank, int size) {
   SourcePlace place;

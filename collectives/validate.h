@@ -34,6 +34,11 @@ struct SourcePlace {
   std::size_t offset = 0;
   bool in_place_gather = false;
 };
+// PersistentShardCollective::gather_blocks: outs of source's dtype and
+// device, each a multiple of size elements, their shares filling one block
+// of source (which holds size blocks).
+void gather_blocks(const BufferView& source, const std::vector<BufferView>& outs, int size,
+                   DeviceType device);
 SourcePlace shard_source(const char* op, bool gather, const std::vector<BufferView>& sources,
                          const BufferView& in, const BufferView& out, int rank, int size);
 

@@ -481,4 +481,39 @@ rtd_work* rtd_persistent_shard_run(rtd_persistent* shard, void* in, void* out, i
   });
 }
 
+int rtd_persistent_gathers_blocks(rtd_persistent* shard) {
+  return shard && shard->shard && shard->gather && shard->shard->gathers_blocks() ? 1 : 0;
+}
+
+rtd_work* rtd_persistent_gather_blocks(rtd_persistent* shard, void* const* outs,
+                                       const int64_t* counts, int n_outs, void* stream) {
+  return guarded<rtd_work*>(nullptr, [&] {
+    if (!shard || !shard->shard || !shard->gather) {
+      throw rtd::Error(rtd::ErrorCategory::kInvalidArgument,
+                       "not a persistent all-gather (gone, or a reduction)");
+    }
+    constexpr int kMaxOuts = 1 << 16;
+    if (n_outs <= 0 || n_outs > kMaxOuts || !outs || !counts) {
+      throw rtd::Error(rtd::ErrorCategory::kInvalidArgument,
+                       "gather_blocks: " + std::to_string(n_outs) + " outputs (1 to " +
+                           std::to_string(kMaxOuts) + ", with their counts)");
+    }
+    std::vector<rtd::BufferView> views;
+    views.reserve(static_cast<std::size_t>(n_outs));
+    for (int k = 0; k < n_outs; ++k) {
+      if (counts[k] < 0 || static_cast<uint64_t>(counts[k]) > shard->buffer.count) {
+        throw rtd::Error(rtd::ErrorCategory::kInvalidArgument,
+                         "gather_blocks: output " + std::to_string(k) + "'s count " +
+                             std::to_string(counts[k]) + " is outside 0.." +
+                             std::to_string(shard->buffer.count));
+      }
+      rtd::BufferView v = shard->buffer;
+      v.data = outs[k];
+      v.count = static_cast<std::size_t>(counts[k]);
+      views.push_back(v);
+    }
+    return wrap(shard->shard->gather_blocks(views, stream_ref(stream)));
+  });
+}
+
 }  // extern "C"

@@ -125,4 +125,35 @@ std::shared_ptr<Work> CopyEngineShardCollective::run(BufferView in, BufferView o
   return call.finish();
 }
 
+std::shared_ptr<Work> CopyEngineShardCollective::gather_blocks(const std::vector<BufferView>& outs,
+                                                               StreamRef caller) {
+  if (!gather_) return PersistentShardCollective::gather_blocks(outs, caller);
+  const int n = setup_.size, me = setup_.rank;
+  const BufferView& source = setup_.buffers.at(0);
+  validate::gather_blocks(source, outs, n, DeviceType::kCuda);
+  const std::size_t block = source.bytes() / n;
+  BufferView own = source;
+  own.count = source.count / n;
+  CeCall call(*peers_, setup_.state, "persistent_all_gather",
+              call_args(own, "blocks into " + std::to_string(outs.size()) + " outputs"),
+              "copy-engine all_gather", "", epoch_);
+  const char* own_block = static_cast<const char*>(source.data) + me * block;
+  call.start_after(caller);
+  call.tell_peers(kReady);
+  std::size_t offset = 0;  // bytes into a block
+  for (const BufferView& out : outs) {
+    const std::size_t share = out.bytes() / n;
+    char* dst = static_cast<char*>(out.data);
+    call.copy_local(dst + me * share, own_block + offset, share, "copying my own share");
+    call.copy_with_peers(
+        kReady, [&](int p) { return dst + p * share; },
+        [&](int p) { return peers_->peer_buffer(p, 0) + p * block + offset; }, share,
+        "pulling a peer's share");
+    offset += share;
+  }
+  call.tell_peers(kDone);
+  call.wait_for_all(kDone);
+  return call.finish();
+}
+
 }  // namespace rtd::nccl

@@ -38,6 +38,11 @@ class CopyEngineShardCollective : public PersistentShardCollective {
                                                            std::string* why);
 
   std::shared_ptr<Work> run(BufferView in, BufferView out, StreamRef stream) override;
+  // The same protocol, each peer's block of its first source pulled share by
+  // share into outs (its own block copied locally).
+  bool gathers_blocks() const override { return gather_; }
+  std::shared_ptr<Work> gather_blocks(const std::vector<BufferView>& outs,
+                                      StreamRef stream) override;
   std::string method() const override { return "copy engines"; }
   std::size_t scratch_bytes() const override {
     return std::max(0, setup_.size - 2) * slot_bytes_ +

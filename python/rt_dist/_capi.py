@@ -9,7 +9,7 @@ own search (LD_LIBRARY_PATH, ld.so.conf).
 import ctypes
 import os
 
-API_VERSION = 4
+API_VERSION = 5
 
 from rt_dist._codes import (  # noqa: F401  (re-exported: the interface's numbers)
     AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, OP_ALL_GATHER,
@@ -122,6 +122,8 @@ def _declare(lib):
         "rtd_persistent_all_gather": (_p, [c, _p, i64, i, i, i]),
         "rtd_persistent_reduce_scatter": (_p, [c, _p, i64, i, i, i, i]),
         "rtd_persistent_shard_run": (w, [_p, _p, _p, i64, _p]),
+        "rtd_persistent_gathers_blocks": (i, [_p]),
+        "rtd_persistent_gather_blocks": (w, [_p, ctypes.POINTER(_p), ctypes.POINTER(i64), i, _p]),
     }
     for name, (restype, argtypes) in sig.items():
         f = getattr(lib, name)

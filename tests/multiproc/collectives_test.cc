@@ -654,5 +654,45 @@ TEST_F(PersistentShard, EachRunMovesThatRunsValues) {
   }
 }
 
+// An all-gather landing each rank's block in several outputs: the block is
+// two tensors' shards end to end, and each lands in its own tensor, as an
+// FSDP unit's parameters are gathered with no copy out of the buffer.
+TEST_F(PersistentShard, GatherBlocksLandInEachOutput) {
+  const int n = comm().size(), r = comm().rank();
+  const std::size_t k = 333;  // elements of each share
+  auto value = [](int rank, std::size_t j, int run) { return (rank + 1) * 1000 + double(j) + run; };
+  for (bool copy_engines : {true, false}) {
+    Placed a(DType::kFloat32, 2 * n * k), x(DType::kFloat32, n * k), y(DType::kFloat32, n * k);
+    auto gatherer = comm().persistent_all_gather({a.view()}, {copy_engines});
+    const bool gpu = comm().backend() == "nccl";
+    EXPECT_EQ(gatherer->gathers_blocks(), !gpu || (copy_engines && n > 1));
+    if (!gatherer->gathers_blocks()) {
+      EXPECT_THROW(gatherer->gather_blocks({x.view(), y.view()}), Error);
+      continue;
+    }
+    for (int run = 0; run < 2; ++run) {
+      for (std::size_t j = 0; j < 2 * k; ++j) a.host.set(r * 2 * k + j, value(r, j, run));
+      a.push();
+      gatherer->gather_blocks({x.view(), y.view()})->wait();
+      x.pull();
+      y.pull();
+      for (int p = 0; p < n; ++p) {
+        for (std::size_t j = 0; j < k; ++j) {
+          ASSERT_EQ(x.host.get(p * k + j), value(p, j, run)) << "rank " << p << " run " << run;
+          ASSERT_EQ(y.host.get(p * k + j), value(p, k + j, run)) << "rank " << p << " run " << run;
+        }
+      }
+    }
+    // Shares that do not fill a block are refused on every rank, before any transfer.
+    try {
+      gatherer->gather_blocks({x.view()});
+      ADD_FAILURE() << "shares of half a block must be an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("blocks of"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rtd::testing_util

@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Raised whenever a signature below changes; the caller checks it first. */
-#define RTD_C_API_VERSION 4
+#define RTD_C_API_VERSION 5
 int rtd_c_api_version(void);
 
 /* The message of the last failure on this thread ("" if none). */
@@ -159,6 +159,16 @@ rtd_persistent* rtd_persistent_reduce_scatter(rtd_comm* comm, void* buf, int64_t
  * all-reduces only. */
 rtd_work* rtd_persistent_shard_run(rtd_persistent* shard, void* in, void* out, int64_t count,
                                    void* stream);
+/* An all-gather set up above, landing each rank's block of the buffer in
+ * n_outs outputs instead of the buffer itself (PersistentShardCollective::
+ * gather_blocks): the block is the outputs' shares (counts[k] / size elements
+ * each) end to end; rank p's share k lands at outs[k] + p * counts[k] / size.
+ * Collective: every rank the same counts. rtd_persistent_gathers_blocks says
+ * whether the set-up can (host memory, or copy engines); 0 also for a
+ * reduce-scatter or NULL. */
+int rtd_persistent_gathers_blocks(rtd_persistent* shard);
+rtd_work* rtd_persistent_gather_blocks(rtd_persistent* shard, void* const* outs,
+                                       const int64_t* counts, int n_outs, void* stream);
 
 #ifdef __cplusplus
 }

@@ -50,6 +50,16 @@ class PersistentShardCollective {
  public:
   virtual ~PersistentShardCollective() = default;
   virtual std::shared_ptr<Work> run(BufferView in, BufferView out, StreamRef stream = {}) = 0;
+  // All-gathers only, where gathers_blocks(): each rank's block `rank` of the
+  // first source (which holds size() blocks) into outs, which may be anywhere:
+  // the block is outs' shares laid end to end (outs[k].count / size()
+  // elements each, the first source's dtype), and rank p's share k lands at
+  // outs[k] + p * outs[k].count / size(). So a gather buffer whose blocks hold
+  // several tensors' shards lands in the tensors themselves, with no copy out
+  // of the buffer afterwards. Every rank passes the same counts.
+  virtual bool gathers_blocks() const { return false; }
+  virtual std::shared_ptr<Work> gather_blocks(const std::vector<BufferView>& outs,
+                                              StreamRef stream = {});
   // How run() moves data: "copy engines", "all_gather" or "reduce_scatter".
   virtual std::string method() const = 0;
   // Device memory it holds besides the sources (copy engines: the
