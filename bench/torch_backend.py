@@ -18,8 +18,8 @@ FSDP2 also with rt_dist.torch.fsdp_comms on rtd (its buffers lent by the group),
 and on nccl with PyTorch's set_allocate_memory_from_process_group_for_comm.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
-fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook; default
-all), STEPS,
+fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook, and the
+floors fsdp2_nocopy fsdp2_comms_nocopy, and fsdp2_comms_inplace; default all), STEPS,
 BUSBW=0 (no all_reduce busbw or 4-byte figures), WINDOWS=1 (each configuration's
 timed steps as unix times, for bench/power_windows.py),
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
@@ -46,6 +46,39 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import rt_dist.torch
+
+
+def skip_copy_out(model):
+    """For a timing floor only: FSDP2's copy of each gathered parameter out
+    of the all-gather's buffer is left out for model's FSDP modules after
+    the first, as if each gather had landed in the unsharded parameters
+    themselves. So that the GEMMs still multiply real weights (a GPU held at
+    its power limit runs faster on zeros), the unsharded parameters are then
+    never freed: they keep what the first copy wrote (one step stale). The
+    waits for the gathers stay; the memory is not a floor's."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as param_group_module
+    original = param_group_module.foreach_all_gather_copy_out
+    if not getattr(original, "_floor", False):
+        def copy_out(result, fsdp_params, group):
+            if not all(getattr(p, "_copied_once", False) for p in fsdp_params):
+                original(result, fsdp_params, group)
+                for p in fsdp_params:
+                    if hasattr(p, "_copied_once"):
+                        p._copied_once = True
+                return
+            if result.all_gather_event is not None:
+                torch.cuda.current_stream().wait_event(result.all_gather_event)
+            if isinstance(result.all_gather_work, dist.Work):
+                result.all_gather_work.wait()
+
+        copy_out._floor = True
+        param_group_module.foreach_all_gather_copy_out = copy_out
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            group = module._get_fsdp_state()._fsdp_param_group
+            for p in group.fsdp_params if group else []:
+                p._copied_once = False
+                p.free_unsharded_param = lambda: None
 
 
 class _Done(dist.Work):
@@ -323,7 +356,8 @@ def main():
         fut.set_result(bucket.buffer())
         return fut
 
-    def fsdp(g, reshard, reduce_dtype, comms=False, pg_alloc=False, rs_nccl=False):
+    def fsdp(g, reshard, reduce_dtype, comms=False, pg_alloc=False, rs_nccl=False,
+             no_copy_out=False, land=None):
         def make():
             m = mk()
             mesh = DeviceMesh.from_group(g, "cuda")
@@ -333,13 +367,15 @@ def main():
                     fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
             fully_shard(m, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
             if comms:
-                rt_dist.torch.fsdp_comms(m)
+                rt_dist.torch.fsdp_comms(m, land=land)
             if rs_nccl:  # the gathers as fsdp_comms has them, the reductions on nccl
                 for mod in m.modules():
                     if isinstance(mod, FSDPModule) and mod._get_fsdp_state()._fsdp_param_group:
                         mod.set_custom_reduce_scatter(NcclReduceScatter(groups["nccl"]))
             if pg_alloc:  # PyTorch's own: buffers from the group's allocator (NCCL's)
                 m.set_allocate_memory_from_process_group_for_comm(True)
+            if no_copy_out:
+                skip_copy_out(m)
             return m
         return make
 
@@ -352,11 +388,18 @@ def main():
         # rt_dist.torch.fsdp_comms: FSDP2's buffers lent by the group (rtd only).
         ("fsdp2_comms", lambda g: fsdp(g, True, torch.float32, comms=True)),
         ("fsdp2_noreshard_bf16_comms", lambda g: fsdp(g, False, torch.bfloat16, comms=True)),
+        # fsdp_comms with each gather left in FSDP2's buffer and copied out by it.
+        ("fsdp2_comms_inplace", lambda g: fsdp(g, True, torch.float32, comms=True, land=False)),
         # fsdp_comms' gathers, but each reduce-scatter by NCCL's kernel in FSDP2's own
         # buffer (PyTorch's nccl group): which of the two a reduction costs the GEMMs less.
         ("fsdp2_comms_rsnccl", lambda g: fsdp(g, True, torch.float32, comms=True, rs_nccl=True)),
         # PyTorch's own route to the same end, on nccl only.
         ("fsdp2_pgalloc", lambda g: fsdp(g, True, torch.float32, pg_alloc=True)),
+        # Floors (wrong results): FSDP2's copy of each gathered parameter out of
+        # the all-gather's buffer left out, as if the gather landed in place.
+        ("fsdp2_nocopy", lambda g: fsdp(g, True, torch.float32, no_copy_out=True)),
+        ("fsdp2_comms_nocopy", lambda g: fsdp(g, True, torch.float32, comms=True,
+                                               no_copy_out=True)),
     ]
     chosen = os.environ.get("CONFIGS", "").split()
     if chosen:

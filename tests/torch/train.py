@@ -41,6 +41,8 @@ rank, n = dist.get_rank(), dist.get_world_size()
 reference = dist.new_group(backend="nccl" if device == "cuda" else "gloo")
 H = int(os.environ.get("RTD_TRAIN_H", "64"))
 AUTO_COMMS = os.environ.get("RTD_TORCH_FSDP_COMMS") == "1"
+# fsdp_comms' gathers land in the parameters themselves unless this is 0.
+LAND = os.environ.get("RTD_TORCH_FSDP_LAND", "1") == "1"
 
 
 def model():
@@ -127,18 +129,24 @@ for name, run, rtol, atol in (
     if lent and (device == "cpu" or H >= 1024):  # on GPUs, 1 MiB and more
         slots = dist.group.WORLD._comms[device].slots
         stats = dict(slots.stats)
-        if not stats["all_gather"] or not stats["reduce_scatter"] or stats["not lent"]:
+        gathers = stats["all_gather"] + stats["landed"]
+        if not gathers or not stats["reduce_scatter"] or stats["not lent"]:
             raise AssertionError(f"{name}: FSDP2's calls did not all go through lent "
                                  f"buffers: {stats}")
+        # Every unit here is plain shards on dim 0: each gather lands in the
+        # parameters, or none does (RTD_TORCH_FSDP_LAND=0).
+        if stats["landed"] != (gathers if LAND else 0):
+            raise AssertionError(f"{name}: {stats['landed']} of {gathers} all-gathers landed "
+                                 f"in the parameters (RTD_TORCH_FSDP_LAND={int(LAND)}): {stats}")
         # One all-gather buffer a size: FSDP2's forward lets the next gather
         # have the one it keeps once its copy-out is done.
         buffers, sizes, _ = slots.held()["all_gather"]
         if buffers != sizes:
             raise AssertionError(f"{name}: {buffers} all-gather buffers for {sizes} sizes")
-        how = f", {stats['all_gather']} all-gathers and {stats['reduce_scatter']} " \
-              f"reduce-scatters in lent buffers by {sorted(slots.methods)}, " \
-              f"{buffers} all-gather buffers for {sizes} sizes"
-        for k in ("all_gather", "reduce_scatter"):
+        how = f", {gathers} all-gathers ({stats['landed']} landed in the parameters) and " \
+              f"{stats['reduce_scatter']} reduce-scatters in lent buffers by " \
+              f"{sorted(slots.methods)}, {buffers} all-gather buffers for {sizes} sizes"
+        for k in ("all_gather", "reduce_scatter", "landed"):
             slots.stats[k] = 0
     theirs = run(reference)
     start = model()

@@ -16,8 +16,20 @@ module whose group is rtd: their allocate() lends FSDP2 the group's mapped
 buffers (see _shard_slots), FSDP2 copies its shards and gradients straight
 into them, and copy engines read them there. Same results, no staging copy.
 On a group that is not rtd, a module keeps FSDP2's defaults.
+
+Each all-gather also lands in the unit's unsharded parameters themselves
+(RTD_TORCH_FSDP_LAND=1, the default): FSDP2 would gather into its buffer and
+then copy every parameter out of it on the compute stream (a read and a write
+of the whole unit before its forward or backward may start); instead the
+parameters' memory is allocated when the gather is issued, on FSDP2's
+all-gather stream, the copy engines pull each peer's shards straight into it,
+and FSDP2's copy-out finds nothing left to copy. A parameter's memory so
+allocated is freed one gather later than FSDP2 would free it (see _Landing).
+Only where every parameter of the unit is sharded on its first dimension
+and gathered as its plain shard; anything else is gathered as before.
 """
 
+import collections
 import functools
 import math
 import sys
@@ -26,7 +38,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from rt_dist.torch._process_group import ProcessGroupRTD
+from rt_dist.torch._process_group import ProcessGroupRTD, _flag
 
 # FSDP2 is imported at the first fsdp_comms() call, not with this module:
 # rt_dist.torch is imported by `import torch` itself (the entry point), and
@@ -60,6 +72,154 @@ def _finish(work, async_op):
     return None
 
 
+class _Landing:
+    """Gathers into a unit's unsharded parameters, and when their memory may go.
+
+    FSDP2 allocates the parameters' memory on the compute stream at the
+    copy-out and frees it at the reshard, so that the next unit reuses it in
+    stream order. Allocated on the all-gather stream instead, a freed block
+    could go to the next gather while the compute stream still reads it: so
+    a landed parameter's free (free_unsharded_param, replaced on the
+    parameter) only records an event on the stream that frees it and queues
+    it. Each later landing frees what is queued but for the newest unit's
+    parameters, its stream first waiting for their events (the newest unit's
+    forward or backward is the one most likely still running: waiting for it
+    would hold the gather behind it). A queued parameter gathered again
+    keeps its memory (its stream waits for its event first)."""
+
+    def __init__(self):
+        self.queued = collections.deque()  # (unit, fsdp_param, event or None, free)
+
+    def free_later(self, unit, fsdp_param, free):
+        outputs = fsdp_param.all_gather_outputs
+        if not outputs or not outputs[0].is_cuda:
+            free()  # host memory: no stream to outrun
+            return
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(outputs[0].device))
+        self.queued.append((unit, fsdp_param, event, free))
+
+    def claim(self, fsdp_params, stream):
+        """fsdp_params are about to be written on stream (None: the stream
+        that last read them): drops them from the queue, their memory kept,
+        stream waiting for their last use."""
+        mine = {id(p) for p in fsdp_params}
+        kept = collections.deque()
+        for entry in self.queued:
+            if id(entry[1]) not in mine:
+                kept.append(entry)
+            elif stream is not None:
+                stream.wait_event(entry[2])
+        self.queued = kept
+
+    def release(self, stream):
+        """Frees what is queued but for the newest unit's, stream waiting first."""
+        if not self.queued:
+            return
+        newest = self.queued[-1][0]
+        kept = collections.deque()
+        for entry in self.queued:
+            if entry[0] == newest:
+                kept.append(entry)
+                continue
+            if stream is not None:
+                stream.wait_event(entry[2])
+            entry[3]()
+        self.queued = kept
+
+
+_landing = _Landing()
+
+
+def _shares(fsdp_params, world, output):
+    """Each parameter's (numel, dtype) of an all-gather's block when FSDP2
+    gathers each as its plain shard, sharded on dim 0, filling output's
+    blocks in order; else None."""
+    shares = []
+    for p in fsdp_params:
+        try:
+            if (p.fsdp_placement.dim != 0 or p.offload_to_cpu
+                    or hasattr(p._sharded_local_tensor, "fsdp_pre_all_gather")):
+                return None
+            numel = p._sharded_param_data.numel()
+            dtype = p.param_dtype if p.param_dtype is not None else p._sharded_param_data.dtype
+        except AttributeError:  # another FSDP2 than the one this was written for
+            return None
+        shares.append((numel, dtype))
+    if (not shares or any(d != output.dtype for _, d in shares)
+            or sum(n for n, _ in shares) * world != output.numel()):
+        return None
+    return shares
+
+
+def _land(pg, module, output):
+    """Gathers output's blocks into module's unsharded parameters (see
+    _Landing); its Work, or None where this unit is gathered in place."""
+    group = _param_group(module) if module is not None else None
+    params = group.fsdp_params if group is not None else None
+    shares = _shares(params, pg.size(), output) if params else None
+    if shares is None or not pg.can_gather_blocks(output):
+        return None
+    stream = torch.cuda.current_stream(output.device) if output.is_cuda else None
+    _landing.claim(params, stream)
+    _landing.release(stream)
+    for p in params:  # before any memory of theirs is allocated on this stream
+        if "free_unsharded_param" not in vars(p):
+            p.free_unsharded_param = functools.partial(_landing.free_later, id(group), p,
+                                                       p.free_unsharded_param)
+    outs = []
+    for p, (numel, dtype) in zip(params, shares):
+        p.init_all_gather_outputs([numel], [dtype], pg.size(), output.device)
+        p.alloc_all_gather_outputs()
+        out = p.all_gather_outputs
+        if len(out) != 1 or out[0].numel() != numel * pg.size() or out[0].dtype != dtype:
+            return None
+        outs.append(out[0])
+    work = pg.gather_blocks(output, outs)
+    if work is not None:
+        for p in params:
+            p._rtd_landed = output.data_ptr()
+    return work
+
+
+def _copy_out(original):
+    """FSDP2's foreach_all_gather_copy_out, skipping the copy where the
+    gather landed in the parameters already (the waits stay)."""
+
+    @functools.wraps(original)
+    def copy_out(result, fsdp_params, group):
+        output = result.all_gather_output
+        landed = output.data_ptr()
+        if not fsdp_params or not all(getattr(p, "_rtd_landed", None) == landed
+                                      for p in fsdp_params):
+            _landing.claim(fsdp_params, None)  # FSDP2 copies in place: the memory stays
+            return original(result, fsdp_params, group)
+        for p in fsdp_params:
+            p._rtd_landed = None
+        if result.all_gather_event is not None and output.is_cuda:
+            torch.cuda.current_stream(output.device).wait_event(result.all_gather_event)
+        if isinstance(result.all_gather_work, dist.Work):
+            result.all_gather_work.wait()
+        return None
+
+    copy_out._rtd_lands = True
+    return copy_out
+
+
+def _install_copy_out():
+    """Puts _copy_out in FSDP2's place (once); whether it could."""
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group as module
+    except ImportError:
+        return False
+    original = getattr(module, "foreach_all_gather_copy_out", None)
+    if original is None:
+        return False
+    if not getattr(original, "_rtd_lands", False):
+        module.foreach_all_gather_copy_out = _copy_out(original)
+    return True
+
+
 def _load_fsdp():
     """Imports FSDP2's interfaces and defines the hooks on them (once)."""
     global FSDPModule, AllGather, ReduceScatter, RtdAllGather, RtdReduceScatter
@@ -76,9 +236,10 @@ def _load_fsdp():
     class _AllGather(AllGather):
         """FSDP2's all-gather on an rtd group, in place in a lent output."""
 
-        def __init__(self, pg, module):
+        def __init__(self, pg, module, land):
             self._pg = pg
             self._module = weakref.ref(module)
+            self._land = land
 
         def allocate(self, size, *, dtype, device):
             return _lend(self._pg, "all_gather", size, dtype, device, self._reclaim)
@@ -109,7 +270,10 @@ def _load_fsdp():
         def __call__(self, output_tensor, input_tensor, group, async_op=False):
             work = None
             if _rtd(group) is self._pg:
-                work = self._pg.shard_collective("all_gather", output_tensor, input_tensor)
+                if self._land:
+                    work = _land(self._pg, self._module(), output_tensor)
+                if work is None:
+                    work = self._pg.shard_collective("all_gather", output_tensor, input_tensor)
             if work is None:
                 return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group,
                                                    async_op=async_op)
@@ -171,27 +335,33 @@ def _missing():
     return None
 
 
-def _install(module):
-    """Sets the hooks on one FSDP module if its group is rtd; whether it did."""
+def _install(module, land=None):
+    """Sets the hooks on one FSDP module if its group is rtd; whether it did.
+    land: gathers land in the parameters (None: RTD_TORCH_FSDP_LAND, default 1)."""
     if not isinstance(module, FSDPModule):
         return False
     pg = _rtd(_shard_group(module))
     if pg is None:
         return False
-    module.set_custom_all_gather(RtdAllGather(pg, module))
+    if land is None:
+        land = _flag("RTD_TORCH_FSDP_LAND", "1")
+    land = land and _install_copy_out()
+    module.set_custom_all_gather(RtdAllGather(pg, module, land))
     module.set_custom_reduce_scatter(RtdReduceScatter(pg))
     return True
 
 
-def fsdp_comms(model):
+def fsdp_comms(model, land=None):
     """Sets rtd's all-gather and reduce-scatter on every FSDP2 module of model
     whose group is rtd; returns how many modules got them. Call it after
-    fully_shard and before the first step, on every rank."""
+    fully_shard and before the first step, on every rank. land=False keeps
+    each gather in FSDP2's buffer (then copied out by FSDP2); None reads
+    RTD_TORCH_FSDP_LAND (default 1: gathers land in the parameters)."""
     why = _missing()
     if why:
         raise RuntimeError(f"rt_dist.torch.fsdp_comms: {why}; leave the call out: FSDP2 then "
                            "runs on rtd through its ordinary calls")
-    return sum(_install(m) for m in model.modules())
+    return sum(_install(m, land) for m in model.modules())
 
 
 def install_on_fully_shard():

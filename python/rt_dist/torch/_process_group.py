@@ -610,6 +610,47 @@ class ProcessGroupRTD(dist.ProcessGroup):
         comm.slots.stats[kind] += 1
         return self._work(comm, handle, what, [output, input], output)
 
+    def _gatherer(self, buffer):
+        """(comm, persistent all-gather) of a lent all-gather buffer, set up
+        at its first use, when it can land blocks elsewhere; else None."""
+        comm = self._comms.get(buffer.device.type)
+        slot = comm.slots.find("all_gather", buffer) if comm is not None else None
+        if slot is None:
+            return None
+        h = comm.slots.handle(slot, "all_gather", None, _DTYPES[buffer.dtype],
+                              lambda: comm.failed(self, "all_gather_into_tensor (FSDP2), set-up"))
+        return (comm, h) if comm.lib.rtd_persistent_gathers_blocks(h) else None
+
+    def can_gather_blocks(self, buffer):
+        """Whether gather_blocks can land this lent buffer's blocks (the same
+        answer on every rank: collective, at its first call for a buffer)."""
+        return self._gatherer(buffer) is not None
+
+    def gather_blocks(self, buffer, outputs):
+        """All-gathers each rank's block of a lent all-gather buffer (its own
+        block written there, as shard_collective's input) into outputs
+        instead of the buffer: the block is the outputs' shares end to end
+        (output.numel() // size() elements each), rank p's share landing in
+        the p-th part of its output. None when buffer is not one lent whole,
+        the outputs do not fill its blocks, or its set-up cannot (then the
+        caller gathers in place). Every rank, the same shapes."""
+        n = self.size()
+        if (not outputs or sum(o.numel() for o in outputs) != buffer.numel()
+                or any(o.dtype != buffer.dtype or o.device != buffer.device
+                       or not o.is_contiguous() or o.numel() % n for o in outputs)):
+            return None
+        found = self._gatherer(buffer)
+        if found is None:
+            return None
+        comm, h = found
+        ptrs = (ctypes.c_void_p * len(outputs))(*[o.data_ptr() for o in outputs])
+        counts = (ctypes.c_int64 * len(outputs))(*[o.numel() for o in outputs])
+        handle = comm.lib.rtd_persistent_gather_blocks(h, ptrs, counts, len(outputs),
+                                                       comm.stream())
+        comm.slots.stats["landed"] += 1
+        return self._work(comm, handle, "all_gather_into_tensor (FSDP2, into its parameters)",
+                          [buffer, *outputs], outputs[0])
+
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                         "allreduce_coalesced")

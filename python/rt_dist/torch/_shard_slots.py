@@ -64,7 +64,7 @@ class ShardSlots:
         self._comm = comm
         self._copy_engines = 1 if copy_engines else 0
         self._rings = {}  # (kind, numel, dtype) -> [_Slot]
-        self.stats = {"all_gather": 0, "reduce_scatter": 0, "not lent": 0}
+        self.stats = {"all_gather": 0, "reduce_scatter": 0, "landed": 0, "not lent": 0}
         self.methods = set()
 
     def lend(self, kind, numel, dtype, reclaim=None):
