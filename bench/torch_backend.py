@@ -19,7 +19,7 @@ and on nccl with PyTorch's set_allocate_memory_from_process_group_for_comm.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
 fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook, and the
-floors fsdp2_nocopy fsdp2_comms_nocopy, and fsdp2_comms_inplace; default all), STEPS,
+floors fsdp2_nocopy fsdp2_comms_nocopy, and fsdp2_comms_land; default all), STEPS,
 BUSBW=0 (no all_reduce busbw or 4-byte figures), WINDOWS=1 (each configuration's
 timed steps as unix times, for bench/power_windows.py),
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
@@ -388,8 +388,8 @@ def main():
         # rt_dist.torch.fsdp_comms: FSDP2's buffers lent by the group (rtd only).
         ("fsdp2_comms", lambda g: fsdp(g, True, torch.float32, comms=True)),
         ("fsdp2_noreshard_bf16_comms", lambda g: fsdp(g, False, torch.bfloat16, comms=True)),
-        # fsdp_comms with each gather left in FSDP2's buffer and copied out by it.
-        ("fsdp2_comms_inplace", lambda g: fsdp(g, True, torch.float32, comms=True, land=False)),
+        # fsdp_comms with each gather landing in the parameters (no copy-out).
+        ("fsdp2_comms_land", lambda g: fsdp(g, True, torch.float32, comms=True, land=True)),
         # fsdp_comms' gathers, but each reduce-scatter by NCCL's kernel in FSDP2's own
         # buffer (PyTorch's nccl group): which of the two a reduction costs the GEMMs less.
         ("fsdp2_comms_rsnccl", lambda g: fsdp(g, True, torch.float32, comms=True, rs_nccl=True)),

@@ -41,8 +41,8 @@ rank, n = dist.get_rank(), dist.get_world_size()
 reference = dist.new_group(backend="nccl" if device == "cuda" else "gloo")
 H = int(os.environ.get("RTD_TRAIN_H", "64"))
 AUTO_COMMS = os.environ.get("RTD_TORCH_FSDP_COMMS") == "1"
-# fsdp_comms' gathers land in the parameters themselves unless this is 0.
-LAND = os.environ.get("RTD_TORCH_FSDP_LAND", "1") == "1"
+# fsdp_comms' gathers land in the parameters themselves where this is 1.
+LAND = os.environ.get("RTD_TORCH_FSDP_LAND", "0") == "1"
 
 
 def model():
