@@ -17,10 +17,11 @@ buffers (see _shard_slots), FSDP2 copies its shards and gradients straight
 into them, and copy engines read them there. Same results, no staging copy.
 On a group that is not rtd, a module keeps FSDP2's defaults.
 
-With RTD_TORCH_FSDP_LAND=1 (or fsdp_comms(model, land=True)) each all-gather
-lands in the unit's unsharded parameters themselves: FSDP2 would gather into its buffer and
-then copy every parameter out of it on the compute stream (a read and a write
-of the whole unit before its forward or backward may start); instead the
+With RTD_TORCH_FSDP_LAND=1 (or fsdp_comms(model, land=True)) each
+all-gather lands in the unit's unsharded parameters themselves: FSDP2 would
+gather into its buffer and then copy every parameter out of it on the
+compute stream (a read and a write of the whole unit before its forward or
+backward may start); instead the
 parameters' memory is allocated when the gather is issued, on FSDP2's
 all-gather stream, the copy engines pull each peer's shards straight into it,
 and FSDP2's copy-out finds nothing left to copy. A parameter's memory so
@@ -90,7 +91,7 @@ class _Landing:
     keeps its memory (its stream waits for its event first)."""
 
     def __init__(self):
-        self.queued = collections.deque()  # (unit, fsdp_param, event or None, free)
+        self.queued = collections.deque()  # (unit, fsdp_param, event, free)
 
     def free_later(self, unit, fsdp_param, free):
         outputs = fsdp_param.all_gather_outputs
