@@ -54,8 +54,6 @@ class GpuRunner : public Runner {
       void* dev = nullptr;
       cuda_check(cudaHostGetDevicePointer(&dev, words_, 0), "end words' device address");
       words_dev_ = reinterpret_cast<CUdeviceptr>(dev);
-      if (!nccl::driver_api().missing.empty())
-        throw std::runtime_error("raw_write: no " + nccl::driver_api().missing);
     }
   }
   ~GpuRunner() override {
@@ -117,6 +115,8 @@ class GpuRunner : public Runner {
           break;
         case kRawWrite:
           raw_issue(op, b, stream_);
+          if (!nccl::driver_api().missing.empty())
+            throw std::runtime_error("raw_write: no " + nccl::driver_api().missing);
           if (nccl::driver_api().stream_write_value32(
                   stream_, words_dev_ + (i % kMarks) * sizeof(std::uint32_t),
                   static_cast<cuuint32_t>(i), 0) != CUDA_SUCCESS) {

@@ -631,14 +631,18 @@ class ProcessGroupRTD(dist.ProcessGroup):
         block written there, as shard_collective's input) into outputs
         instead of the buffer: the block is the outputs' shares end to end
         (output.numel() // size() elements each), rank p's share landing in
-        the p-th part of its output. None when buffer is not one lent whole,
-        the outputs do not fill its blocks, or its set-up cannot (then the
-        caller gathers in place). Every rank, the same shapes."""
-        n = self.size()
-        if (not outputs or sum(o.numel() for o in outputs) != buffer.numel()
-                or any(o.dtype != buffer.dtype or o.device != buffer.device
-                       or not o.is_contiguous() or o.numel() % n for o in outputs)):
-            return None
+        the p-th part of its output (contiguous, of the buffer's dtype and
+        device; librt_dist checks the counts). None when buffer is not one
+        lent whole or its set-up cannot (then the caller gathers in place).
+        Every rank, the same shapes."""
+        what = "all_gather_into_tensor (FSDP2, into its parameters)"
+        if not outputs:
+            raise ValueError(f"rtd {what}: no outputs")
+        for o in outputs:
+            _check_tensor(o, what)
+            if o.dtype != buffer.dtype or o.device != buffer.device:
+                raise ValueError(f"rtd {what}: an output is {o.dtype} on {o.device}, the "
+                                 f"buffer {buffer.dtype} on {buffer.device}")
         found = self._gatherer(buffer)
         if found is None:
             return None
@@ -648,8 +652,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
         handle = comm.lib.rtd_persistent_gather_blocks(h, ptrs, counts, len(outputs),
                                                        comm.stream())
         comm.slots.stats["landed"] += 1
-        return self._work(comm, handle, "all_gather_into_tensor (FSDP2, into its parameters)",
-                          [buffer, *outputs], outputs[0])
+        return self._work(comm, handle, what, [buffer, *outputs], outputs[0])
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,

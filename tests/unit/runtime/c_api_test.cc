@@ -166,6 +166,30 @@ TEST(CApi, PersistentShardCollectivesGatherInPlaceAndReduceOutOfTheirBuffer) {
     EXPECT_EQ(rtd_persistent_shard_run(s, grads.data(), mine.data(), -1, nullptr), nullptr);
     EXPECT_EQ(rtd_persistent_shard_run(s, grads.data(), mine.data(), INT64_MAX, nullptr), nullptr);
     EXPECT_NE(std::string(rtd_last_error()).find("out of range"), std::string::npos);
+    // The gather's blocks landing in two outputs (shares of 2 and 1 elements),
+    // and what gather_blocks refuses before anything moves.
+    ASSERT_EQ(rtd_persistent_gathers_blocks(g), 1);
+    EXPECT_EQ(rtd_persistent_gathers_blocks(s), 0);
+    EXPECT_EQ(rtd_persistent_gathers_blocks(nullptr), 0);
+    for (int i = 0; i < 3; ++i) gathered[r * 3 + i] = float(10 * r + i);
+    std::vector<float> x(4, -1.0f), y(2, -1.0f);
+    void* outs[] = {x.data(), y.data()};
+    const int64_t counts[] = {4, 2};
+    rtd_work* w = rtd_persistent_gather_blocks(g, outs, counts, 2, nullptr);
+    ASSERT_NE(w, nullptr) << rtd_last_error();
+    EXPECT_EQ(rtd_work_wait(w, 10000), 0) << rtd_last_error();
+    rtd_work_free(w);
+    EXPECT_EQ(x, (std::vector<float>{0.0f, 1.0f, 10.0f, 11.0f}));
+    EXPECT_EQ(y, (std::vector<float>{2.0f, 12.0f}));
+    const int64_t halves[] = {2, 2};
+    EXPECT_EQ(rtd_persistent_gather_blocks(g, outs, halves, 2, nullptr), nullptr);
+    EXPECT_NE(std::string(rtd_last_error()).find("blocks of"), std::string::npos)
+        << rtd_last_error();
+    const int64_t negative[] = {-4, 2};
+    EXPECT_EQ(rtd_persistent_gather_blocks(g, outs, negative, 2, nullptr), nullptr);
+    EXPECT_EQ(rtd_persistent_gather_blocks(g, outs, counts, 0, nullptr), nullptr);
+    EXPECT_EQ(rtd_persistent_gather_blocks(s, outs, counts, 2, nullptr), nullptr);
+    EXPECT_NE(std::string(rtd_last_error()).find("not a persistent all-gather"), std::string::npos);
     rtd_persistent_free(g);
     rtd_persistent_free(s);
     EXPECT_EQ(rtd_persistent_shard_run(nullptr, nullptr, nullptr, 1, nullptr), nullptr);
