@@ -1,14 +1,18 @@
 """Where a profiled step's GPU time goes, from torch.profiler's Chrome trace
 (bench/torch_backend.py's PROFILE=DIR writes one per configuration).
 
-    python bench/trace_summary.py TRACE.json[.gz] [TRACE ...]
+    python bench/trace_summary.py [--window FROM TO] [--list] TRACE.json[.gz] [...]
 
 For each trace: every CUDA stream's busy time (kernels, copies, memsets) and
 its largest items; for the compute stream (the one with the most GEMM time),
 its idle time between the first and last item and the longest idle gaps with
 what ran before and after each, and the GEMMs' total time (more than a run
 without transfers means the transfers slowed them; more idle means the
-compute waited for them).
+compute waited for them). --window FROM TO keeps the GPU items that start
+between FROM and TO ms after the trace's first (one step of several: the
+first profiled step starts from an idle GPU); --list also prints each of
+them in time order (start, length, stream, name), to see which stream the
+compute stream's idle waits on.
 """
 import gzip
 import json
@@ -28,9 +32,12 @@ def is_gemm(name):
     return name.startswith(("nvjet", "sm90_xmma", "cutlass")) or "gemm" in name.lower()
 
 
-def summarize(path, gaps_shown=12):
+def summarize(path, window=None, listed=False, gaps_shown=12):
     events = [e for e in load(path).get("traceEvents", [])
               if e.get("ph") == "X" and e.get("cat") in GPU_CATS and "stream" in e.get("args", {})]
+    if events and window:
+        first = min(e["ts"] for e in events)
+        events = [e for e in events if window[0] <= (e["ts"] - first) / 1e3 < window[1]]
     if not events:
         print(f"{path}: no GPU events")
         return
@@ -63,8 +70,22 @@ def summarize(path, gaps_shown=12):
           f"in {sum(1 for e in es if is_gemm(e['name']))} kernels")
     for gap, before, after, at in sorted(gaps, reverse=True)[:gaps_shown]:
         print(f"  idle {gap / 1e3:7.3f} ms at {at:8.2f} ms: after {before} | before {after}")
+    if listed:
+        for e in sorted(events, key=lambda e: e["ts"]):
+            print(f"  {(e['ts'] - t0) / 1e3:8.3f} {e['dur'] / 1e3:7.3f} s{e['args']['stream']:<4} "
+                  f"{e['name'][:70]}")
 
 
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
-        summarize(p)
+    args = sys.argv[1:]
+    window, listed = None, False
+    while args and args[0].startswith("--"):
+        if args[0] == "--window":
+            window = (float(args[1]), float(args[2]))
+            args = args[3:]
+        elif args[0] == "--list":
+            listed, args = True, args[1:]
+        else:
+            sys.exit(f"trace_summary: unknown option {args[0]}")
+    for p in args:
+        summarize(p, window, listed)
