@@ -25,9 +25,13 @@ done
 step test_stream_order 60 "${run[@]}" dtrun 2 stream_order.py
 step test_train 90 "${run[@]}" dtrun 2 train.py cuda 20
 # Layers wide enough that FSDP2's gathers and reductions go by copy engines.
-step test_train_wide 90 env RTD_TRAIN_H=1024 RTD_LOG=info "${run[@]}" dtrun 2 train.py cuda 20
+step test_train_wide 90 env RTD_TRAIN_H=1024 RTD_TORCH_FSDP_LAND=0 RTD_LOG=info "${run[@]}" dtrun 2 train.py cuda 20
 echo "test_train_wide: $(grep -c "staged by copy engines (" "$out/test_train_wide.log") staging buffers set up"
 grep -h "lent buffers" "$out/test_train_wide.log" | sed 's/^.*train: /test_train_wide: /'
+# The same with each gather landing in the parameters (and their memory gone by
+# the end of each backward: train.py checks).
+step test_train_land 90 env RTD_TRAIN_H=1024 RTD_TORCH_FSDP_LAND=1 "${run[@]}" dtrun 2 train.py cuda 20
+grep -h "lent buffers" "$out/test_train_land.log" | sed 's/^.*train: /test_train_land: /'
 
 step test_failure_missing 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure missing \
   "rank 1 has not called it"

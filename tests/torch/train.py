@@ -74,6 +74,15 @@ def train_ddp(group, hook=None):
     return torch.cat([p.detach().reshape(-1) for p in m.module.parameters()])
 
 
+def held_after(phase):
+    """Landed parameters' memory goes by the end of the forward (not through
+    the loss) and of the backward (not through the optimizer step); on
+    GPUs, as host memory goes at once."""
+    queued = len(rt_dist.torch._fsdp_comms._landing.queued)
+    if queued:
+        raise AssertionError(f"{queued} landed parameters still held after the {phase}")
+
+
 def train_fsdp(group, mixed, comms=False):
     m = model()
     mesh = DeviceMesh.from_group(group, device)
@@ -93,7 +102,10 @@ def train_fsdp(group, mixed, comms=False):
         if comms and step == steps // 2 and isinstance(group, rt_dist.torch.ProcessGroupRTD):
             group.release_shard_buffers()  # mid-training: the next calls set up afresh
         x, y = batch(step)
-        nn.functional.mse_loss(m(x).float(), y).backward()
+        out = m(x)
+        held_after("forward")
+        nn.functional.mse_loss(out.float(), y).backward()
+        held_after("backward")
         opt.step()
         opt.zero_grad(set_to_none=True)
     return torch.cat([p.full_tensor().detach().reshape(-1) for p in m.parameters()])

@@ -84,23 +84,51 @@ class _Landing:
     could go to the next gather while the compute stream still reads it: so
     a landed parameter's free (free_unsharded_param, replaced on the
     parameter) only records an event on the stream that frees it and queues
-    it. Each later landing frees what is queued but for the newest unit's
-    parameters, its stream first waiting for their events (the newest unit's
-    forward or backward is the one most likely still running: waiting for it
-    would hold the gather behind it). A queued parameter gathered again
-    keeps its memory (its stream waits for its event first)."""
+    it; it is freed later, the stream it was allocated on first waiting for
+    that event. When:
+    - at a landing in the forward, all but the newest unit's (resharded just
+      before: its forward is the one most likely still running, and waiting
+      for it would hold this gather behind it);
+    - at a landing or a free in the backward, all but the newest at a free,
+      all at a landing (the unit resharded last ran its backward before the
+      one now starting, during which this gather runs);
+    - at the end of the root module's forward (a forward hook), all, so that
+      the last units' do not stay through the loss and into the backward;
+    - at the end of the backward (an autograd callback), all, so that no
+      parameter stays through the optimizer step.
+    A queued parameter gathered again keeps its memory (its stream waits
+    for its event first)."""
 
     def __init__(self):
-        self.queued = collections.deque()  # (unit, fsdp_param, event, free)
+        self.queued = collections.deque()  # (unit, fsdp_param, event, stream, free)
+        self.flush_task = None  # the backward whose end frees what is queued
 
     def free_later(self, unit, fsdp_param, free):
         outputs = fsdp_param.all_gather_outputs
-        if not outputs or not outputs[0].is_cuda:
-            free()  # host memory: no stream to outrun
+        stream = getattr(fsdp_param, "_rtd_land_stream", None)
+        if not outputs or not outputs[0].is_cuda or stream is None:
+            free()  # host memory, or not landed: no stream to outrun
             return
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(outputs[0].device))
-        self.queued.append((unit, fsdp_param, event, free))
+        self.queued.append((unit, fsdp_param, event, stream, free))
+        if self._in_backward():
+            self.release(keep_newest=True)
+
+    def _in_backward(self):
+        """Whether autograd's engine runs this thread's backward now; if so,
+        its end will free what is queued."""
+        task = torch._C._current_graph_task_id()
+        if task == -1:
+            return False
+        if task != self.flush_task:
+            self.flush_task = task
+            torch.autograd.Variable._execution_engine.queue_callback(self.flush)
+        return True
+
+    def flush(self):
+        self.flush_task = None
+        self.release(keep_newest=False)
 
     def claim(self, fsdp_params, stream):
         """fsdp_params are about to be written on stream (None: the stream
@@ -115,23 +143,35 @@ class _Landing:
                 stream.wait_event(entry[2])
         self.queued = kept
 
-    def release(self, stream):
-        """Frees what is queued but for the newest unit's, stream waiting first."""
+    def landing(self):
+        """A gather is about to land: frees what may go (see the class)."""
+        self.release(keep_newest=not self._in_backward())
+
+    def release(self, keep_newest):
+        """Frees what is queued (but the newest unit's if keep_newest), each
+        block's stream waiting first for its last use."""
         if not self.queued:
             return
-        newest = self.queued[-1][0]
+        newest = self.queued[-1][0] if keep_newest else None
         kept = collections.deque()
         for entry in self.queued:
-            if entry[0] == newest:
+            unit, _, event, stream, free = entry
+            if unit == newest:
                 kept.append(entry)
                 continue
-            if stream is not None:
-                stream.wait_event(entry[2])
-            entry[3]()
+            stream.wait_event(event)
+            free()
         self.queued = kept
 
 
 _landing = _Landing()
+_forward_hooked = weakref.WeakSet()
+
+
+def _forward_end(module, _args, _output):
+    """A forward hook on every FSDP module that may land (see _Landing)."""
+    if _landing.queued and getattr(module._get_fsdp_state(), "_is_root", False):
+        _landing.release(keep_newest=False)
 
 
 def _shares(fsdp_params, world, output):
@@ -165,8 +205,9 @@ def _land(pg, module, output):
         return None
     stream = torch.cuda.current_stream(output.device) if output.is_cuda else None
     _landing.claim(params, stream)
-    _landing.release(stream)
+    _landing.landing()
     for p in params:  # before any memory of theirs is allocated on this stream
+        p._rtd_land_stream = stream
         if "free_unsharded_param" not in vars(p):
             p.free_unsharded_param = functools.partial(_landing.free_later, id(group), p,
                                                        p.free_unsharded_param)
@@ -343,11 +384,14 @@ def _install(module, land=None):
     land: gathers land in the parameters (None: RTD_TORCH_FSDP_LAND, default 0)."""
     if not isinstance(module, FSDPModule):
         return False
+    if land is None:
+        land = _flag("RTD_TORCH_FSDP_LAND", "0")
+    if land and module not in _forward_hooked:  # the root too, which has no parameters
+        module.register_forward_hook(_forward_end)
+        _forward_hooked.add(module)
     pg = _rtd(_shard_group(module))
     if pg is None:
         return False
-    if land is None:
-        land = _flag("RTD_TORCH_FSDP_LAND", "0")
     land = land and _install_copy_out()
     module.set_custom_all_gather(RtdAllGather(pg, module, land))
     module.set_custom_reduce_scatter(RtdReduceScatter(pg))
