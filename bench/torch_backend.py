@@ -19,8 +19,11 @@ and on nccl with PyTorch's set_allocate_memory_from_process_group_for_comm.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
 fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook, and the
-floors fsdp2_nocopy fsdp2_comms_nocopy, and fsdp2_comms_land; default all), STEPS,
-BUSBW=0 (no all_reduce busbw or 4-byte figures), WINDOWS=1 (each configuration's
+floors fsdp2_nocopy fsdp2_comms_nocopy, and fsdp2_comms_land
+fsdp2_noreshard_bf16_comms_land; default all), STEPS,
+RTD_TORCH_GEMM_SM_CARVEOUT=N through dtrun's --env (GEMMs by cuBLASLt
+leaving N SMs free, for every configuration, the one-GPU step included; 0:
+cuBLASLt alone), BUSBW=0 (no all_reduce busbw or 4-byte figures), WINDOWS=1 (each configuration's
 timed steps as unix times, for bench/power_windows.py),
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
 PROFILE_CONFIGS="fsdp2_nccl fsdp2_rtd floor_fsdp2_null ..." (three more steps
@@ -161,6 +164,10 @@ def main():
     dist.init_process_group("nccl")
     n = dist.get_world_size()
     log("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "world", n)
+    carveout = torch._C._get_sm_carveout_experimental()
+    if carveout is not None:  # RTD_TORCH_GEMM_SM_CARVEOUT, for every configuration
+        log(f"GEMMs by cuBLASLt leaving {carveout} of "
+            f"{torch.cuda.get_device_properties(dev).multi_processor_count} SMs free")
     groups = {}
     for name in os.environ.get("BACKENDS", "nccl rtd rtd_nocopy").split():
         if name == "nccl":
@@ -390,6 +397,8 @@ def main():
         ("fsdp2_noreshard_bf16_comms", lambda g: fsdp(g, False, torch.bfloat16, comms=True)),
         # fsdp_comms with each gather landing in the parameters (no copy-out).
         ("fsdp2_comms_land", lambda g: fsdp(g, True, torch.float32, comms=True, land=True)),
+        ("fsdp2_noreshard_bf16_comms_land", lambda g: fsdp(g, False, torch.bfloat16, comms=True,
+                                                           land=True)),
         # fsdp_comms' gathers, but each reduce-scatter by NCCL's kernel in FSDP2's own
         # buffer (PyTorch's nccl group): which of the two a reduction costs the GEMMs less.
         ("fsdp2_comms_rsnccl", lambda g: fsdp(g, True, torch.float32, comms=True, rs_nccl=True)),

@@ -13,7 +13,10 @@ CPU and CUDA tensors, so that a script that asks for the default
 (``init_process_group()`` without a backend, or
 ``get_default_backend_for_device``) runs on rtd unchanged; with
 RTD_TORCH_FSDP_COMMS=1, ``fully_shard`` sets ``fsdp_comms``'s hooks itself, so
-that an unchanged FSDP2 script gets them. See docs/torch.md.
+that an unchanged FSDP2 script gets them; with RTD_TORCH_GEMM_SM_CARVEOUT=N,
+PyTorch's GEMMs (by cuBLASLt) leave N SMs free for the kernels the copy
+engines' path still runs beside them (FSDP2's casts, the reductions' sums).
+See docs/torch.md.
 """
 
 import os
@@ -71,6 +74,25 @@ def register():
         why = _fsdp_comms.install_on_fully_shard()
         if why:
             warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS=1 ignored: {why}")
+    _gemm_carveout(os.environ.get("RTD_TORCH_GEMM_SM_CARVEOUT"))
+
+
+def _gemm_carveout(value):
+    """RTD_TORCH_GEMM_SM_CARVEOUT=N: PyTorch's own (experimental) knob, for
+    every GEMM of the process. A GEMM on Hopper holds every SM until it
+    ends; kernels of other streams then wait for it (measured in
+    docs/benchmarks.md: FSDP2 on rtd gains, on nccl it loses)."""
+    if value is None or value == "":
+        return
+    if not value.isdigit() or int(value) > 1024:
+        warnings.warn(f"rt_dist: RTD_TORCH_GEMM_SM_CARVEOUT={value!r} is not a count of SMs "
+                      "(0 to the GPU's); ignored")
+        return
+    try:
+        torch.backends.cuda.preferred_blas_library("cublaslt")  # the carveout is cuBLASLt's
+        torch._C._set_sm_carveout_experimental(int(value))
+    except (AttributeError, RuntimeError) as e:
+        warnings.warn(f"rt_dist: RTD_TORCH_GEMM_SM_CARVEOUT ignored: this torch cannot ({e})")
 
 
 register()
