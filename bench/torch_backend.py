@@ -19,8 +19,8 @@ and on nccl with PyTorch's set_allocate_memory_from_process_group_for_comm.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
 fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook, and the
-floors fsdp2_nocopy fsdp2_comms_nocopy, and fsdp2_comms_land
-fsdp2_noreshard_bf16_comms_land; default all), STEPS,
+floors fsdp2_nocopy fsdp2_comms_nocopy, and fsdp2_comms_inplace
+fsdp2_noreshard_bf16_comms_inplace; default all), STEPS,
 RTD_TORCH_GEMM_SM_CARVEOUT=N through dtrun's --env (GEMMs by cuBLASLt
 leaving N SMs free, for every configuration, the one-GPU step included; 0:
 cuBLASLt alone), BUSBW=0 (no all_reduce busbw or 4-byte figures), WINDOWS=1 (each configuration's
@@ -395,10 +395,11 @@ def main():
         # rt_dist.torch.fsdp_comms: FSDP2's buffers lent by the group (rtd only).
         ("fsdp2_comms", lambda g: fsdp(g, True, torch.float32, comms=True)),
         ("fsdp2_noreshard_bf16_comms", lambda g: fsdp(g, False, torch.bfloat16, comms=True)),
-        # fsdp_comms with each gather landing in the parameters (no copy-out).
-        ("fsdp2_comms_land", lambda g: fsdp(g, True, torch.float32, comms=True, land=True)),
-        ("fsdp2_noreshard_bf16_comms_land", lambda g: fsdp(g, False, torch.bfloat16, comms=True,
-                                                           land=True)),
+        # fsdp_comms with each gather in FSDP2's buffer, copied out by FSDP2
+        # (by default it lands in the parameters).
+        ("fsdp2_comms_inplace", lambda g: fsdp(g, True, torch.float32, comms=True, land=False)),
+        ("fsdp2_noreshard_bf16_comms_inplace", lambda g: fsdp(g, False, torch.bfloat16,
+                                                              comms=True, land=False)),
         # fsdp_comms' gathers, but each reduce-scatter by NCCL's kernel in FSDP2's own
         # buffer (PyTorch's nccl group): which of the two a reduction costs the GEMMs less.
         ("fsdp2_comms_rsnccl", lambda g: fsdp(g, True, torch.float32, comms=True, rs_nccl=True)),
@@ -407,7 +408,7 @@ def main():
         # Floors (wrong results): FSDP2's copy of each gathered parameter out of
         # the all-gather's buffer left out, as if the gather landed in place.
         ("fsdp2_nocopy", lambda g: fsdp(g, True, torch.float32, no_copy_out=True)),
-        ("fsdp2_comms_nocopy", lambda g: fsdp(g, True, torch.float32, comms=True,
+        ("fsdp2_comms_nocopy", lambda g: fsdp(g, True, torch.float32, comms=True, land=False,
                                                no_copy_out=True)),
     ]
     chosen = os.environ.get("CONFIGS", "").split()

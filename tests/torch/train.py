@@ -42,7 +42,7 @@ reference = dist.new_group(backend="nccl" if device == "cuda" else "gloo")
 H = int(os.environ.get("RTD_TRAIN_H", "64"))
 AUTO_COMMS = os.environ.get("RTD_TORCH_FSDP_COMMS") == "1"
 # fsdp_comms' gathers land in the parameters themselves where this is 1.
-LAND = os.environ.get("RTD_TORCH_FSDP_LAND", "0") == "1"
+LAND = os.environ.get("RTD_TORCH_FSDP_LAND", rt_dist.torch._fsdp_comms.LAND_DEFAULT) == "1"
 
 
 def model():

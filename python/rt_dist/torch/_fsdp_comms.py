@@ -17,19 +17,19 @@ buffers (see _shard_slots), FSDP2 copies its shards and gradients straight
 into them, and copy engines read them there. Same results, no staging copy.
 On a group that is not rtd, a module keeps FSDP2's defaults.
 
-With RTD_TORCH_FSDP_LAND=1 (or fsdp_comms(model, land=True)) each
-all-gather lands in the unit's unsharded parameters themselves: FSDP2 would
-gather into its buffer and then copy every parameter out of it on the
-compute stream (a read and a write of the whole unit before its forward or
-backward may start); instead the
-parameters' memory is allocated when the gather is issued, on FSDP2's
-all-gather stream, the copy engines pull each peer's shards straight into it,
-and FSDP2's copy-out finds nothing left to copy. A parameter's memory so
-allocated is freed one gather later than FSDP2 would free it (see _Landing):
-a step a little shorter for one unit's parameters more at the peak (a trade,
-hence off by default; docs/torch.md). Only where every parameter of the unit
-is sharded on its first dimension and gathered as its plain shard; anything
-else is gathered as before.
+Each all-gather lands in the unit's unsharded parameters themselves
+(RTD_TORCH_FSDP_LAND=0, or fsdp_comms(model, land=False), gathers in place
+instead): FSDP2 would gather into its buffer and then copy every parameter
+out of it on the compute stream (a read and a write of the whole unit before
+its forward or backward may start); instead the parameters' memory is
+allocated when the gather is issued, on FSDP2's all-gather stream, the copy
+engines pull each peer's shards straight into it, and FSDP2's copy-out finds
+nothing left to copy. A parameter's memory so allocated is freed a little
+later than FSDP2 would free it (see _Landing), never past the end of the
+root's forward or of the backward: at torch's peak the same memory as in
+place (docs/torch.md). Only where every parameter of the unit is sharded on
+its first dimension and gathered as its plain shard; anything else is
+gathered as before.
 """
 
 import collections
@@ -47,6 +47,7 @@ from rt_dist.torch._process_group import ProcessGroupRTD, _flag
 # rt_dist.torch is imported by `import torch` itself (the entry point), and
 # torch.distributed.fsdp takes most of a second to import.
 FSDPModule = AllGather = ReduceScatter = None
+LAND_DEFAULT = "1"  # RTD_TORCH_FSDP_LAND when unset
 RtdAllGather = RtdReduceScatter = None
 
 
@@ -381,11 +382,11 @@ def _missing():
 
 def _install(module, land=None):
     """Sets the hooks on one FSDP module if its group is rtd; whether it did.
-    land: gathers land in the parameters (None: RTD_TORCH_FSDP_LAND, default 0)."""
+    land: gathers land in the parameters (None: RTD_TORCH_FSDP_LAND, default 1)."""
     if not isinstance(module, FSDPModule):
         return False
     if land is None:
-        land = _flag("RTD_TORCH_FSDP_LAND", "0")
+        land = _flag("RTD_TORCH_FSDP_LAND", LAND_DEFAULT)
     if land and module not in _forward_hooked:  # the root too, which has no parameters
         module.register_forward_hook(_forward_end)
         _forward_hooked.add(module)
@@ -402,9 +403,9 @@ def fsdp_comms(model, land=None):
     """Sets rtd's all-gather and reduce-scatter on every FSDP2 module of model
     whose group is rtd; returns how many modules got them. Call it after
     fully_shard and before the first step, on every rank. land=True gathers
-    straight into the unsharded parameters (no copy out of FSDP2's buffer,
-    one unit's parameters more memory); None reads RTD_TORCH_FSDP_LAND
-    (default 0: each gather in FSDP2's buffer, copied out by FSDP2)."""
+    straight into the unsharded parameters (no copy out of FSDP2's buffer);
+    False gathers in FSDP2's buffer, copied out by FSDP2; None reads
+    RTD_TORCH_FSDP_LAND (default 1: land)."""
     why = _missing()
     if why:
         raise RuntimeError(f"rt_dist.torch.fsdp_comms: {why}; leave the call out: FSDP2 then "
