@@ -385,12 +385,14 @@ def _install(module, land=None):
     land: gathers land in the parameters (None: RTD_TORCH_FSDP_LAND, default 1)."""
     if not isinstance(module, FSDPModule):
         return False
+    pg = _rtd(_shard_group(module))
+    if pg is None and _param_group(module) is not None:
+        return False  # sharded elsewhere: FSDP2's defaults
     if land is None:
         land = _flag("RTD_TORCH_FSDP_LAND", LAND_DEFAULT)
-    if land and module not in _forward_hooked:  # the root too, which has no parameters
+    if land and module not in _forward_hooked:  # a root may have no parameters
         module.register_forward_hook(_forward_end)
         _forward_hooked.add(module)
-    pg = _rtd(_shard_group(module))
     if pg is None:
         return False
     land = land and _install_copy_out()
