@@ -81,7 +81,10 @@ if __name__ == "__main__":
     window, listed = None, False
     while args and args[0].startswith("--"):
         if args[0] == "--window":
-            window = (float(args[1]), float(args[2]))
+            try:
+                window = (float(args[1]), float(args[2]))
+            except (IndexError, ValueError):
+                sys.exit("trace_summary: --window takes two times in ms, FROM and TO")
             args = args[3:]
         elif args[0] == "--list":
             listed, args = True, args[1:]
