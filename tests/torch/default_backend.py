@@ -4,11 +4,12 @@ get_default_backend_for_device) runs on rtd, unchanged; without it the
 default stays torch's. Run under dtrun, 2 ranks, on CPU:
     dtrun --nproc-per-node=2 python tests/torch/default_backend.py 1|0
 (1: RTD_TORCH_DEFAULT=1 is set in the environment; 0: it is not.)
-Also RTD_TORCH_GEMM_SM_CARVEOUT (set to 8 for the first, unset for the
-second): PyTorch's GEMMs then leave that many SMs free, and without it
-nothing of PyTorch's changes.
+Also RTD_TORCH_GEMM_SM_CARVEOUT (set to 8 for the first; unset, or not a
+count, for the second): PyTorch's GEMMs then leave that many SMs free, and
+otherwise nothing of PyTorch's changes.
 """
 
+import os
 import sys
 
 import torch
@@ -24,7 +25,8 @@ if want_rtd:
     assert carveout == 8, f"RTD_TORCH_GEMM_SM_CARVEOUT=8 set a carveout of {carveout}"
     assert blas == torch._C._BlasBackend.Cublaslt, f"the carveout without cuBLASLt: {blas}"
 else:
-    assert carveout is None, f"a carveout of {carveout} with RTD_TORCH_GEMM_SM_CARVEOUT unset"
+    setting = os.environ.get("RTD_TORCH_GEMM_SM_CARVEOUT")
+    assert carveout is None, f"a carveout of {carveout} with RTD_TORCH_GEMM_SM_CARVEOUT={setting!r}"
     assert blas == torch._C._BlasBackend.Cublas, f"torch's BLAS changed to {blas}"
 dist.init_process_group()  # no backend named, as the scripts this is for
 rank, n = dist.get_rank(), dist.get_world_size()
