@@ -22,7 +22,7 @@ class Event:
     def __init__(self):
         self.name = None
 
-    def record(self, stream):
+    def record(self, stream=None):
         pass
 
 
@@ -35,11 +35,10 @@ class Stream:
 
 
 class Param:
-    """An FSDPParam as _Landing sees it: a landed CUDA output and its stream."""
+    """An FSDPParam as _Landing sees it: landed on a stream."""
 
     def __init__(self, name, stream, freed):
         self.name, self._rtd_land_stream = name, stream
-        self.all_gather_outputs = [type("Output", (), {"is_cuda": True, "device": None})()]
         self.freed = freed
 
     def free(self):
@@ -59,8 +58,7 @@ def make_event():
     return e
 
 
-torch.cuda.Event = make_event  # stand-ins: this process never touches a GPU
-torch.cuda.current_stream = lambda device=None: None
+torch.cuda.Event = make_event  # a stand-in: this process never touches a GPU
 
 landing = _fsdp_comms._Landing()
 freed = []
@@ -130,8 +128,11 @@ x = torch.ones(2, requires_grad=True)
 Backward.apply(x, in_backward).sum().backward()
 expect("the end of the backward", [0, 1, 2, 3, 5, 6, 7], [])
 assert landing.flush_task is None, "the end of the backward left its task behind"
-# Outside a backward, a free only queues.
+# Outside a backward, a free only queues; a parameter never landed goes at once.
 queue(8)
 expect("after the backward", [0, 1, 2, 3, 5, 6, 7], [8])
+unlanded = Param(9, None, freed)
+landing.free_later(9, unlanded, lambda: freed.append(9))
+expect("a parameter never landed", [0, 1, 2, 3, 5, 6, 7, 9], [8])
 print("landing queue: forward, claim, the forward's end, the backward and its end: "
       "freed when the policy says, each after its stream waited")

@@ -105,27 +105,19 @@ class _Landing:
         self.flush_task = None  # the backward whose end frees what is queued
 
     def free_later(self, unit, fsdp_param, free):
-        outputs = fsdp_param.all_gather_outputs
         stream = getattr(fsdp_param, "_rtd_land_stream", None)
-        if not outputs or not outputs[0].is_cuda or stream is None:
-            free()  # host memory, or not landed: no stream to outrun
+        if stream is None:
+            free()  # never landed, or host memory: no stream to outrun
             return
         event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(outputs[0].device))
+        event.record()  # on the stream that frees it (FSDP2's current one)
         self.queued.append((unit, fsdp_param, event, stream, free))
-        if self._in_backward():
-            self.release(keep_newest=True)
-
-    def _in_backward(self):
-        """Whether autograd's engine runs this thread's backward now; if so,
-        its end will free what is queued."""
         task = torch._C._current_graph_task_id()
-        if task == -1:
-            return False
-        if task != self.flush_task:
-            self.flush_task = task
-            torch.autograd.Variable._execution_engine.queue_callback(self.flush)
-        return True
+        if task != -1:  # in a backward, whose end frees what is left
+            if task != self.flush_task:
+                self.flush_task = task
+                torch.autograd.Variable._execution_engine.queue_callback(self.flush)
+            self.release(keep_newest=True)
 
     def flush(self):
         self.flush_task = None
@@ -146,7 +138,7 @@ class _Landing:
 
     def landing(self):
         """A gather is about to land: frees what may go (see the class)."""
-        self.release(keep_newest=not self._in_backward())
+        self.release(keep_newest=torch._C._current_graph_task_id() == -1)
 
     def release(self, keep_newest):
         """Frees what is queued (but the newest unit's if keep_newest), each
@@ -386,14 +378,15 @@ def _install(module, land=None):
     if not isinstance(module, FSDPModule):
         return False
     pg = _rtd(_shard_group(module))
-    if pg is None and _param_group(module) is not None:
-        return False  # sharded elsewhere: FSDP2's defaults
+    has_params = _param_group(module) is not None
+    if pg is None and has_params:
+        return False  # sharded on another backend: FSDP2's defaults
     if land is None:
         land = _flag("RTD_TORCH_FSDP_LAND", LAND_DEFAULT)
-    if land and module not in _forward_hooked:  # a root may have no parameters
+    if land and module not in _forward_hooked:  # the root, too, if it has no parameters
         module.register_forward_hook(_forward_end)
         _forward_hooked.add(module)
-    if pg is None:
+    if not has_params:
         return False
     land = land and _install_copy_out()
     module.set_custom_all_gather(RtdAllGather(pg, module, land))
