@@ -20,7 +20,7 @@ Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
 fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook, and the
 floors fsdp2_nocopy fsdp2_comms_nocopy, and fsdp2_comms_inplace
-fsdp2_noreshard_bf16_comms_inplace; default all), STEPS,
+fsdp2_noreshard_bf16_comms_inplace fsdp2_comms_held; default all), STEPS,
 RTD_TORCH_GEMM_SM_CARVEOUT=N through dtrun's --env (GEMMs by cuBLASLt
 leaving N SMs free, for every configuration, the one-GPU step included; 0:
 cuBLASLt alone), BUSBW=0 (no all_reduce busbw or 4-byte figures), WINDOWS=1 (each configuration's
@@ -364,7 +364,7 @@ def main():
         return fut
 
     def fsdp(g, reshard, reduce_dtype, comms=False, pg_alloc=False, rs_nccl=False,
-             no_copy_out=False, land=None):
+             no_copy_out=False, land=None, park=None):
         def make():
             m = mk()
             mesh = DeviceMesh.from_group(g, "cuda")
@@ -374,7 +374,7 @@ def main():
                     fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
             fully_shard(m, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
             if comms:
-                rt_dist.torch.fsdp_comms(m, land=land)
+                rt_dist.torch.fsdp_comms(m, land=land, park=park)
             if rs_nccl:  # the gathers as fsdp_comms has them, the reductions on nccl
                 for mod in m.modules():
                     if isinstance(mod, FSDPModule) and mod._get_fsdp_state()._fsdp_param_group:
@@ -400,6 +400,9 @@ def main():
         ("fsdp2_comms_inplace", lambda g: fsdp(g, True, torch.float32, comms=True, land=False)),
         ("fsdp2_noreshard_bf16_comms_inplace", lambda g: fsdp(g, False, torch.bfloat16,
                                                               comms=True, land=False)),
+        # fsdp_comms holding its lent buffers all step (by default they are
+        # parked at the end of the forward and of the backward).
+        ("fsdp2_comms_held", lambda g: fsdp(g, True, torch.float32, comms=True, park=False)),
         # fsdp_comms' gathers, but each reduce-scatter by NCCL's kernel in FSDP2's own
         # buffer (PyTorch's nccl group): which of the two a reduction costs the GEMMs less.
         ("fsdp2_comms_rsnccl", lambda g: fsdp(g, True, torch.float32, comms=True, rs_nccl=True)),

@@ -481,6 +481,10 @@ rtd_work* rtd_persistent_shard_run(rtd_persistent* shard, void* in, void* out, i
   });
 }
 
+int rtd_persistent_sources_unchanged(rtd_persistent* shard) {
+  return shard && shard->shard && !shard->shard->sources_unchanged() ? 0 : 1;
+}
+
 int rtd_persistent_gathers_blocks(rtd_persistent* shard) {
   return shard && shard->shard && shard->gather && shard->shard->gathers_blocks() ? 1 : 0;
 }

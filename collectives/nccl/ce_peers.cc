@@ -68,6 +68,13 @@ CePeers::~CePeers() {
   if (release_stream_) cudaStreamDestroy(release_stream_);
 }
 
+bool CePeers::buffers_unchanged() const {
+  for (const auto& [data, id] : own_ids_) {
+    if (id == 0 || allocation_id(data) != id) return false;
+  }
+  return true;
+}
+
 void CePeers::release_waits() {
   cudaSetDevice(device_);
   // 0x7f7f7f7f: at or past any epoch in the waits' wrap-around order (a
@@ -127,6 +134,7 @@ std::shared_ptr<CePeers> CePeers::create(const CeSetup& setup, const std::string
       break;
     }
     mine.handles.push_back(hex(&handle, sizeof(handle)));
+    res->own_ids_.emplace_back(b.data, allocation_id(b.data));
     mine.offsets.push_back(reinterpret_cast<CUdeviceptr>(b.data) - base);
     mine.counts.push_back(b.count);
     mine.dtypes.push_back(static_cast<int>(b.dtype));

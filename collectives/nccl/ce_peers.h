@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/nccl/comm_state.h"
@@ -63,6 +64,10 @@ class CePeers {
   char* scratch() const { return scratch_; }
   // Buffer i of rank r, mapped here (r != rank()).
   char* peer_buffer(int r, int i) const { return peer_buffers_[r][i]; }
+  // Whether this rank's buffers are still the allocations the peers mapped
+  // (false: one was freed and its place allocated again, even at the same
+  // address; the peers' mappings then hold the old memory).
+  bool buffers_unchanged() const;
 
  private:
   friend class CeCall;
@@ -83,6 +88,8 @@ class CePeers {
   std::vector<std::vector<char*>> peer_buffers_;  // [rank][buffer], mapped here
   std::vector<void*> opened_;                     // IPC mappings to close
   std::unique_ptr<DeviceSpans> spans_;            // with the trace on: each copy and addition
+  // This rank's buffers and their allocations' ids when the peers mapped them.
+  std::vector<std::pair<const void*, unsigned long long>> own_ids_;
 };
 
 // One call of a copy-engine collective: recorded in the flight recorder as

@@ -44,6 +44,7 @@ class CopyEngineShardCollective : public PersistentShardCollective {
   std::shared_ptr<Work> gather_blocks(const std::vector<BufferView>& outs,
                                       StreamRef stream) override;
   std::string method() const override { return "copy engines"; }
+  bool sources_unchanged() const override { return peers_->buffers_unchanged(); }
   std::size_t scratch_bytes() const override {
     return std::max(0, setup_.size - 2) * slot_bytes_ +
            (in_place_scratch_ ? (setup_.size - 1) * slot_bytes_ : 0);

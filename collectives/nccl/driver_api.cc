@@ -27,6 +27,7 @@ DriverApi load() {
   find("cuStreamWaitValue32", &api.stream_wait_value32, &api.missing);
   find("cuStreamWriteValue32", &api.stream_write_value32, &api.missing);
   find("cuMemGetAddressRange", &api.mem_get_address_range, &api.missing);
+  find("cuPointerGetAttribute", &api.pointer_get_attribute, &api.missing);
   return api;
 }
 
@@ -35,6 +36,17 @@ DriverApi load() {
 const DriverApi& driver_api() {
   static const DriverApi api = load();
   return api;
+}
+
+unsigned long long allocation_id(const void* ptr) {
+  const DriverApi& api = driver_api();
+  unsigned long long id = 0;
+  if (!api.pointer_get_attribute ||
+      api.pointer_get_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS) {
+    return 0;
+  }
+  return id;
 }
 
 }  // namespace rtd::nccl

@@ -15,7 +15,12 @@ struct DriverApi {
   CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
   CUresult (*stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
   CUresult (*mem_get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
+  CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
 };
+
+// The process-wide id of the allocation that holds ptr (a new one each time
+// memory is allocated, even at an address used before); 0 when unknown.
+unsigned long long allocation_id(const void* ptr);
 
 // Looked up once per process.
 const DriverApi& driver_api();

@@ -123,6 +123,7 @@ def _declare(lib):
         "rtd_persistent_reduce_scatter": (_p, [c, _p, i64, i, i, i, i]),
         "rtd_persistent_shard_run": (w, [_p, _p, _p, i64, _p]),
         "rtd_persistent_gathers_blocks": (i, [_p]),
+        "rtd_persistent_sources_unchanged": (i, [_p]),
         "rtd_persistent_gather_blocks": (w, [_p, ctypes.POINTER(_p), ctypes.POINTER(i64), i, _p]),
     }
     for name, (restype, argtypes) in sig.items():

@@ -694,5 +694,28 @@ TEST_F(PersistentShard, GatherBlocksLandInEachOutput) {
   }
 }
 
+// A source freed and allocated again, as a caching allocator's block that
+// went back to it comes out again, is no longer the memory peers mapped, even
+// at the same address: the set-up says so, and the caller sets up afresh.
+TEST_F(PersistentShard, ASourceAllocatedAgainIsToldApart) {
+  const int n = comm().size();
+  const std::size_t k = 1 << 16;
+  const bool mapped = comm().backend() == "nccl" && n > 1;  // copy engines
+  auto first = std::make_unique<Placed>(DType::kFloat32, n * k);
+  auto gatherer = comm().persistent_all_gather({first->view()}, {true});
+  const bool by_copy_engines = gatherer->method() == "copy engines";
+  EXPECT_EQ(by_copy_engines, mapped) << gatherer->method();
+  EXPECT_TRUE(gatherer->sources_unchanged());
+  comm().barrier()->wait();  // every peer has mapped it
+  const void* before = first->view().data;
+  first.reset();
+  Placed again(DType::kFloat32, n * k);  // most often where the first was
+  EXPECT_EQ(gatherer->sources_unchanged(), !by_copy_engines)
+      << "freed and allocated again, " << (again.view().data == before ? "at" : "not at")
+      << " the same address";
+  gatherer.reset();
+  comm().barrier()->wait();  // no rank frees its set-up while a peer still maps it
+}
+
 }  // namespace
 }  // namespace rtd::testing_util

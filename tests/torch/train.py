@@ -43,6 +43,7 @@ H = int(os.environ.get("RTD_TRAIN_H", "64"))
 AUTO_COMMS = os.environ.get("RTD_TORCH_FSDP_COMMS") == "1"
 # fsdp_comms' gathers land in the parameters themselves where this is 1.
 LAND = os.environ.get("RTD_TORCH_FSDP_LAND", rt_dist.torch._fsdp_comms.LAND_DEFAULT) == "1"
+PARK = os.environ.get("RTD_TORCH_FSDP_PARK", rt_dist.torch._fsdp_comms.PARK_DEFAULT) == "1"
 
 
 def model():
@@ -74,13 +75,20 @@ def train_ddp(group, hook=None):
     return torch.cat([p.detach().reshape(-1) for p in m.module.parameters()])
 
 
-def held_after(phase):
+def held_after(phase, group):
     """Landed parameters' memory goes by the end of the forward (not through
     the loss) and of the backward (not through the optimizer step); on
-    GPUs, as host memory goes at once."""
+    GPUs, as host memory goes at once. So do the buffers lent to FSDP2
+    (parked), unless RTD_TORCH_FSDP_PARK=0."""
     queued = len(rt_dist.torch._fsdp_comms._landing.queued)
     if queued:
         raise AssertionError(f"{queued} landed parameters still held after the {phase}")
+    comm = getattr(group, "_comms", {}).get(device)
+    if PARK and comm is not None:
+        held = {k: v for k, v in comm.slots.held().items() if v[2]}
+        if held:
+            raise AssertionError(f"buffers lent to FSDP2 still held after the {phase}: "
+                                 f"{held} (buffers, sizes, bytes)")
 
 
 def train_fsdp(group, mixed, comms=False):
@@ -103,9 +111,9 @@ def train_fsdp(group, mixed, comms=False):
             group.release_shard_buffers()  # mid-training: the next calls set up afresh
         x, y = batch(step)
         out = m(x)
-        held_after("forward")
+        held_after("forward", group)
         nn.functional.mse_loss(out.float(), y).backward()
-        held_after("backward")
+        held_after("backward", group)
         opt.step()
         opt.zero_grad(set_to_none=True)
     return torch.cat([p.full_tensor().detach().reshape(-1) for p in m.parameters()])
@@ -150,6 +158,11 @@ for name, run, rtol, atol in (
         if stats["landed"] != (gathers if LAND else 0):
             raise AssertionError(f"{name}: {stats['landed']} of {gathers} all-gathers landed "
                                  f"in the parameters (RTD_TORCH_FSDP_LAND={int(LAND)}): {stats}")
+        # Parked at the end of each forward and backward (held_after checks
+        # none is held then); "moved": came back elsewhere on some rank.
+        if bool(stats["parked"]) != PARK:
+            raise AssertionError(f"{name}: {stats['parked']} buffers parked "
+                                 f"(RTD_TORCH_FSDP_PARK={int(PARK)}): {stats}")
         # One all-gather buffer a size: FSDP2's forward lets the next gather
         # have the one it keeps once its copy-out is done.
         buffers, sizes, _ = slots.held()["all_gather"]
@@ -157,8 +170,9 @@ for name, run, rtol, atol in (
             raise AssertionError(f"{name}: {buffers} all-gather buffers for {sizes} sizes")
         how = f", {gathers} all-gathers ({stats['landed']} landed in the parameters) and " \
               f"{stats['reduce_scatter']} reduce-scatters in lent buffers by " \
-              f"{sorted(slots.methods)}, {buffers} all-gather buffers for {sizes} sizes"
-        for k in ("all_gather", "reduce_scatter", "landed"):
+              f"{sorted(slots.methods)}, {buffers} all-gather buffers for {sizes} sizes, " \
+              f"parked {stats['parked']} times, {stats['moved']} of them set up again"
+        for k in ("all_gather", "reduce_scatter", "landed", "parked", "moved"):
             slots.stats[k] = 0
     theirs = run(reference)
     start = model()

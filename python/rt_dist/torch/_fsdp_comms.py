@@ -30,6 +30,14 @@ root's forward or of the backward: at torch's peak the same memory as in
 place (docs/torch.md). Only where every parameter of the unit is sharded on
 its first dimension and gathered as its plain shard; anything else is
 gathered as before.
+
+The lent buffers are parked (given back to torch's caching allocator) where
+FSDP2 needs none: at the end of the root's forward and of the backward, so
+that the loss and the optimizer step, where a step's memory peaks, may use
+them, as FSDP2 on nccl frees its own buffers there (RTD_TORCH_FSDP_PARK=0,
+or fsdp_comms(model, park=False), holds them all step instead). The next
+lend most often gets the same block back, and the peers' mapping holds; where
+it does not, that buffer is set up afresh (see _shard_slots).
 """
 
 import collections
@@ -48,6 +56,7 @@ from rt_dist.torch._process_group import ProcessGroupRTD, _flag
 # torch.distributed.fsdp takes most of a second to import.
 FSDPModule = AllGather = ReduceScatter = None
 LAND_DEFAULT = "1"  # RTD_TORCH_FSDP_LAND when unset
+PARK_DEFAULT = "1"  # RTD_TORCH_FSDP_PARK when unset
 RtdAllGather = RtdReduceScatter = None
 
 
@@ -159,12 +168,40 @@ class _Landing:
 
 _landing = _Landing()
 _forward_hooked = weakref.WeakSet()
+_parking = weakref.WeakSet()  # the groups whose lent buffers are parked
+_park_task = None  # the backward whose end parks them
 
 
 def _forward_end(module, _args, _output):
-    """A forward hook on every FSDP module that may land (see _Landing)."""
-    if _landing.queued and getattr(module._get_fsdp_state(), "_is_root", False):
+    """A forward hook on every FSDP module that lands or parks: at the end of
+    the root's forward (after FSDP2's own, which lets go of the last
+    gather's buffer), frees the landed parameters (see _Landing) and parks
+    the lent buffers."""
+    if not getattr(module._get_fsdp_state(), "_is_root", False):
+        return
+    if _landing.queued:
         _landing.release(keep_newest=False)
+    for pg in list(_parking):
+        pg.park_shard_buffers()
+
+
+def _park_after_backward():
+    """Parks the lent buffers at the end of this backward (once a backward;
+    the callback runs after FSDP2's own, which lets go of the last
+    reduce-scatter's input)."""
+    global _park_task
+    task = torch._C._current_graph_task_id()
+    if task == -1 or task == _park_task:
+        return
+    _park_task = task
+
+    def park():
+        global _park_task
+        _park_task = None
+        for pg in list(_parking):
+            pg.park_shard_buffers()
+
+    torch.autograd.Variable._execution_engine.queue_callback(park)
 
 
 def _shares(fsdp_params, world, output):
@@ -337,6 +374,8 @@ def _load_fsdp():
             work = None
             if _rtd(group) is self._pg:
                 work = self._pg.shard_collective("reduce_scatter", output_tensor, input_tensor, op)
+                if work is not None and self._pg in _parking:
+                    _park_after_backward()
             if work is None:
                 return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group,
                                                   async_op=async_op)
@@ -372,9 +411,11 @@ def _missing():
     return None
 
 
-def _install(module, land=None):
+def _install(module, land=None, park=None):
     """Sets the hooks on one FSDP module if its group is rtd; whether it did.
-    land: gathers land in the parameters (None: RTD_TORCH_FSDP_LAND, default 1)."""
+    land: gathers land in the parameters (None: RTD_TORCH_FSDP_LAND, default 1);
+    park: the lent buffers are parked between steps (None:
+    RTD_TORCH_FSDP_PARK, default 1)."""
     if not isinstance(module, FSDPModule):
         return False
     pg = _rtd(_shard_group(module))
@@ -383,29 +424,37 @@ def _install(module, land=None):
         return False  # sharded on another backend: FSDP2's defaults
     if land is None:
         land = _flag("RTD_TORCH_FSDP_LAND", LAND_DEFAULT)
-    if land and module not in _forward_hooked:  # the root, too, if it has no parameters
+    if park is None:
+        park = _flag("RTD_TORCH_FSDP_PARK", PARK_DEFAULT)
+    if (land or park) and module not in _forward_hooked:  # the root, too, if it has no parameters
         module.register_forward_hook(_forward_end)
         _forward_hooked.add(module)
     if not has_params:
         return False
+    if park:
+        _parking.add(pg)
+    else:
+        _parking.discard(pg)
     land = land and _install_copy_out()
     module.set_custom_all_gather(RtdAllGather(pg, module, land))
     module.set_custom_reduce_scatter(RtdReduceScatter(pg))
     return True
 
 
-def fsdp_comms(model, land=None):
+def fsdp_comms(model, land=None, park=None):
     """Sets rtd's all-gather and reduce-scatter on every FSDP2 module of model
     whose group is rtd; returns how many modules got them. Call it after
     fully_shard and before the first step, on every rank. land=True gathers
     straight into the unsharded parameters (no copy out of FSDP2's buffer);
     False gathers in FSDP2's buffer, copied out by FSDP2; None reads
-    RTD_TORCH_FSDP_LAND (default 1: land)."""
+    RTD_TORCH_FSDP_LAND (default 1: land). park=True gives the lent buffers
+    back to torch's allocator at the end of the forward and of the backward;
+    False holds them all step; None reads RTD_TORCH_FSDP_PARK (default 1)."""
     why = _missing()
     if why:
         raise RuntimeError(f"rt_dist.torch.fsdp_comms: {why}; leave the call out: FSDP2 then "
                            "runs on rtd through its ordinary calls")
-    return sum(_install(m, land) for m in model.modules())
+    return sum(_install(m, land, park) for m in model.modules())
 
 
 def install_on_fully_shard():

@@ -144,6 +144,9 @@ class _Comm:
             raise pg._error("init", c.last_error())
         self.handle = handle
         self.who = f"{name} on rank {pg.rank()} of {pg.size()}"
+        self.rank, self.size, self.timeout_ms = pg.rank(), pg.size(), pg._timeout_ms
+        self.store = dist.PrefixStore(f"rtd/{device.type}/agree/", pg._store)  # any_rank
+        self.rounds = 0
         self.lock = threading.Lock()  # the handle against close() while the watch reads it
         self.seen = False  # a failure of this communicator was raised to a caller
         self.buckets = {}  # DDP bucket index -> _Bucket (bucket_allreduce)
@@ -169,6 +172,25 @@ class _Comm:
             self.stream = lambda: raw(index)
         else:
             self.stream = lambda: torch.cuda.current_stream(device).cuda_stream
+
+    def any_rank(self, flag, what):
+        """Collective, through the store: whether flag is true on any rank.
+        A rank that does not come within the group's timeout is named."""
+        self.rounds += 1
+        keys = [f"{self.rounds}/{r}" for r in range(self.size)]
+        self.store.set(keys[self.rank], b"1" if flag else b"0")
+        try:
+            self.store.wait(keys, timedelta(milliseconds=self.timeout_ms))
+        except Exception as e:  # torch's DistStoreError: the store timed out
+            missing = [r for r, k in enumerate(keys) if not self.store.check([k])]
+            raise TimeoutError(
+                f"rtd {what} on rank {self.rank} of {self.size}: rank(s) {missing} did not "
+                f"answer within {self.timeout_ms} ms (every rank must run the same FSDP2 "
+                "steps; see docs/torch.md)") from e
+        answers = self.store.multi_get(keys)
+        if self.rounds > 2:  # every rank has read that round's answers: it passed the last
+            self.store.delete_key(f"{self.rounds - 2}/{self.rank}")
+        return any(a == b"1" for a in answers)
 
     def failed(self, pg, what):
         """The exception of a call that failed (its message in rtd_last_error())."""
@@ -580,6 +602,13 @@ class ProcessGroupRTD(dist.ProcessGroup):
         that used them is gone; the next lend sets up afresh). Every rank."""
         for comm in self._comms.values():
             comm.slots.free()
+
+    def park_shard_buffers(self):
+        """Gives the idle buffers lent for FSDP2 back to torch's allocator
+        until their next lend (see _shard_slots). Every rank, at the same
+        point of every step, on the stream that last waited for them."""
+        for comm in self._comms.values():
+            comm.slots.park()
 
     def shard_collective(self, kind, output, input, op=None):
         """all_gather_into_tensor ("all_gather", in place in a lent output) or

@@ -24,6 +24,19 @@ only one holding it will not read it after an event, and makes the current
 stream wait for that event: FSDP2's forward keeps the previous all-gather's
 output until the next one's copy-out, though it reads it no more once its own
 copy-out is done (see fsdp_comms). One all-gather buffer a size then serves.
+
+A slot is parked where no FSDP2 buffer is needed (park(): at the end of the
+root's forward and of the backward, see fsdp_comms): its tensor goes back to
+torch's caching allocator, so that the loss and the optimizer step, where a
+step's memory peaks, may use it, as FSDP2 on nccl frees its own buffers
+there. The next lend takes a buffer of the same size again; the caching
+allocator, given the same step as before, most often hands out the same
+block, and the set-up the peers mapped holds. Whether it moved on any rank
+(another address, or the same one in memory the allocator released and
+allocated again, which librt_dist tells by the driver's allocation id) is
+agreed through the store (collective, at the first lend after a park: every
+rank parks at the same points and lends in the same order); where it moved,
+the set-up is made afresh at its next use.
 """
 
 import torch
@@ -32,6 +45,10 @@ RING = {"all_gather": 2, "reduce_scatter": 1}
 # On GPUs, smaller buffers are not lent: NCCL's kernels move them faster than
 # the copy engines' handshakes (the staged path's threshold, kMinBytes).
 MIN_CUDA_BYTES = 1 << 20
+# What ShardSlots.stats counts: calls through lent buffers, gathers landed
+# elsewhere, lends refused, buffers parked, and parked buffers that came back
+# elsewhere on some rank (set up afresh).
+STATS = ("all_gather", "reduce_scatter", "landed", "not lent", "parked", "moved")
 
 
 def _use_count(storage):
@@ -39,22 +56,46 @@ def _use_count(storage):
 
 
 class _Slot:
-    def __init__(self, numel, dtype, device):
-        self.base = torch.empty((numel,), dtype=dtype, device=device)
-        self._storage = self.base.untyped_storage()
-        self._idle = _use_count(self._storage)
+    def __init__(self, numel, dtype, device, epoch):
+        self.numel, self.dtype, self.device = numel, dtype, device
+        self.stream = None  # whose pool the buffer came from (the caller's at a lend)
+        self._take()
+        self.ptr = self.base.data_ptr()  # where its set-ups have it
+        self.epoch = epoch  # the parks it has been through (see ShardSlots.lend)
         self.handles = {}  # reduce-scatter op (C code) or None -> persistent handle
         self.method = None
 
+    def _take(self):
+        if self.device.type == "cuda":
+            self.stream = torch.cuda.current_stream(self.device)
+        self.base = torch.empty((self.numel,), dtype=self.dtype, device=self.device)
+        self._storage = self.base.untyped_storage()
+        self._idle = _use_count(self._storage)
+
     def idle(self):
-        return _use_count(self._storage) <= self._idle
+        return self.base is None or _use_count(self._storage) <= self._idle
 
     def holders(self):
         """How many tensors (or storages) hold the buffer besides the slot."""
-        return _use_count(self._storage) - self._idle
+        return 0 if self.base is None else _use_count(self._storage) - self._idle
 
     def lend(self):
+        if self.base is None:
+            self._take()
         return self.base.view(self.base.shape)  # an alias: it counts as a use
+
+    def park(self):
+        """Gives an idle buffer back to torch's allocator; its bytes, or 0.
+        The caller's stream is past the buffer's last use (FSDP2 waited for
+        the collectives it lent it to); the stream it came from waits for
+        that before the allocator hands the block out there again."""
+        if self.base is None or not self.idle():
+            return 0
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        size = self.base.numel() * self.base.element_size()
+        self.base = self._storage = None
+        return size
 
 
 class ShardSlots:
@@ -64,8 +105,9 @@ class ShardSlots:
         self._comm = comm
         self._copy_engines = 1 if copy_engines else 0
         self._rings = {}  # (kind, numel, dtype) -> [_Slot]
-        self.stats = {"all_gather": 0, "reduce_scatter": 0, "landed": 0, "not lent": 0}
+        self.stats = dict.fromkeys(STATS, 0)
         self.methods = set()
+        self.epoch = 0  # parks so far (the same count on every rank)
 
     def lend(self, kind, numel, dtype, reclaim=None):
         """A tensor of numel elements from a slot of this kind, or None.
@@ -74,33 +116,60 @@ class ShardSlots:
         if self._comm.cuda and numel * dtype.itemsize < MIN_CUDA_BYTES:
             return None
         ring = self._rings.setdefault((kind, numel, dtype), [])
-        for slot in ring:
-            if slot.idle():
-                return slot.lend()
-        if reclaim is not None:
+        slot = next((s for s in ring if s.idle()), None)
+        if slot is None and reclaim is not None:
+            slot = next((s for s in ring if reclaim(s.base, s.holders())), None)
+        if slot is None:
+            if len(ring) >= RING[kind]:
+                self.stats["not lent"] += 1
+                return None
+            device = torch.device("cuda", self._comm.device) if self._comm.cuda else torch.device("cpu")
+            slot = _Slot(numel, dtype, device, self.epoch)
+            ring.append(slot)
+        lent = slot.lend()
+        if slot.epoch != self.epoch:
+            self._settle(slot)
+        return lent
+
+    def park(self):
+        """Parks every idle slot (see above); every rank at the same point."""
+        self.epoch += 1
+        for ring in self._rings.values():
             for slot in ring:
-                if reclaim(slot.base, slot.holders()):
-                    return slot.lend()
-        if len(ring) < RING[kind]:
-            device = torch.device("cuda", self._comm.device) if self._comm.cuda else "cpu"
-            ring.append(_Slot(numel, dtype, device))
-            return ring[-1].lend()
-        self.stats["not lent"] += 1
-        return None
+                if slot.park():
+                    self.stats["parked"] += 1
+
+    def _settle(self, slot):
+        """A slot's first lend since a park: where its buffer moved on any
+        rank, drops its set-ups (the next use sets up afresh)."""
+        slot.epoch = self.epoch
+        lib = self._comm.lib
+        moved = slot.base.data_ptr() != slot.ptr or not all(
+            lib.rtd_persistent_sources_unchanged(h) for h in slot.handles.values())
+        if slot.handles and self._comm.any_rank(moved, "a parked FSDP2 buffer's place"):
+            self._drop(slot)
+            self.stats["moved"] += 1
+        slot.ptr = slot.base.data_ptr()
+
+    def _drop(self, slot):
+        for h in slot.handles.values():
+            self._comm.lib.rtd_persistent_free(h)
+        slot.handles.clear()
 
     def held(self):
-        """The buffers held, by kind: (buffers, sizes they are of, bytes)."""
+        """The buffers, by kind: (buffers, sizes they are of, bytes held now:
+        a parked one's are not)."""
         out = {}
         for (kind, _, _), ring in self._rings.items():
             count, sizes, size = out.get(kind, (0, 0, 0))
             out[kind] = (count + len(ring), sizes + 1,
-                         size + sum(s.base.numel() * s.base.element_size() for s in ring))
+                         size + sum(s.numel * s.dtype.itemsize for s in ring if s.base is not None))
         return out
 
     def find(self, kind, t):
         """The slot whose whole buffer t is (same place, size and dtype), or None."""
         for slot in self._rings.get((kind, t.numel(), t.dtype), ()):
-            if slot.base.data_ptr() == t.data_ptr():
+            if slot.base is not None and slot.base.data_ptr() == t.data_ptr():
                 return slot
         return None
 
@@ -119,6 +188,7 @@ class ShardSlots:
             if not h:
                 raise failed()
             slot.handles[op] = h
+            slot.ptr = ptr
             slot.method = c.lib.rtd_persistent_method(h).decode()
             self.methods.add(slot.method)
         return h
@@ -127,10 +197,8 @@ class ShardSlots:
         """Frees every set-up (before the communicator); the buffers go with them."""
         for ring in self._rings.values():
             for slot in ring:
-                for h in slot.handles.values():
-                    self._comm.lib.rtd_persistent_free(h)
-                slot.handles.clear()
+                self._drop(slot)
         self._rings.clear()
-        self.stats = dict.fromkeys(self.stats, 0)
+        self.stats = dict.fromkeys(STATS, 0)
         self.methods = set()
 

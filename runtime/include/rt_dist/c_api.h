@@ -167,6 +167,11 @@ rtd_work* rtd_persistent_shard_run(rtd_persistent* shard, void* in, void* out, i
  * whether the set-up can (host memory, or copy engines); 0 also for a
  * reduce-scatter or NULL. */
 int rtd_persistent_gathers_blocks(rtd_persistent* shard);
+/* 1 while this rank's source of a persistent all-gather or reduce-scatter is
+ * the memory it was set up on; 0 once it was freed and allocated again (a
+ * caching allocator's block, perhaps at the same address) where peers mapped
+ * it: set up afresh, on every rank. Local. 1 for anything else. */
+int rtd_persistent_sources_unchanged(rtd_persistent* shard);
 rtd_work* rtd_persistent_gather_blocks(rtd_persistent* shard, void* const* outs,
                                        const int64_t* counts, int n_outs, void* stream);
 

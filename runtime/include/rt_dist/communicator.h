@@ -65,6 +65,11 @@ class PersistentShardCollective {
   // Device memory it holds besides the sources (copy engines: the
   // reduce-scatter's landing slots for its peers' blocks).
   virtual std::size_t scratch_bytes() const { return 0; }
+  // Whether this rank's sources are still the memory it was set up on. A
+  // source freed and allocated again (by a caching allocator, perhaps at the
+  // same address) answers false where peers mapped it (copy engines): the
+  // caller must then set up afresh, on every rank. Local: no peer asked.
+  virtual bool sources_unchanged() const { return true; }
 };
 
 struct PersistentOptions {

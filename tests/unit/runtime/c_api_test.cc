@@ -171,6 +171,9 @@ TEST(CApi, PersistentShardCollectivesGatherInPlaceAndReduceOutOfTheirBuffer) {
     ASSERT_EQ(rtd_persistent_gathers_blocks(g), 1);
     EXPECT_EQ(rtd_persistent_gathers_blocks(s), 0);
     EXPECT_EQ(rtd_persistent_gathers_blocks(nullptr), 0);
+    // Host memory maps into no peer: it is never told to set up afresh.
+    EXPECT_EQ(rtd_persistent_sources_unchanged(g), 1);
+    EXPECT_EQ(rtd_persistent_sources_unchanged(s), 1);
     for (int i = 0; i < 3; ++i) gathered[r * 3 + i] = float(10 * r + i);
     std::vector<float> x(4, -1.0f), y(2, -1.0f);
     void* outs[] = {x.data(), y.data()};
