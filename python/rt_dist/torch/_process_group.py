@@ -606,7 +606,8 @@ class ProcessGroupRTD(dist.ProcessGroup):
     def park_shard_buffers(self):
         """Gives the idle buffers lent for FSDP2 back to torch's allocator
         until their next lend (see _shard_slots). Every rank, at the same
-        point of every step, on the stream that last waited for them."""
+        point of every step (where FSDP2 let go of them: the end of the
+        root's forward and of the backward)."""
         for comm in self._comms.values():
             comm.slots.park()
 

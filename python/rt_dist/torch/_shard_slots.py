@@ -58,16 +58,13 @@ def _use_count(storage):
 class _Slot:
     def __init__(self, numel, dtype, device, epoch):
         self.numel, self.dtype, self.device = numel, dtype, device
-        self.stream = None  # whose pool the buffer came from (the caller's at a lend)
         self._take()
         self.ptr = self.base.data_ptr()  # where its set-ups have it
         self.epoch = epoch  # the parks it has been through (see ShardSlots.lend)
         self.handles = {}  # reduce-scatter op (C code) or None -> persistent handle
         self.method = None
 
-    def _take(self):
-        if self.device.type == "cuda":
-            self.stream = torch.cuda.current_stream(self.device)
+    def _take(self):  # on the borrower's stream, as its own buffer would be
         self.base = torch.empty((self.numel,), dtype=self.dtype, device=self.device)
         self._storage = self.base.untyped_storage()
         self._idle = _use_count(self._storage)
@@ -86,13 +83,13 @@ class _Slot:
 
     def park(self):
         """Gives an idle buffer back to torch's allocator; its bytes, or 0.
-        The caller's stream is past the buffer's last use (FSDP2 waited for
-        the collectives it lent it to); the stream it came from waits for
-        that before the allocator hands the block out there again."""
+        No stream waits: idle, the buffer was let go of by its borrower, who
+        lets go of a block only once the stream that allocated it is ordered
+        after its last use, its collective's included (the caching
+        allocator's rule, which FSDP2 keeps for its own buffers; the slot
+        was allocated on the stream of the borrower's allocate())."""
         if self.base is None or not self.idle():
             return 0
-        if self.stream is not None:
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
         size = self.base.numel() * self.base.element_size()
         self.base = self._storage = None
         return size
