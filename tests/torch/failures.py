@@ -12,6 +12,9 @@ ending its script: the process must still exit 1, naming the failure.
 dropped: rank 0 drops an all_reduce's Work unwaited, rank 1 never calls it,
 and rank 0 destroys the group: the collective is cut short, which rank 0
 must be told of (a RuntimeWarning, printed as caught).
+agree: rank 0 takes back a parked FSDP2 buffer (fsdp_comms), whose place
+the ranks agree on through the store, and rank 1 never does: rank 0 fails
+within the timeout, naming rank 1.
 """
 
 import os
@@ -60,6 +63,13 @@ try:
                 os._exit(3)
         else:
             time.sleep(2)
+            sys.exit(0)
+    elif case == "agree":
+        comm = dist.group.WORLD._comm(torch.device(device))
+        if rank != 1:
+            comm.any_rank(True, "a parked FSDP2 buffer's place")
+        else:
+            time.sleep(8)
             sys.exit(0)
     else:
         t = torch.ones(4 + 4 * rank, device=device)

@@ -114,6 +114,11 @@ def train_fsdp(group, mixed, comms=False):
         held_after("forward", group)
         nn.functional.mse_loss(out.float(), y).backward()
         held_after("backward", group)
+        if comms and device == "cuda" and step == steps // 2 + 1:
+            # The parked buffers' memory may go back to the driver: the next
+            # lends get new memory, perhaps where the old was, and must set up
+            # afresh (a set-up kept on freed memory would give wrong results).
+            torch.cuda.empty_cache()
         opt.step()
         opt.zero_grad(set_to_none=True)
     return torch.cat([p.full_tensor().detach().reshape(-1) for p in m.parameters()])
