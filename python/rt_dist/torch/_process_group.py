@@ -187,7 +187,8 @@ class _Comm:
                 f"rtd {what} on rank {self.rank} of {self.size}: rank(s) {missing} did not "
                 f"answer within {self.timeout_ms} ms (every rank must run the same FSDP2 "
                 "steps; see docs/torch.md)") from e
-        answers = self.store.multi_get(keys)
+        multi_get = getattr(self.store, "multi_get", None)  # torch 2.4 lacks it
+        answers = multi_get(keys) if multi_get else [self.store.get(k) for k in keys]
         if self.rounds > 2:  # every rank has read that round's answers: it passed the last
             self.store.delete_key(f"{self.rounds - 2}/{self.rank}")
         return any(a == b"1" for a in answers)

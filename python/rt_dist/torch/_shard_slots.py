@@ -82,17 +82,16 @@ class _Slot:
         return self.base.view(self.base.shape)  # an alias: it counts as a use
 
     def park(self):
-        """Gives an idle buffer back to torch's allocator; its bytes, or 0.
+        """Gives an idle buffer back to torch's allocator; whether it did.
         No stream waits: idle, the buffer was let go of by its borrower, who
         lets go of a block only once the stream that allocated it is ordered
         after its last use, its collective's included (the caching
         allocator's rule, which FSDP2 keeps for its own buffers; the slot
         was allocated on the stream of the borrower's allocate())."""
         if self.base is None or not self.idle():
-            return 0
-        size = self.base.numel() * self.base.element_size()
+            return False
         self.base = self._storage = None
-        return size
+        return True
 
 
 class ShardSlots:
@@ -120,7 +119,8 @@ class ShardSlots:
             if len(ring) >= RING[kind]:
                 self.stats["not lent"] += 1
                 return None
-            device = torch.device("cuda", self._comm.device) if self._comm.cuda else torch.device("cpu")
+            c = self._comm
+            device = torch.device("cuda", c.device) if c.cuda else torch.device("cpu")
             slot = _Slot(numel, dtype, device, self.epoch)
             ring.append(slot)
         lent = slot.lend()
