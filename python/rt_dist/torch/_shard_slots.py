@@ -31,12 +31,13 @@ torch's caching allocator, so that the loss and the optimizer step, where a
 step's memory peaks, may use it, as FSDP2 on nccl frees its own buffers
 there. The next lend takes a buffer of the same size again; the caching
 allocator, given the same step as before, most often hands out the same
-block, and the set-up the peers mapped holds. Whether it moved on any rank
-(another address, or the same one in memory the allocator released and
-allocated again, which librt_dist tells by the driver's allocation id) is
-agreed through the store (collective, at the first lend after a park: every
-rank parks at the same points and lends in the same order); where it moved,
-the set-up is made afresh at its next use.
+block, and the set-up the peers mapped holds. On GPUs, whether it moved on
+any rank (another address, or the same one in memory the allocator released
+and allocated again, which librt_dist tells by the driver's allocation id)
+is agreed through the store (collective, at the first lend after a park:
+every rank parks at the same points and lends in the same order); where it
+moved, the set-up is made afresh at its next use. On host memory no peer
+maps it: a rank whose buffer moved sets up afresh alone.
 """
 
 import torch
@@ -137,13 +138,18 @@ class ShardSlots:
                     self.stats["parked"] += 1
 
     def _settle(self, slot):
-        """A slot's first lend since a park: where its buffer moved on any
-        rank, drops its set-ups (the next use sets up afresh)."""
+        """A slot's first lend since a park: where its buffer moved, drops
+        its set-ups (the next use sets up afresh). On GPUs a set-up is
+        collective (the peers map the buffer), so every rank drops its own
+        where the buffer moved on any rank; on host memory a set-up is each
+        rank's own, and no rank need ask."""
         slot.epoch = self.epoch
-        lib = self._comm.lib
+        c = self._comm
         moved = slot.base.data_ptr() != slot.ptr or not all(
-            lib.rtd_persistent_sources_unchanged(h) for h in slot.handles.values())
-        if slot.handles and self._comm.any_rank(moved, "a parked FSDP2 buffer's place"):
+            c.lib.rtd_persistent_sources_unchanged(h) for h in slot.handles.values())
+        if slot.handles and c.cuda:
+            moved = c.any_rank(moved, "a parked FSDP2 buffer's place")
+        if slot.handles and moved:
             self._drop(slot)
             self.stats["moved"] += 1
         slot.ptr = slot.base.data_ptr()
