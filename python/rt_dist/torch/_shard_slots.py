@@ -37,7 +37,11 @@ and allocated again, which librt_dist tells by the driver's allocation id)
 is agreed through the store (collective, at the first lend after a park:
 every rank parks at the same points and lends in the same order); where it
 moved, the set-up is made afresh at its next use. On host memory no peer
-maps it: a rank whose buffer moved sets up afresh alone.
+maps it: a rank whose buffer moved sets up afresh alone. Should torch give a
+parked buffer's memory back to the driver meanwhile (torch.cuda.empty_cache(),
+or its retry after running out of memory), the peers still map it until then:
+CUDA leaves that case undefined, and nothing reads the memory before the set-up
+is made afresh (tests/torch/train.py empties the cache mid-run on GPUs).
 """
 
 import torch
