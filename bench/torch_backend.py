@@ -28,7 +28,7 @@ timed steps as unix times, for bench/power_windows.py),
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
 PROFILE_CONFIGS="fsdp2_nccl fsdp2_rtd floor_fsdp2_null ..." (three more steps
 of those configurations under torch.profiler: rank 0's trace in DIR and its
-GPU time by kernel in the output; PROFILE_SORT=self_cpu_time_total: by host
+GPU time by kernel in the output, PROFILE_ROWS of them (15); PROFILE_SORT=self_cpu_time_total: by host
 time), SNAPSHOT=DIR (rank 0's allocations and frees during the untimed step
 of every configuration, as torch's memory snapshot DIR/<configuration>.pickle;
 bench/memory_peak.py tells what is live at its peak).
@@ -259,6 +259,7 @@ def main():
     profile_dir = os.environ.get("PROFILE")
     profiled = set(os.environ.get("PROFILE_CONFIGS", "").split())
     profile_sort = os.environ.get("PROFILE_SORT", "cuda_time_total")
+    profile_rows = int(os.environ.get("PROFILE_ROWS", "15"))
     snapshot_dir = os.environ.get("SNAPSHOT")
     windows = os.environ.get("WINDOWS") == "1"
 
@@ -326,7 +327,7 @@ def main():
         if dist.get_rank() == 0:
             os.makedirs(profile_dir, exist_ok=True)
             prof.export_chrome_trace(os.path.join(profile_dir, f"{tag}.json.gz"))
-            table = prof.key_averages().table(sort_by=profile_sort, row_limit=15)
+            table = prof.key_averages().table(sort_by=profile_sort, row_limit=profile_rows)
             log(f"profile {tag} (3 steps, rank 0):\n{table}")
 
     def run(tag, make):
