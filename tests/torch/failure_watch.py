@@ -20,8 +20,11 @@ class FakeComm:
         self.failure = None
         self.seen = False
 
-    def unseen_failure(self):
-        if self.seen or self.failure is None:
+    def unseen_failure(self, wait_ms=0):
+        if self.seen:
+            return None
+        if self.failure is None:
+            time.sleep(wait_ms / 1000)  # as librt_dist waits for a failure
             return None
         self.seen = True
         return self.failure
