@@ -3,12 +3,10 @@
 #include "rt_dist/c_api.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "collectives/factory.h"
@@ -235,25 +233,6 @@ int rtd_comm_failed(rtd_comm* comm) {
       return 1;
     }
     return 0;
-  });
-}
-
-int rtd_comm_wait_failed(rtd_comm* comm, int timeout_ms) {
-  return guarded<int>(1, [&] {
-    rtd::Communicator& c = *checked(comm).comm;
-    constexpr auto kAsk = std::chrono::milliseconds(50);
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, timeout_ms));
-    for (;;) {
-      if (auto e = c.failure()) {
-        set_error(*e);
-        return 1;
-      }
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) return 0;
-      std::this_thread::sleep_for(
-          std::min<std::chrono::steady_clock::duration>(kAsk, deadline - now));
-    }
   });
 }
 

@@ -100,7 +100,6 @@ def _declare(lib):
         "rtd_comm_destroy": (None, [c]),
         "rtd_comm_abort": (None, [c]),
         "rtd_comm_failed": (i, [c]),
-        "rtd_comm_wait_failed": (i, [c, i]),
         "rtd_comm_stream": (_p, [c]),
         "rtd_all_reduce": (w, [c, _p, _p, i64, i, i, i, _p]),
         "rtd_broadcast": (w, [c, _p, i64, i, i, i, _p]),

@@ -20,11 +20,8 @@ class FakeComm:
         self.failure = None
         self.seen = False
 
-    def unseen_failure(self, wait_ms=0):
-        if self.seen:
-            return None
-        if self.failure is None:
-            time.sleep(wait_ms / 1000)  # as librt_dist waits for a failure
+    def unseen_failure(self):
+        if self.seen or self.failure is None:
             return None
         self.seen = True
         return self.failure

@@ -10,17 +10,14 @@ and exit 0. ProcessGroupNCCL ends the process then. Here, instead:
 - a thread checks every CUDA communicator of the process every 50 ms and,
   on its first failure, raises it in the main thread (as Ctrl-C raises
   KeyboardInterrupt there), as a CommunicatorFailed naming the rank and the
-  collective, unless a call of the group has already raised it. It checks
-  inside librt_dist (rtd_comm_wait_failed), returning to Python four times a
-  second: a Python thread that took the interpreter's lock 20 times a second
-  cost a host-bound trainer 8-10 % of its step (docs/benchmarks.md);
+  collective, unless a call of the group has already raised it;
 - the group's next call raises it too (the communicator refuses work);
 - a process that reaches its exit with a failure nobody saw prints it and
   exits 1, so that no launcher counts the run a success.
 
 RTD_TORCH_ASYNC_ERRORS=0 turns the raise in the main thread off (the other
-two stay). Closing a watched communicator may wait up to a quarter of a
-second for the watch to let go of it.
+two stay). The check costs the host one call into librt_dist per
+communicator every 50 ms, outside the trainer's thread.
 """
 
 import ctypes
@@ -32,8 +29,7 @@ import weakref
 
 import torch.distributed as dist
 
-_PERIOD_S = 0.05  # while no communicator is watched
-_WAIT_MS = 250  # in librt_dist, between returns to Python
+_PERIOD_S = 0.05
 
 _Base = getattr(dist, "DistBackendError", RuntimeError)
 
@@ -60,11 +56,11 @@ class _Watch:
 
     def _run(self):
         while True:
-            comms = [c for c in list(self._comms) if c.raise_in_main]
-            if not comms:
-                time.sleep(_PERIOD_S)
-            for comm in comms:
-                message = comm.unseen_failure(max(1, _WAIT_MS // len(comms)))
+            time.sleep(_PERIOD_S)
+            for comm in list(self._comms):
+                if not comm.raise_in_main:
+                    continue
+                message = comm.unseen_failure()
                 if message is not None:
                     _raise_in(self._main, message)
 

@@ -199,18 +199,10 @@ class _Comm:
         self.seen = True
         return error
 
-    def unseen_failure(self, wait_ms=0):
-        """Why this communicator failed, once, if no call raised it yet; else
-        None. wait_ms: waits that long for a failure, inside librt_dist
-        (Python's lock released; this one held, so that close() waits)."""
+    def unseen_failure(self):
+        """Why this communicator failed, once, if no call raised it yet; else None."""
         with self.lock:
-            if self.seen or not self.handle:
-                return None
-            if wait_ms > 0:
-                failed = self.lib.rtd_comm_wait_failed(self.handle, wait_ms)
-            else:
-                failed = self.lib.rtd_comm_failed(self.handle)
-            if not failed or self.seen:  # or a call raised it meanwhile
+            if self.seen or not self.handle or not self.lib.rtd_comm_failed(self.handle):
                 return None
             self.seen = True
             return f"{self.who}: {_capi().last_error()}"

@@ -70,11 +70,6 @@ void rtd_comm_abort(rtd_comm* comm);
  * an operation past its timeout, an abort), with why in rtd_last_error();
  * 0 while it can. Gloo answers 0: its Works carry their failures. */
 int rtd_comm_failed(rtd_comm* comm);
-/* As rtd_comm_failed, waiting up to timeout_ms for a failure (asking every
- * 50 ms): 1 as soon as it has failed, 0 once the time is up. For a watcher
- * that should not wake its caller's thread (e.g. Python's) every time it
- * asks. Not while another thread may destroy the communicator. */
-int rtd_comm_wait_failed(rtd_comm* comm, int timeout_ms);
 /* The CUDA stream on which its operations read and write the caller's
  * buffers (NULL for Gloo): see Communicator::stream(). */
 void* rtd_comm_stream(rtd_comm* comm);
