@@ -127,7 +127,7 @@ def in_backward():
 x = torch.ones(2, requires_grad=True)
 Backward.apply(x, in_backward).sum().backward()
 expect("the end of the backward", [0, 1, 2, 3, 5, 6, 7], [])
-assert landing.flush_task is None, "the end of the backward left its task behind"
+assert landing.at_end.task is None, "the end of the backward left its task behind"
 # Outside a backward, a free only queues; a parameter never landed goes at once.
 queue(8)
 expect("after the backward", [0, 1, 2, 3, 5, 6, 7], [8])

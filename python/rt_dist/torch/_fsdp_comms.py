@@ -85,6 +85,29 @@ def _finish(work, async_op):
     return None
 
 
+class _AtBackwardEnd:
+    """Runs fn at the end of the backward now running, once however often
+    it is queued in that backward (an autograd callback)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.task = None  # the backward whose end runs fn
+
+    def queue(self):
+        """Queues fn if a backward runs on this thread; whether one does."""
+        task = torch._C._current_graph_task_id()
+        if task == -1:
+            return False
+        if task != self.task:
+            self.task = task
+            torch.autograd.Variable._execution_engine.queue_callback(self._run)
+        return True
+
+    def _run(self):
+        self.task = None
+        self.fn()
+
+
 class _Landing:
     """Gathers into a unit's unsharded parameters, and when their memory may go.
 
@@ -111,7 +134,7 @@ class _Landing:
 
     def __init__(self):
         self.queued = collections.deque()  # (unit, fsdp_param, event, stream, free)
-        self.flush_task = None  # the backward whose end frees what is queued
+        self.at_end = _AtBackwardEnd(self.flush)  # the backward's end frees what is queued
 
     def free_later(self, unit, fsdp_param, free):
         stream = getattr(fsdp_param, "_rtd_land_stream", None)
@@ -121,15 +144,10 @@ class _Landing:
         event = torch.cuda.Event()
         event.record()  # on the stream that frees it (FSDP2's current one)
         self.queued.append((unit, fsdp_param, event, stream, free))
-        task = torch._C._current_graph_task_id()
-        if task != -1:  # in a backward, whose end frees what is left
-            if task != self.flush_task:
-                self.flush_task = task
-                torch.autograd.Variable._execution_engine.queue_callback(self.flush)
+        if self.at_end.queue():  # in a backward, whose end frees what is left
             self.release(keep_newest=True)
 
     def flush(self):
-        self.flush_task = None
         self.release(keep_newest=False)
 
     def claim(self, fsdp_params, stream):
@@ -169,7 +187,16 @@ class _Landing:
 _landing = _Landing()
 _forward_hooked = weakref.WeakSet()
 _parking = weakref.WeakSet()  # the groups whose lent buffers are parked
-_park_task = None  # the backward whose end parks them
+
+
+def _park_all():
+    for pg in list(_parking):
+        pg.park_shard_buffers()
+
+
+# Queued at each reduce-scatter: runs after FSDP2's own end-of-backward
+# callback, which lets go of the last reduce-scatter's input.
+_park_after_backward = _AtBackwardEnd(_park_all)
 
 
 def _forward_end(module, _args, _output):
@@ -181,27 +208,7 @@ def _forward_end(module, _args, _output):
         return
     if _landing.queued:
         _landing.release(keep_newest=False)
-    for pg in list(_parking):
-        pg.park_shard_buffers()
-
-
-def _park_after_backward():
-    """Parks the lent buffers at the end of this backward (once a backward;
-    the callback runs after FSDP2's own, which lets go of the last
-    reduce-scatter's input)."""
-    global _park_task
-    task = torch._C._current_graph_task_id()
-    if task == -1 or task == _park_task:
-        return
-    _park_task = task
-
-    def park():
-        global _park_task
-        _park_task = None
-        for pg in list(_parking):
-            pg.park_shard_buffers()
-
-    torch.autograd.Variable._execution_engine.queue_callback(park)
+    _park_all()
 
 
 def _shares(fsdp_params, world, output):
@@ -375,7 +382,7 @@ def _load_fsdp():
             if _rtd(group) is self._pg:
                 work = self._pg.shard_collective("reduce_scatter", output_tensor, input_tensor, op)
                 if work is not None and self._pg in _parking:
-                    _park_after_backward()
+                    _park_after_backward.queue()
             if work is None:
                 return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group,
                                                   async_op=async_op)
