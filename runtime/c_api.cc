@@ -236,6 +236,15 @@ int rtd_comm_failed(rtd_comm* comm) {
   });
 }
 
+void rtd_comm_on_failure(rtd_comm* comm, void (*fn)(void* arg), void* arg) {
+  guarded<int>(0, [&] {
+    std::function<void()> listener;
+    if (fn) listener = [fn, arg] { fn(arg); };
+    checked(comm).comm->on_failure(std::move(listener));
+    return 0;
+  });
+}
+
 void* rtd_comm_stream(rtd_comm* comm) {
   return guarded<void*>(nullptr, [&] { return checked(comm).comm->stream().cuda_stream; });
 }

@@ -205,6 +205,18 @@ std::optional<Error> CommState::failure() {
   return failure_;
 }
 
+void CommState::set_failure_listener(std::function<void()> listener) {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  listener_ = std::move(listener);
+}
+
+void CommState::notify_failure() {
+  std::lock_guard<std::mutex> lock(listener_mu_);
+  if (!listener_ || notified_ || !failure()) return;
+  notified_ = true;
+  listener_();
+}
+
 void CommState::settle(ncclComm_t comm, const std::string& what,
                        std::chrono::steady_clock::time_point deadline) {
   // Enqueueing usually finishes within microseconds: spin (yielding) for a

@@ -125,6 +125,10 @@ class CommState {
   // load, for the data path, which asks failure() itself only now and then
   // (NCCL refuses a call on a communicator with an asynchronous error anyway).
   bool known_failed() const { return failed_.load(std::memory_order_acquire); }
+  // Communicator::on_failure's listener, and the watchdog thread's check for
+  // it: with a listener, asks failure() and runs it once when that has an error.
+  void set_failure_listener(std::function<void()> listener);
+  void notify_failure();
   // Polls NCCL until the last call on the communicator finished (nonblocking
   // mode answers ncclInProgress meanwhile); aborts and throws kTimeout at deadline.
   void settle(ncclComm_t comm, const std::string& what,
@@ -196,6 +200,9 @@ class CommState {
   std::atomic<bool> failed_{false};  // failure_ is set
   bool gone_ = false;                // the handle was destroyed or aborted
   std::optional<Error> failure_;
+  std::mutex listener_mu_;  // held while the listener runs
+  std::function<void()> listener_;
+  bool notified_ = false;
 };
 
 }  // namespace rtd::nccl

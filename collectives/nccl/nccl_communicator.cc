@@ -73,6 +73,7 @@ void NcclCommunicator::start_watchdog() {
       [state] {  // operations in flight that nobody waits for on the host
         if (auto s = state.lock()) {
           if (auto why = s->overdue()) s->abort(*why, ErrorCategory::kTimeout);
+          s->notify_failure();
         }
       });
 }
@@ -551,6 +552,10 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
 void NcclCommunicator::abort() { state_->abort("abort() called"); }
 
 std::optional<Error> NcclCommunicator::failure() { return state_->failure(); }
+
+void NcclCommunicator::on_failure(std::function<void()> listener) {
+  state_->set_failure_listener(std::move(listener));
+}
 
 std::shared_ptr<void> NcclCommunicator::allocate_registered(std::size_t bytes) {
   const std::string who = "rank " + std::to_string(rank_);

@@ -55,6 +55,7 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
   void abort() override;
   std::optional<Error> failure() override;
+  void on_failure(std::function<void()> listener) override;
   std::shared_ptr<void> allocate_registered(std::size_t bytes) override;
   // Copy engines (ce_all_reduce.h) when every rank is on one host with peer
   // access and options.copy_engines; else one all_reduce per run.

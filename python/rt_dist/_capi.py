@@ -9,7 +9,7 @@ own search (LD_LIBRARY_PATH, ld.so.conf).
 import ctypes
 import os
 
-API_VERSION = 5
+API_VERSION = 6
 
 from rt_dist._codes import (  # noqa: F401  (re-exported: the interface's numbers)
     AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, OP_ALL_GATHER,
@@ -38,6 +38,7 @@ SET = ctypes.CFUNCTYPE(ctypes.c_int, _p, ctypes.c_char_p, _p, ctypes.c_size_t)
 GET = ctypes.CFUNCTYPE(ctypes.c_int, _p, ctypes.c_char_p, _c_int64, _p)
 ADD = ctypes.CFUNCTYPE(ctypes.c_int, _p, ctypes.c_char_p, _c_int64, ctypes.POINTER(_c_int64))
 CHECK = ctypes.CFUNCTYPE(ctypes.c_int, _p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int))
+FAILURE_FN = ctypes.CFUNCTYPE(None, _p)  # rtd_comm_on_failure's fn
 REMOVE = ctypes.CFUNCTYPE(ctypes.c_int, _p, ctypes.c_char_p)
 
 
@@ -100,6 +101,7 @@ def _declare(lib):
         "rtd_comm_destroy": (None, [c]),
         "rtd_comm_abort": (None, [c]),
         "rtd_comm_failed": (i, [c]),
+        "rtd_comm_on_failure": (None, [c, _p, _p]),  # fn: a FAILURE_FN cast, or None
         "rtd_comm_stream": (_p, [c]),
         "rtd_all_reduce": (w, [c, _p, _p, i64, i, i, i, _p]),
         "rtd_broadcast": (w, [c, _p, i64, i, i, i, _p]),

@@ -7,8 +7,10 @@ is there to fail: after the abort its stream runs on, and a script that
 calls no collective again would go on with a half-reduced tensor, save it
 and exit 0. ProcessGroupNCCL ends the process then. Here, instead:
 
-- a thread checks every CUDA communicator of the process every 50 ms and,
-  on its first failure, raises it in the main thread (as Ctrl-C raises
+- librt_dist's own thread for the communicator (the watchdog that bounds
+  its calls and watches its operations in flight) finds the failure within
+  a tenth of the group's timeout (100 ms at most) and calls into Python
+  once, which raises it in the main thread (as Ctrl-C raises
   KeyboardInterrupt there), as a CommunicatorFailed naming the rank and the
   collective, unless a call of the group has already raised it;
 - the group's next call raises it too (the communicator refuses work);
@@ -16,20 +18,18 @@ and exit 0. ProcessGroupNCCL ends the process then. Here, instead:
   exits 1, so that no launcher counts the run a success.
 
 RTD_TORCH_ASYNC_ERRORS=0 turns the raise in the main thread off (the other
-two stay). The check costs the host one call into librt_dist per
-communicator every 50 ms, outside the trainer's thread.
+two stay). While nothing fails, the watch runs no Python: a Python thread
+that woke every 50 ms to ask slowed steps bound by the host's Python
+(docs/benchmarks.md, "The failure watch without a Python thread").
 """
 
 import ctypes
 import os
 import sys
 import threading
-import time
 import weakref
 
 import torch.distributed as dist
-
-_PERIOD_S = 0.05
 
 _Base = getattr(dist, "DistBackendError", RuntimeError)
 
@@ -41,28 +41,25 @@ class CommunicatorFailed(_Base):
 class _Watch:
     def __init__(self):
         self._comms = weakref.WeakSet()
-        self._lock = threading.Lock()
-        self._thread = None
         self._main = threading.main_thread().ident
 
     def add(self, comm, raise_in_main):
-        comm.raise_in_main = raise_in_main
-        with self._lock:
-            self._comms.add(comm)
-            if raise_in_main and self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="rtd-failure-watch",
-                                                daemon=True)
-                self._thread.start()
+        self._comms.add(comm)
+        if raise_in_main:
+            ref = weakref.ref(comm)
+            comm.on_failure(lambda: self._failed(ref))
 
-    def _run(self):
-        while True:
-            time.sleep(_PERIOD_S)
-            for comm in list(self._comms):
-                if not comm.raise_in_main:
-                    continue
-                message = comm.unseen_failure()
-                if message is not None:
-                    _raise_in(self._main, message)
+    def _failed(self, ref):
+        """On librt_dist's thread, once, when the communicator failed."""
+        comm = ref()
+        message = comm.unseen_failure() if comm is not None else None
+        if message is not None:
+            _raise_in(self._main, message)
+
+    def stop(self):
+        """No more calls into Python (returns after a running one)."""
+        for comm in list(self._comms):
+            comm.on_failure(None)
 
     def unseen(self):
         """The failures no caller was told of (messages)."""
@@ -97,6 +94,7 @@ def watch(comm):
 
 def exit_status():
     """At the interpreter's exit: prints the failures nobody saw; 1 if any."""
+    _watch.stop()  # nothing calls into an interpreter that is going
     unseen = _watch.unseen()
     for message in unseen:
         print(f"rtd: {message} (found at exit: this process fails)", file=sys.stderr,

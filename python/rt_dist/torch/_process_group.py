@@ -148,10 +148,10 @@ class _Comm:
         self.store = dist.PrefixStore(f"rtd/{device.type}/agree/", pg._store)  # any_rank
         self.rounds = 0
         self.lock = threading.Lock()  # the handle against close() while the watch reads it
+        self.failure_fn = None  # what librt_dist calls when the communicator fails (on_failure)
         self.seen = False  # a failure of this communicator was raised to a caller
         self.buckets = {}  # DDP bucket index -> _Bucket (bucket_allreduce)
         self.slots = ShardSlots(self, pg._copy_engines)  # FSDP2's buffers (fsdp_comms)
-        self.raise_in_main = False
         self.side = torch.cuda.Stream(device) if self.cuda else None
         # The tensors an operation uses are kept by its Work until a wait()
         # has ordered the caller's stream after it (then the caching
@@ -207,6 +207,16 @@ class _Comm:
             self.seen = True
             return f"{self.who}: {_capi().last_error()}"
 
+    def on_failure(self, listener):
+        """Has librt_dist call listener() once, on its own thread, when this
+        communicator fails; None: no more calls (returns after a running one)."""
+        c = _capi()
+        fn = c.FAILURE_FN(lambda _arg: listener()) if listener else None
+        if self.handle:  # not under self.lock: listener takes it (unseen_failure)
+            self.lib.rtd_comm_on_failure(self.handle, ctypes.cast(fn, ctypes.c_void_p) if fn
+                                         else None, None)
+        self.failure_fn = fn  # alive while librt_dist may call it
+
     def keep_until_done(self, work, tensors):
         """A Work dropped before its operation was waited for: its tensors
         stay alive until the operation is done (reap), then it is freed."""
@@ -230,6 +240,7 @@ class _Comm:
                           "whose Works were dropped unwaited; they are cut short, and their "
                           "tensors may hold partial results (wait() on a collective's Work "
                           "before destroying its group)", RuntimeWarning, stacklevel=2)
+        self.on_failure(None)
         with self.lock:
             handle, self.handle = self.handle, None
         if handle:

@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Raised whenever a signature below changes; the caller checks it first. */
-#define RTD_C_API_VERSION 5
+#define RTD_C_API_VERSION 6
 int rtd_c_api_version(void);
 
 /* The message of the last failure on this thread ("" if none). */
@@ -70,6 +70,11 @@ void rtd_comm_abort(rtd_comm* comm);
  * an operation past its timeout, an abort), with why in rtd_last_error();
  * 0 while it can. Gloo answers 0: its Works carry their failures. */
 int rtd_comm_failed(rtd_comm* comm);
+/* Runs fn(arg) once, on a thread of the communicator's own, when it has
+ * failed (when rtd_comm_failed would answer 1), so that a caller need not
+ * ask. fn NULL: none. Returns after a running call of the previous fn
+ * returned: fn must not call this. Gloo never runs it (see rtd_comm_failed). */
+void rtd_comm_on_failure(rtd_comm* comm, void (*fn)(void* arg), void* arg);
 /* The CUDA stream on which its operations read and write the caller's
  * buffers (NULL for Gloo): see Communicator::stream(). */
 void* rtd_comm_stream(rtd_comm* comm);

@@ -132,6 +132,13 @@ class Communicator {
   // carry the failure.
   virtual std::optional<Error> failure() { return std::nullopt; }
 
+  // Runs listener once, on a thread of the communicator's own, when failure()
+  // first has an error to answer: a caller that never waits on the host
+  // learns of it without asking. Setting another (or {}, none) returns after
+  // a running call of the old one returned, so listener must not set one
+  // itself. Backends whose Works carry their failures never run it.
+  virtual void on_failure(std::function<void()> listener) { (void)listener; }
+
   // The stream on which this communicator's GPU operations read and write the
   // caller's buffers ({} for CPU backends): a caller whose memory allocator
   // reuses freed blocks per stream records their use there (torch's

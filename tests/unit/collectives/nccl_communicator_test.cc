@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "collectives/nccl/nccl_bootstrap.h"
 #include "tests/testing/fake_nccl.h"
@@ -473,6 +475,51 @@ TEST_F(NcclWithFakes, AnAsyncErrorNcclDoesNotReportIsFoundWithinSixteenCalls) {
   }
   EXPECT_LT(taken, 16);
   nccl_->async_state = ncclSuccess;
+}
+
+// What the torch backend relies on to raise a failure without asking: the
+// listener runs once, on the watchdog's thread, when NCCL reports an
+// asynchronous error though no call is made, and never while healthy.
+TEST_F(NcclWithFakes, AFailureNobodyAsksAboutRunsTheListenerOnce) {
+  auto comm = make(std::chrono::milliseconds(200));  // polled every 20 ms
+  std::atomic<int> runs{0};
+  std::atomic<bool> knew{false};
+  std::thread::id on;
+  base(*comm).on_failure([&] {
+    on = std::this_thread::get_id();
+    knew = base(*comm).failure().has_value();  // the listener may ask why
+    ++runs;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(runs.load(), 0) << "healthy";
+  nccl_->async_state = ncclRemoteError;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (runs.load() == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_TRUE(knew.load());
+  EXPECT_NE(on, std::this_thread::get_id());
+  base(*comm).on_failure({});
+  nccl_->async_state = ncclSuccess;
+}
+
+TEST_F(NcclWithFakes, AListenerSetAfterTheFailureRunsAndOneClearedDoesNot) {
+  auto comm = make(std::chrono::milliseconds(200));
+  std::atomic<int> first{0}, second{0};
+  base(*comm).on_failure([&] { ++first; });
+  base(*comm).on_failure({});
+  base(*comm).abort();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(first.load(), 0) << "cleared";
+  base(*comm).on_failure([&] { ++second; });
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (second.load() == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(second.load(), 1);
+  base(*comm).on_failure({});
 }
 
 TEST_F(NcclWithFakes, FailedCallIsABackendErrorWithNcclsMessage) {

@@ -213,6 +213,9 @@ TEST(CApi, BadArgumentsFailWithAMessageNotAnException) {
   on_ranks(1, [](int, rtd_comm* comm) {
     EXPECT_EQ(rtd_comm_stream(comm), nullptr);  // Gloo runs on no CUDA stream
     EXPECT_EQ(rtd_comm_failed(comm), 0);        // its Works carry its failures
+    rtd_comm_on_failure(
+        comm, [](void*) { ADD_FAILURE() << "Gloo runs no listener"; }, nullptr);
+    rtd_comm_on_failure(comm, nullptr, nullptr);
     float x = 1;
     EXPECT_EQ(rtd_all_reduce(comm, &x, &x, 1, 17, RTD_SUM, -1, nullptr), nullptr);
     EXPECT_NE(std::string(rtd_last_error()).find("dtype 17"), std::string::npos);
