@@ -7,7 +7,9 @@ efficiency against one GPU, peak memory (allocated, the anchor's figure, and
 reserved by the caching allocator; and device memory outside torch: NCCL's
 and rt_dist's own buffers), all_reduce busbw (fp32, 16 MB to
 1 GB) and the cost of a 4-byte all_reduce, and writes JSON to $BENCH_JSON.
-DDP also with rt_dist.torch.ddp_hook (on nccl it is PyTorch's allreduce_hook).
+DDP also with rt_dist.torch.ddp_hook (on nccl it is PyTorch's allreduce_hook);
+plain DDP on rtd gets that hook by itself unless RTD_TORCH_DDP_HOOK=0 (each
+DDP configuration's hooks are printed).
 Also, on nccl only, floors no backend can beat: DDP whose comm hook returns
 each bucket unreduced (DDP's own cost, no transfer), and FSDP2 on a group of
 two whose collectives move nothing (its copies in and out, its hooks and its
@@ -344,6 +346,12 @@ def main():
         # buffers and rt_dist's staging buffers (which stay with the group).
         free, total = torch.cuda.mem_get_info()
         outside = (total - free - torch.cuda.memory_reserved()) / 2**30
+        # DDP's comm hook, the script's or the one rtd registers by itself
+        # (RTD_TORCH_DDP_HOOK, default 1).
+        hooks = [h.__name__ for h, _ in getattr(m, "_comm_hooks", [])]
+        if isinstance(m, DDP):
+            log(f"{tag}: DDP comm hooks {hooks or 'none'}")
+            res[f"{tag}_hooks"] = hooks
         del m, opt
         return t, peak, outside, reserved
 

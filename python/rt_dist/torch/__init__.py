@@ -12,6 +12,8 @@ With RTD_TORCH_DEFAULT=1, rtd is also torch.distributed's default backend for
 CPU and CUDA tensors, so that a script that asks for the default
 (``init_process_group()`` without a backend, or
 ``get_default_backend_for_device``) runs on rtd unchanged; with
+RTD_TORCH_DDP_HOOK=1 (the default), a DDP model on rtd registers ``ddp_hook``
+at its first forward where the script registered no comm hook; with
 RTD_TORCH_FSDP_COMMS=1, ``fully_shard`` sets ``fsdp_comms``'s hooks itself, so
 that an unchanged FSDP2 script gets them; with RTD_TORCH_GEMM_SM_CARVEOUT=N,
 PyTorch's GEMMs (by cuBLASLt) leave N SMs free for the kernels the copy
@@ -25,6 +27,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from rt_dist.torch import _ddp_hook
 from rt_dist.torch._ddp_hook import ddp_hook
 from rt_dist.torch._failure_watch import CommunicatorFailed
 from rt_dist.torch import _fsdp_comms
@@ -67,6 +70,12 @@ def register():
     elif default == "1":
         for device in ("cpu", "cuda"):
             dist.Backend.default_device_backend_map[device] = BACKEND
+    ddp = os.environ.get("RTD_TORCH_DDP_HOOK", "1")
+    if ddp not in ("0", "1"):
+        warnings.warn(f"rt_dist: RTD_TORCH_DDP_HOOK={ddp!r} is neither 0 nor 1; taken as 1")
+    if ddp != "0":
+        _ddp_hook.install_on_ddp()
+    _ddp_hook.install_join_notice()
     fsdp = os.environ.get("RTD_TORCH_FSDP_COMMS", "0")
     if fsdp not in ("0", "1"):
         warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS={fsdp!r} is neither 0 nor 1; ignored")

@@ -13,10 +13,22 @@ engines reduce it where it lies, and the average is taken in the same pass
 allocates its buckets again once, after the first step, on every rank
 alike; each is then set up again. On a group that is not rtd the hook is
 PyTorch's allreduce_hook, so a script may register it whatever its backend.
+
+RTD_TORCH_DDP_HOOK=1 (the default) registers it by itself (install_on_ddp):
+at the first forward with gradients of a DDP model on an rtd group, where
+nothing else registered a hook by then, so that an unchanged DDP script gets
+it; under DDP's join() that hook divides as DDP would (auto_ddp_hook).
+Whatever that setting, DDP's join(divide_by_initial_world_size=False) on rtd
+never waits for ever (install_join_notice).
 """
 
+import weakref
+
+import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel
 
 from rt_dist.torch._process_group import ProcessGroupRTD
 
@@ -32,3 +44,149 @@ def ddp_hook(state, bucket):
         return default_hooks.allreduce_hook(state, bucket)
     work = group.bucket_allreduce(bucket.index(), bucket.buffer())
     return work.get_future().then(_first)
+
+
+class _Auto:
+    """The state of the hook registered by itself: the group, and the model
+    (weakly), whose join() it must follow."""
+
+    def __init__(self, ddp):
+        self.group = ddp.process_group
+        self.ddp = weakref.ref(ddp)
+
+
+def auto_ddp_hook(state, bucket):
+    """ddp_hook, except under DDP's join(): a rank that joined reduces zeros
+    in a new tensor at each call, which no bucket set up once can take, so
+    every rank then averages through allreduce, divided as DDP without a hook
+    divides: by the world size (join's default, divide_by_initial_world_size
+    =True; PyTorch's allreduce_hook) or by the ranks that have not joined."""
+    ddp = state.ddp()
+    if ddp is None or not ddp._join_config.enable:
+        return ddp_hook(state.group, bucket)
+    if getattr(ddp, "_divide_by_initial_world_size", True):
+        return default_hooks.allreduce_hook(state.group, bucket)
+    t = bucket.buffer()
+    t.div_(_ranks_training(ddp))
+    return state.group.allreduce([t]).get_future().then(_first)
+
+
+def _ranks_training(ddp):
+    """How many ranks run this step's forward: the sum of join's notice in
+    it, which _notify_join_context kept (on a rank that joined, one of its
+    last forward: its buckets are zeros). Without a notice (DDP not the
+    first of join's joinables) DDP divides by the world size, and so this."""
+    notice = getattr(ddp, "_rtd_join_notice", None)
+    if notice is None:
+        return ddp.process_group.size()
+    if isinstance(notice, dist.Work):
+        notice = ddp._rtd_join_notice = max(1, int(notice.result()[0].item()))
+    return notice
+
+
+def _notify_join_context(joinable):
+    """Join.notify_join_context, for a DDP model on rtd under
+    join(divide_by_initial_world_size=False). DDP hands the notice's Work to
+    its C++ reducer, which waits on it and reads its result to divide by;
+    a Work of a process group written in Python gives neither to C++ (the
+    wait never ends). So DDP gets no Work (it then divides by nothing other
+    than a comm hook would): rtd's hook divides by the notice itself; with
+    another hook DDP divides by nothing anyway; without a hook the step is
+    refused, on every rank at its first forward under join()."""
+    work = _original_notify(joinable)
+    ddp = joinable
+    if (work is None or not isinstance(ddp, DistributedDataParallel)
+            or not isinstance(ddp.process_group, ProcessGroupRTD)
+            or getattr(ddp, "_divide_by_initial_world_size", True)):
+        return work
+    if any(hook is auto_ddp_hook for hook, _ in ddp._comm_hooks):
+        ddp._rtd_join_notice = work
+    elif not _registered(ddp):
+        work.wait()
+        raise RuntimeError(
+            "rt_dist: DDP.join(divide_by_initial_world_size=False) on rtd without a comm hook: "
+            "DDP's C++ reducer cannot wait on a Work of a process group written in Python. "
+            "Leave RTD_TORCH_DDP_HOOK at 1 (rtd's own hook divides as DDP would), or use "
+            "divide_by_initial_world_size=True")
+    return None
+
+
+_original_notify = Join.notify_join_context
+
+
+def _registered(ddp):
+    """Whether a comm hook (Python's or a built-in one) is registered."""
+    if ddp._comm_hooks:
+        return True
+    try:
+        return bool(ddp._get_ddp_logging_data().get("comm_hook"))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _at_first_forward(ddp, args):
+    """A forward pre-hook of the DDP model, run once, at its first forward
+    with gradients (an evaluation before training may come first): registers
+    auto_ddp_hook where the script registered none and DDP can take one."""
+    if not torch.is_grad_enabled():
+        return None
+    for key, hook in list(ddp._forward_pre_hooks.items()):
+        if hook is _at_first_forward:
+            del ddp._forward_pre_hooks[key]
+    if _registered(ddp) or ddp._use_python_reducer or ddp._delay_all_reduce_all_params:
+        return None
+    ddp.register_comm_hook(_Auto(ddp), auto_ddp_hook)
+    return None
+
+
+def install_join_notice():
+    """DDP under join(divide_by_initial_world_size=False) on rtd: see
+    _notify_join_context. Once per process."""
+    if getattr(Join.notify_join_context, "_rtd_installs", False):
+        return
+    _wraps(_notify_join_context, _original_notify)
+    Join.notify_join_context = staticmethod(_notify_join_context)
+
+
+def install_on_ddp():
+    """RTD_TORCH_DDP_HOOK=1: each DistributedDataParallel on an rtd group
+    registers auto_ddp_hook at its first forward unless a hook was
+    registered by then (a script's own, DDP's mixed precision or fused
+    optimizer, a built-in one). Once per process."""
+    original = DistributedDataParallel.__init__
+    if getattr(original, "_rtd_installs", False):
+        return
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if isinstance(getattr(self, "process_group", None), ProcessGroupRTD):
+            self.register_forward_pre_hook(_at_first_forward)
+
+    _wraps(__init__, original)
+    DistributedDataParallel.__init__ = __init__
+    for name in ("register_comm_hook", "_register_builtin_comm_hook"):
+        setattr(DistributedDataParallel, name, _refused_after_ours(
+            getattr(DistributedDataParallel, name)))
+
+
+def _wraps(wrapper, original):
+    wrapper.__doc__ = original.__doc__
+    wrapper.__name__ = original.__name__
+    wrapper.__wrapped__ = original
+    wrapper._rtd_installs = True
+
+
+def _refused_after_ours(register):
+    """DDP takes one comm hook: one a script registers after rtd registered
+    its own is refused (as DDP refuses a second), saying what to do."""
+
+    def wrapper(self, *args, **kwargs):
+        if any(hook is auto_ddp_hook for hook, _ in self._comm_hooks):
+            raise RuntimeError(
+                f"rt_dist: {register.__name__}: this DDP model has rtd's bucket hook already, "
+                "registered by itself at the first forward (RTD_TORCH_DDP_HOOK=1), and DDP takes "
+                "one hook: register yours before the first forward, or set RTD_TORCH_DDP_HOOK=0")
+        return register(self, *args, **kwargs)
+
+    _wraps(wrapper, register)
+    return wrapper

@@ -324,6 +324,11 @@ class _Work(dist.Work):
             self._finish_host(-1 if no_limit else int(timeout.total_seconds() * 1000))
         return True
 
+    def result(self):
+        """The output tensors, once done (waits as wait() does)."""
+        self.wait()
+        return self._result
+
     def get_future(self):
         if self._future is not None:
             return self._future
