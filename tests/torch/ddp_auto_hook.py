@@ -87,8 +87,22 @@ def uneven(m, opt, first_outside=False, divide=True):
             step(m, opt, i)
 
 
-def run(group, train):
-    m = DDP(model(), process_group=group, bucket_cap_mb=0.001, gradient_as_bucket_view=True)
+class WithUnused(nn.Module):
+    """A model with a layer its forward never uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.used = model()
+        self.unused = nn.Linear(4, 4).to(device)
+
+    def forward(self, x):
+        return self.used(x)
+
+
+def run(group, train, **options):
+    net = WithUnused() if options.get("find_unused_parameters") else model()
+    m = DDP(net, process_group=group, bucket_cap_mb=0.001, gradient_as_bucket_view=True,
+            **options)
     opt = torch.optim.SGD(m.parameters(), lr=0.05)
     train(m, opt)
     return m, torch.cat([p.detach().reshape(-1) for p in m.module.parameters()])
@@ -102,8 +116,11 @@ results = []
 # a Python process group, which it cannot (it would wait for ever): refused
 # on every rank with what to do; rtd's own hook divides as DDP would.
 REFUSED = "divide_by_initial_world_size=True"
-for name, train, expect in (
+for name, train, expect, *options in (
         ("plain DDP", plain, "auto"),
+        ("DDP with static_graph=True", plain, "auto", {"static_graph": True}),
+        ("DDP with find_unused_parameters=True and a layer unused", plain, "auto",
+         {"find_unused_parameters": True}),
         ("DDP with a Python comm hook of its own", user_hook, "user"),
         ("DDP evaluated before its own hook is registered", evaluated_first, "user"),
         ("DDP with a built-in comm hook", builtin_hook, "none"),
@@ -122,14 +139,15 @@ for name, train, expect in (
         comms[device].buckets.clear()
     if expect == "refused":
         try:
-            run(world, train)
+            run(world, train, **options[0] if options else {})
             raise AssertionError(f"rank {rank}: {name}: not refused")
         except RuntimeError as e:
             if REFUSED not in str(e):
                 raise
         results.append(f"{name}: refused, naming {REFUSED}")
         continue
-    ours, got = run(world, train)
+    options = options[0] if options else {}
+    ours, got = run(world, train, **options)
     hooks = [h for h, _ in ours._comm_hooks]
     want = {"auto": [auto_ddp_hook] if auto else [], "user": [default_hooks.allreduce_hook],
             "none": []}[expect]
@@ -139,7 +157,7 @@ for name, train, expect in (
     buckets = len(comms[device].buckets) if device in comms else 0
     if bool(buckets) != bool(hooks == [auto_ddp_hook]) and "join" not in name:
         raise AssertionError(f"rank {rank}: {name}: {buckets} buckets set up, hooks {hooks}")
-    theirs_model, theirs = run(reference, train)
+    theirs_model, theirs = run(reference, train, **options)
     if theirs_model._comm_hooks and expect == "auto":
         raise AssertionError(f"{name}: a hook was registered on a group that is not rtd")
     torch.testing.assert_close(got, theirs, rtol=1e-5, atol=1e-6,
