@@ -130,6 +130,13 @@ for name, train, expect, *options in (
          lambda m, o: uneven(m, o, divide=False), "auto" if auto else "refused"),
         ("DDP under join(divide_by_initial_world_size=False) entered after the first step",
          lambda m, o: uneven(m, o, True, False), "auto" if auto else "refused"),
+        ("DDP with rt_dist's hook registered by the script, under join()",
+         lambda m, o: (m.register_comm_hook(None, rt_dist.torch.ddp_hook), uneven(m, o, True)),
+         "ours"),
+        ("DDP with rt_dist's hook registered by the script, under "
+         "join(divide_by_initial_world_size=False)",
+         lambda m, o: (m.register_comm_hook(None, rt_dist.torch.ddp_hook),
+                       uneven(m, o, True, False)), "ours"),
         ("DDP with its own hook under join(divide_by_initial_world_size=False)",
          lambda m, o: (m.register_comm_hook(None, default_hooks.allreduce_hook),
                        uneven(m, o, divide=False)), "user")):
@@ -149,8 +156,10 @@ for name, train, expect, *options in (
     options = options[0] if options else {}
     ours, got = run(world, train, **options)
     hooks = [h for h, _ in ours._comm_hooks]
+    # "ours": ddp_hook registered by the script, which on rtd becomes
+    # auto_ddp_hook (so that it follows join()) whatever RTD_TORCH_DDP_HOOK.
     want = {"auto": [auto_ddp_hook] if auto else [], "user": [default_hooks.allreduce_hook],
-            "none": []}[expect]
+            "ours": [auto_ddp_hook], "none": []}[expect]
     if hooks != want:
         raise AssertionError(f"rank {rank}: {name}: comm hooks {hooks}, expected {want} "
                              f"(RTD_TORCH_DDP_HOOK={int(auto)})")
@@ -158,8 +167,9 @@ for name, train, expect, *options in (
     if bool(buckets) != bool(hooks == [auto_ddp_hook]) and "join" not in name:
         raise AssertionError(f"rank {rank}: {name}: {buckets} buckets set up, hooks {hooks}")
     theirs_model, theirs = run(reference, train, **options)
-    if theirs_model._comm_hooks and expect == "auto":
-        raise AssertionError(f"{name}: a hook was registered on a group that is not rtd")
+    if [h for h, _ in theirs_model._comm_hooks] != {"auto": [], "ours": [rt_dist.torch.ddp_hook]}.get(
+            expect, [h for h, _ in theirs_model._comm_hooks]):
+        raise AssertionError(f"{name}: hooks {theirs_model._comm_hooks} on a group that is not rtd")
     torch.testing.assert_close(got, theirs, rtol=1e-5, atol=1e-6,
                                msg=lambda m: f"rank {rank}: {name}: rtd and reference differ: {m}")
     results.append(f"{name}: hooks {[h.__name__ for h in hooks]}, {buckets} buckets set up, "

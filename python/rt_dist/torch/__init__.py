@@ -75,7 +75,7 @@ def register():
         warnings.warn(f"rt_dist: RTD_TORCH_DDP_HOOK={ddp!r} is neither 0 nor 1; taken as 1")
     if ddp != "0":
         _ddp_hook.install_on_ddp()
-    _ddp_hook.install_join_notice()
+    _ddp_hook.install_ddp_support()
     fsdp = os.environ.get("RTD_TORCH_FSDP_COMMS", "0")
     if fsdp not in ("0", "1"):
         warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS={fsdp!r} is neither 0 nor 1; ignored")

@@ -19,7 +19,8 @@ at the first forward with gradients of a DDP model on an rtd group, where
 nothing else registered a hook by then, so that an unchanged DDP script gets
 it; under DDP's join() that hook divides as DDP would (auto_ddp_hook).
 Whatever that setting, DDP's join(divide_by_initial_world_size=False) on rtd
-never waits for ever (install_join_notice).
+never waits for ever, and ddp_hook registered by the script follows join()
+too (install_ddp_support).
 """
 
 import weakref
@@ -47,24 +48,29 @@ def ddp_hook(state, bucket):
 
 
 class _Auto:
-    """The state of the hook registered by itself: the group, and the model
-    (weakly), whose join() it must follow."""
+    """The state of auto_ddp_hook: the group, the model (weakly), whose join()
+    it must follow, and whether rtd registered it by itself (not the script)."""
 
-    def __init__(self, ddp):
-        self.group = ddp.process_group
+    def __init__(self, ddp, group, by_itself):
+        self.group = group
         self.ddp = weakref.ref(ddp)
+        self.by_itself = by_itself
 
 
 def auto_ddp_hook(state, bucket):
     """ddp_hook, except under DDP's join(): a rank that joined reduces zeros
     in a new tensor at each call, which no bucket set up once can take, so
-    every rank then averages through allreduce, divided as DDP without a hook
-    divides: by the world size (join's default, divide_by_initial_world_size
-    =True; PyTorch's allreduce_hook) or by the ranks that have not joined."""
+    every rank then averages through allreduce. Registered by rtd itself
+    (standing for DDP without a hook), it divides as DDP would: by the world
+    size (join's default, divide_by_initial_world_size=True) or by the ranks
+    that have not joined; registered by the script, by the world size, as
+    ddp_hook on any group (PyTorch's allreduce_hook)."""
     ddp = state.ddp()
     if ddp is None or not ddp._join_config.enable:
         return ddp_hook(state.group, bucket)
-    if getattr(ddp, "_divide_by_initial_world_size", True):
+    # Registered by the script, it is a hook as ddp_hook is on any group:
+    # the average over the world size, as PyTorch's allreduce_hook.
+    if getattr(ddp, "_divide_by_initial_world_size", True) or not state.by_itself:
         return default_hooks.allreduce_hook(state.group, bucket)
     t = bucket.buffer()
     t.div_(_ranks_training(ddp))
@@ -99,7 +105,7 @@ def _notify_join_context(joinable):
             or not isinstance(ddp.process_group, ProcessGroupRTD)
             or getattr(ddp, "_divide_by_initial_world_size", True)):
         return work
-    if any(hook is auto_ddp_hook for hook, _ in ddp._comm_hooks):
+    if any(hook is auto_ddp_hook and state.by_itself for hook, state in ddp._comm_hooks):
         ddp._rtd_join_notice = work
     elif not _registered(ddp):
         work.wait()
@@ -135,17 +141,22 @@ def _at_first_forward(ddp, args):
             del ddp._forward_pre_hooks[key]
     if _registered(ddp) or ddp._use_python_reducer or ddp._delay_all_reduce_all_params:
         return None
-    ddp.register_comm_hook(_Auto(ddp), auto_ddp_hook)
+    ddp.register_comm_hook(_Auto(ddp, ddp.process_group, True), auto_ddp_hook)
     return None
 
 
-def install_join_notice():
-    """DDP under join(divide_by_initial_world_size=False) on rtd: see
-    _notify_join_context. Once per process."""
+def install_ddp_support():
+    """Whatever RTD_TORCH_DDP_HOOK: DDP under join(divide_by_initial_world_size
+    =False) on rtd (_notify_join_context), and a script's own registration
+    of ddp_hook made to follow join() as the one rtd registers does
+    (_registration). Once per process."""
     if getattr(Join.notify_join_context, "_rtd_installs", False):
         return
     _wraps(_notify_join_context, _original_notify)
     Join.notify_join_context = staticmethod(_notify_join_context)
+    for name in ("register_comm_hook", "_register_builtin_comm_hook"):
+        setattr(DistributedDataParallel, name, _registration(
+            getattr(DistributedDataParallel, name)))
 
 
 def install_on_ddp():
@@ -164,9 +175,6 @@ def install_on_ddp():
 
     _wraps(__init__, original)
     DistributedDataParallel.__init__ = __init__
-    for name in ("register_comm_hook", "_register_builtin_comm_hook"):
-        setattr(DistributedDataParallel, name, _refused_after_ours(
-            getattr(DistributedDataParallel, name)))
 
 
 def _wraps(wrapper, original):
@@ -176,16 +184,26 @@ def _wraps(wrapper, original):
     wrapper._rtd_installs = True
 
 
-def _refused_after_ours(register):
-    """DDP takes one comm hook: one a script registers after rtd registered
-    its own is refused (as DDP refuses a second), saying what to do."""
+def _registration(register):
+    """DDP's register_comm_hook (or its built-in form), where DDP takes one
+    hook: one registered after rtd registered its own by itself is refused
+    (as DDP refuses a second), saying what to do; ddp_hook registered by the
+    script on an rtd model becomes auto_ddp_hook on the group it names (the
+    same reductions, and join() followed)."""
 
     def wrapper(self, *args, **kwargs):
-        if any(hook is auto_ddp_hook for hook, _ in self._comm_hooks):
+        if any(hook is auto_ddp_hook and state.by_itself for hook, state in self._comm_hooks):
             raise RuntimeError(
                 f"rt_dist: {register.__name__}: this DDP model has rtd's bucket hook already, "
                 "registered by itself at the first forward (RTD_TORCH_DDP_HOOK=1), and DDP takes "
                 "one hook: register yours before the first forward, or set RTD_TORCH_DDP_HOOK=0")
+        if register.__name__ == "register_comm_hook" and len(args) + len(kwargs) == 2:
+            state = kwargs["state"] if "state" in kwargs else args[0]
+            hook = kwargs["hook"] if "hook" in kwargs else args[-1]
+            group = state if state is not None else dist.distributed_c10d._get_default_group()
+            if hook is ddp_hook and isinstance(group, ProcessGroupRTD) and isinstance(
+                    self.process_group, ProcessGroupRTD):
+                return register(self, _Auto(self, group, False), auto_ddp_hook)
         return register(self, *args, **kwargs)
 
     _wraps(wrapper, register)
