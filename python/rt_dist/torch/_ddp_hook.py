@@ -95,10 +95,10 @@ def _notify_join_context(joinable):
     join(divide_by_initial_world_size=False). DDP hands the notice's Work to
     its C++ reducer, which waits on it and reads its result to divide by;
     a Work of a process group written in Python gives neither to C++ (the
-    wait never ends). So DDP gets no Work (it then divides by nothing other
-    than a comm hook would): rtd's hook divides by the notice itself; with
-    another hook DDP divides by nothing anyway; without a hook the step is
-    refused, on every rank at its first forward under join()."""
+    wait never ends). So DDP gets no Work, and with a comm hook it needs
+    none (DDP leaves the division to the hook): rtd's own hook divides by
+    the notice itself, a script's hook as it likes; without a hook the step
+    is refused, on every rank at its first forward under join()."""
     work = _original_notify(joinable)
     ddp = joinable
     if (work is None or not isinstance(ddp, DistributedDataParallel)
