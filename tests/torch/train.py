@@ -17,6 +17,11 @@ import os
 import sys
 
 import torch
+import rt_dist.torch  # noqa: F401  (under dtrun `import torch` has loaded it already)
+
+# Not even RTD_TORCH_FSDP_COMMS=1 makes the backend import FSDP2 (most of a
+# second): fully_shard is patched at FSDP2's first import, below.
+assert "torch.distributed.fsdp" not in sys.modules, "rt_dist.torch imported FSDP2"
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -26,8 +31,6 @@ try:
 except ImportError:  # torch < 2.6: FSDP2 under its first name
     from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-import rt_dist.torch  # noqa: F401
 
 device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20

@@ -42,8 +42,11 @@ it does not, that buffer is set up afresh (see _shard_slots).
 
 import collections
 import functools
+import importlib.abc
+import importlib.util
 import math
 import sys
+import warnings
 import weakref
 
 import torch
@@ -467,9 +470,51 @@ def fsdp_comms(model, land=None, park=None):
 def install_on_fully_shard():
     """RTD_TORCH_FSDP_COMMS=1: torch.distributed.fsdp.fully_shard sets the
     hooks on each module it shards onto an rtd group, so that an unchanged
-    FSDP2 script gets them. Takes effect for the names a script imports after
-    it (rt_dist.torch runs it when `import torch` loads it). Returns why not,
-    or None."""
+    FSDP2 script gets them. FSDP2 takes most of a second to import, so this
+    waits for its first import (rt_dist.torch runs this when `import torch`
+    loads it, before any script's import of FSDP2) unless it is imported
+    already. Returns why not, or None (FSDP2 not imported yet: its import
+    warns, should this torch lack what the hooks need)."""
+    if "torch.distributed.fsdp" in sys.modules:
+        return _patch_fully_shard()
+    if not any(isinstance(f, _AtFirstImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AtFirstImport("torch.distributed.fsdp", _patch_at_import))
+    return None
+
+
+def _patch_at_import():
+    why = _patch_fully_shard()
+    if why:
+        warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS=1 ignored: {why}")
+
+
+class _AtFirstImport(importlib.abc.MetaPathFinder):
+    """Runs then() once the module `name` has been executed, at its first
+    import, before the import statement returns it; then leaves the import
+    system as it was."""
+
+    def __init__(self, name, then):
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # once; and the search below must not find us
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        execute, then = spec.loader.exec_module, self.then
+
+        def exec_module(module):
+            execute(module)
+            then()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _patch_fully_shard():
     why = _missing()
     if why:
         return why
