@@ -64,26 +64,27 @@ def register():
         warnings.warn(f"rt_dist: the rtd backend is tested with torch {TESTED[0]}.{TESTED[1]}; "
                       f"this is {torch.__version__} (on 2.4 DDP hangs; see docs/torch.md)")
     dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
-    default = os.environ.get("RTD_TORCH_DEFAULT", "0")
-    if default not in ("0", "1"):
-        warnings.warn(f"rt_dist: RTD_TORCH_DEFAULT={default!r} is neither 0 nor 1; ignored")
-    elif default == "1":
+    if _switch("RTD_TORCH_DEFAULT", "0"):
         for device in ("cpu", "cuda"):
             dist.Backend.default_device_backend_map[device] = BACKEND
-    ddp = os.environ.get("RTD_TORCH_DDP_HOOK", "1")
-    if ddp not in ("0", "1"):
-        warnings.warn(f"rt_dist: RTD_TORCH_DDP_HOOK={ddp!r} is neither 0 nor 1; taken as 1")
-    if ddp != "0":
+    if _switch("RTD_TORCH_DDP_HOOK", "1"):
         _ddp_hook.install_on_ddp()
     _ddp_hook.install_ddp_support()
-    fsdp = os.environ.get("RTD_TORCH_FSDP_COMMS", "0")
-    if fsdp not in ("0", "1"):
-        warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS={fsdp!r} is neither 0 nor 1; ignored")
-    elif fsdp == "1":
+    if _switch("RTD_TORCH_FSDP_COMMS", "0"):
         why = _fsdp_comms.install_on_fully_shard()
         if why:
             warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS=1 ignored: {why}")
     _gemm_carveout(os.environ.get("RTD_TORCH_GEMM_SM_CARVEOUT"))
+
+
+def _switch(name, default):
+    """A 0/1 setting read at registration; another value warns and counts
+    as the default (a bad value must not stop `import torch`)."""
+    value = os.environ.get(name, default)
+    if value not in ("0", "1"):
+        warnings.warn(f"rt_dist: {name}={value!r} is neither 0 nor 1; taken as {default}")
+        value = default
+    return value == "1"
 
 
 def _gemm_carveout(value):

@@ -100,7 +100,7 @@ def _notify_join_context(joinable):
     the notice itself, a script's hook as it likes; without a hook the step
     is refused, on every rank at its first forward under join()."""
     work = _original_notify(joinable)
-    ddp = joinable
+    ddp = joinable  # the joinable that asks, if it is a DDP model
     if (work is None or not isinstance(ddp, DistributedDataParallel)
             or not isinstance(ddp.process_group, ProcessGroupRTD)
             or getattr(ddp, "_divide_by_initial_world_size", True)):
