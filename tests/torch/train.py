@@ -10,7 +10,8 @@ rt_dist.torch.fsdp_comms (gathers and reductions in buffers the peers mapped
 once; on the reference group it leaves FSDP2's defaults).
 RTD_TRAIN_H (default 64): the layers' width; at 1024 FSDP2's gathers and
 reductions move 1 MiB or more, so that on GPUs they go by copy engines.
-RTD_TORCH_FSDP_COMMS=1: fully_shard itself sets fsdp_comms's hooks (checked).
+RTD_TORCH_FSDP_COMMS (default 1): fully_shard itself sets fsdp_comms's hooks
+(checked: on every FSDP2 run with 1, on none but the explicit calls with 0).
 """
 
 import os
@@ -19,7 +20,7 @@ import sys
 import torch
 import rt_dist.torch  # noqa: F401  (under dtrun `import torch` has loaded it already)
 
-# Not even RTD_TORCH_FSDP_COMMS=1 makes the backend import FSDP2 (most of a
+# Not even RTD_TORCH_FSDP_COMMS=1 (the default) makes the backend import FSDP2 (most of a
 # second): fully_shard is patched at FSDP2's first import, below.
 assert "torch.distributed.fsdp" not in sys.modules, "rt_dist.torch imported FSDP2"
 import torch.distributed as dist
@@ -43,7 +44,7 @@ dist.init_process_group("rtd")
 rank, n = dist.get_rank(), dist.get_world_size()
 reference = dist.new_group(backend="nccl" if device == "cuda" else "gloo")
 H = int(os.environ.get("RTD_TRAIN_H", "64"))
-AUTO_COMMS = os.environ.get("RTD_TORCH_FSDP_COMMS") == "1"
+AUTO_COMMS = rt_dist.torch._switch("RTD_TORCH_FSDP_COMMS", rt_dist.torch.FSDP_COMMS_DEFAULT)
 # fsdp_comms' gathers land in the parameters themselves where this is 1.
 LAND = os.environ.get("RTD_TORCH_FSDP_LAND", rt_dist.torch._fsdp_comms.LAND_DEFAULT) == "1"
 PARK = os.environ.get("RTD_TORCH_FSDP_PARK", rt_dist.torch._fsdp_comms.PARK_DEFAULT) == "1"
@@ -152,8 +153,14 @@ for name, run, rtol, atol in (
         if not buckets:
             raise AssertionError(f"{name}: no bucket was set up")
         how = f", {len(buckets)} buckets by {sorted({b.method for b in buckets.values()})}"
-    # With RTD_TORCH_FSDP_COMMS=1, fully_shard set the hooks on every FSDP2 run.
+    # With RTD_TORCH_FSDP_COMMS=1, fully_shard set the hooks on every FSDP2 run;
+    # with 0, on none.
     lent = "comms" in name or (AUTO_COMMS and name.startswith("FSDP2"))
+    if name.startswith("FSDP2") and not lent:
+        stats = dist.group.WORLD._comms[device].slots.stats
+        if stats["all_gather"] + stats["landed"] + stats["reduce_scatter"]:
+            raise AssertionError(f"{name}: RTD_TORCH_FSDP_COMMS=0, yet FSDP2's calls went "
+                                 f"through lent buffers: {stats}")
     if lent and (device == "cpu" or H >= 1024):  # on GPUs, 1 MiB and more
         slots = dist.group.WORLD._comms[device].slots
         stats = dict(slots.stats)

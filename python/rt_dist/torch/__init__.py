@@ -14,8 +14,9 @@ CPU and CUDA tensors, so that a script that asks for the default
 ``get_default_backend_for_device``) runs on rtd unchanged; with
 RTD_TORCH_DDP_HOOK=1 (the default), a DDP model on rtd registers ``ddp_hook``
 at its first forward where the script registered no comm hook; with
-RTD_TORCH_FSDP_COMMS=1, ``fully_shard`` sets ``fsdp_comms``'s hooks itself, so
-that an unchanged FSDP2 script gets them; with RTD_TORCH_GEMM_SM_CARVEOUT=N,
+RTD_TORCH_FSDP_COMMS=1 (the default), ``fully_shard`` sets ``fsdp_comms``'s
+hooks itself on modules it shards onto an rtd group, so that an unchanged
+FSDP2 script gets them; with RTD_TORCH_GEMM_SM_CARVEOUT=N,
 PyTorch's GEMMs (by cuBLASLt) leave N SMs free for the kernels the copy
 engines' path still runs beside them (FSDP2's casts, the reductions' sums).
 See docs/torch.md.
@@ -37,6 +38,7 @@ from rt_dist.torch._process_group import ProcessGroupRTD
 __all__ = ["CommunicatorFailed", "ProcessGroupRTD", "ddp_hook", "fsdp_comms", "register"]
 
 BACKEND = "rtd"
+FSDP_COMMS_DEFAULT = "1"  # RTD_TORCH_FSDP_COMMS when unset
 
 
 def _create(store, rank, size, timeout):
@@ -70,9 +72,12 @@ def register():
     if _switch("RTD_TORCH_DDP_HOOK", "1"):
         _ddp_hook.install_on_ddp()
     _ddp_hook.install_ddp_support()
-    if _switch("RTD_TORCH_FSDP_COMMS", "0"):
-        why = _fsdp_comms.install_on_fully_shard()
-        if why:
+    if _switch("RTD_TORCH_FSDP_COMMS", FSDP_COMMS_DEFAULT):
+        # Where this torch lacks what the hooks need, only a script that asked
+        # for them is told (by default FSDP2 simply runs as it is).
+        asked = os.environ.get("RTD_TORCH_FSDP_COMMS") == "1"
+        why = _fsdp_comms.install_on_fully_shard(quiet=not asked)
+        if why and asked:
             warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS=1 ignored: {why}")
     _gemm_carveout(os.environ.get("RTD_TORCH_GEMM_SM_CARVEOUT"))
 

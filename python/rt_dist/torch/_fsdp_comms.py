@@ -467,7 +467,7 @@ def fsdp_comms(model, land=None, park=None):
     return sum(_install(m, land, park) for m in model.modules())
 
 
-def install_on_fully_shard():
+def install_on_fully_shard(quiet=False):
     """RTD_TORCH_FSDP_COMMS=1: torch.distributed.fsdp.fully_shard sets the
     hooks on each module it shards onto an rtd group, so that an unchanged
     FSDP2 script gets them. FSDP2 takes most of a second to import, so this
