@@ -16,8 +16,9 @@ two whose collectives move nothing (its copies in and out, its hooks and its
 sharded optimizer step, no transfer); for comparison FSDP2 on a group of one
 rank (no transfer, but it steps the whole model, not a half); and DDP
 with PyTorch's bf16 compression hook on every backend.
-FSDP2 also with rt_dist.torch.fsdp_comms on rtd (its buffers lent by the group),
-and on nccl with PyTorch's set_allocate_memory_from_process_group_for_comm.
+FSDP2 also with rt_dist.torch.fsdp_comms on rtd (its buffers lent by the group;
+plain FSDP2 on rtd gets it by itself unless RTD_TORCH_FSDP_COMMS=0: each FSDP2
+configuration's lent buffers are printed), and on nccl with PyTorch's set_allocate_memory_from_process_group_for_comm.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
 fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook, and the
@@ -438,8 +439,12 @@ def main():
             if tag.endswith("_pgalloc") and name != "nccl":
                 continue
             t, p, o, r = run(f"{tag}_{name}", maker(g))
-            if "_comms" in tag:
-                slots = g._comms["cuda"].slots
+            # fsdp_comms's hooks: set by the configuration, or (RTD_TORCH_FSDP_COMMS,
+            # default 1) by fully_shard itself on every FSDP2 model of an rtd group.
+            comm = getattr(g, "_comms", {}).get("cuda")
+            if comm is not None and any(comm.slots.stats[k] for k in
+                                        ("all_gather", "landed", "reduce_scatter")):
+                slots = comm.slots
                 held = {k: f"{c} buffers, {b / 2**30:.3f} GiB" for k, (c, _, b) in
                         slots.held().items()}
                 log(f"{tag} {name}: lent buffers {slots.stats} by {sorted(slots.methods)}; "
