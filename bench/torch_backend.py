@@ -21,7 +21,9 @@ plain FSDP2 on rtd gets it by itself unless RTD_TORCH_FSDP_COMMS=0: each FSDP2
 configuration's lent buffers are printed), and on nccl with PyTorch's set_allocate_memory_from_process_group_for_comm.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
-fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook, and the
+fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook ddp_tail_nccl
+ddp_floor_tail_only ddp_floor_no_tail ddp_floor_none (rtd only: the last DDP
+bucket by NCCL's kernels; only the last bucket reduced; all but it; none), and the
 floors fsdp2_nocopy fsdp2_comms_nocopy, and fsdp2_comms_inplace
 fsdp2_noreshard_bf16_comms_inplace fsdp2_comms_held; default all), STEPS,
 RTD_TORCH_GEMM_SM_CARVEOUT=N through dtrun's --env (GEMMs by cuBLASLt
@@ -373,6 +375,21 @@ def main():
         fut.set_result(bucket.buffer())
         return fut
 
+    # Where DDP's time over its floor goes on rtd: only the last bucket reduced
+    # (the one nothing overlaps), or all but it (floors: wrong results); and
+    # the last bucket by NCCL's kernels in place, the others by copy engines.
+    def tail_only(state, bucket):
+        return (rt_dist.torch.ddp_hook if bucket.is_last() else unreduced)(state, bucket)
+
+    def no_tail(state, bucket):
+        return (unreduced if bucket.is_last() else rt_dist.torch.ddp_hook)(state, bucket)
+
+    def tail_nccl(state, bucket):
+        if not bucket.is_last():
+            return rt_dist.torch.ddp_hook(state, bucket)
+        work = state.bucket_allreduce(bucket.index(), bucket.buffer(), copy_engines=False)
+        return work.get_future().then(lambda fut: fut.value()[0])
+
     def fsdp(g, reshard, reduce_dtype, comms=False, pg_alloc=False, rs_nccl=False,
              no_copy_out=False, land=None, park=None):
         def make():
@@ -416,6 +433,11 @@ def main():
         # fsdp_comms' gathers, but each reduce-scatter by NCCL's kernel in FSDP2's own
         # buffer (PyTorch's nccl group): which of the two a reduction costs the GEMMs less.
         ("fsdp2_comms_rsnccl", lambda g: fsdp(g, True, torch.float32, comms=True, rs_nccl=True)),
+        # The last bucket by NCCL's kernels in place, and the two floors (rtd only).
+        ("ddp_tail_nccl", lambda g: (lambda: ddp(g, tail_nccl))),
+        ("ddp_floor_tail_only", lambda g: (lambda: ddp(g, tail_only))),
+        ("ddp_floor_no_tail", lambda g: (lambda: ddp(g, no_tail))),
+        ("ddp_floor_none", lambda g: (lambda: ddp(g, unreduced))),
         # PyTorch's own route to the same end, on nccl only.
         ("fsdp2_pgalloc", lambda g: fsdp(g, True, torch.float32, pg_alloc=True)),
         # Floors (wrong results): FSDP2's copy of each gathered parameter out of
@@ -438,7 +460,16 @@ def main():
                 continue
             if tag.endswith("_pgalloc") and name != "nccl":
                 continue
+            if tag.startswith(("ddp_tail", "ddp_floor")) and not name.startswith("rtd"):
+                continue
             t, p, o, r = run(f"{tag}_{name}", maker(g))
+            if tag.startswith("ddp") and "cuda" in getattr(g, "_comms", {}):
+                # The hooks that call ddp_hook or bucket_allreduce themselves
+                # key buckets by address alone: none may outlive its model.
+                buckets = g._comms["cuda"].buckets
+                for b in buckets.values():
+                    b.free()
+                buckets.clear()
             # fsdp_comms's hooks: set by the configuration, or (RTD_TORCH_FSDP_COMMS,
             # default 1) by fully_shard itself on every FSDP2 model of an rtd group.
             comm = getattr(g, "_comms", {}).get("cuda")

@@ -22,8 +22,8 @@ import rt_dist.torch
 from rt_dist.torch._ddp_hook import auto_ddp_hook
 
 # A hang (DDP waiting for ever) fails with every thread's stack, before
-# run.sh's limit.
-faulthandler.dump_traceback_later(240, exit=True)
+# run.sh's limit (RTD_TEST_HANG_S: sooner).
+faulthandler.dump_traceback_later(int(os.environ.get("RTD_TEST_HANG_S", "240")), exit=True)
 device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 auto = (sys.argv[2] if len(sys.argv) > 2 else "1") == "1"
 assert os.environ.get("RTD_TORCH_DDP_HOOK", "1") == ("1" if auto else "0"), \
@@ -131,15 +131,21 @@ for name, train, expect, *options in (
         ("DDP under join(divide_by_initial_world_size=False) entered after the first step",
          lambda m, o: uneven(m, o, True, False), "auto" if auto else "refused"),
         ("DDP with rt_dist's hook registered by the script, under join()",
-         lambda m, o: (m.register_comm_hook(None, rt_dist.torch.ddp_hook), uneven(m, o, True)),
-         "ours"),
+         lambda m, o: (m.register_comm_hook(m.process_group, rt_dist.torch.ddp_hook),
+                       uneven(m, o, True)), "ours"),
         ("DDP with rt_dist's hook registered by the script, under "
          "join(divide_by_initial_world_size=False)",
-         lambda m, o: (m.register_comm_hook(None, rt_dist.torch.ddp_hook),
+         lambda m, o: (m.register_comm_hook(m.process_group, rt_dist.torch.ddp_hook),
                        uneven(m, o, True, False)), "ours"),
+        # State None: the default group (rtd), also for the reference's model,
+        # whose own group is not rtd (a joined rank's zeros once hung it on GPUs).
+        ("DDP with rt_dist's hook on the default group, under join()",
+         lambda m, o: (m.register_comm_hook(None, rt_dist.torch.ddp_hook), uneven(m, o, True)),
+         "ours_default"),
         ("DDP with its own hook under join(divide_by_initial_world_size=False)",
          lambda m, o: (m.register_comm_hook(None, default_hooks.allreduce_hook),
                        uneven(m, o, divide=False)), "user")):
+    print(f"ddp_auto_hook: rank {rank}: {name}", file=sys.stderr, flush=True)
     if device in comms:
         for b in list(comms[device].buckets.values()):
             b.free()
@@ -159,15 +165,20 @@ for name, train, expect, *options in (
     # "ours": ddp_hook registered by the script, which on rtd becomes
     # auto_ddp_hook (so that it follows join()) whatever RTD_TORCH_DDP_HOOK.
     want = {"auto": [auto_ddp_hook] if auto else [], "user": [default_hooks.allreduce_hook],
-            "ours": [auto_ddp_hook], "none": []}[expect]
+            "ours": [auto_ddp_hook], "ours_default": [auto_ddp_hook], "none": []}[expect]
     if hooks != want:
         raise AssertionError(f"rank {rank}: {name}: comm hooks {hooks}, expected {want} "
                              f"(RTD_TORCH_DDP_HOOK={int(auto)})")
     buckets = len(comms[device].buckets) if device in comms else 0
+    # The hook's buckets are the model's (set up by what is alike on every rank).
+    if device in comms and any(not isinstance(k, tuple) for k in comms[device].buckets):
+        raise AssertionError(f"rank {rank}: {name}: buckets keyed by index alone: "
+                             f"{list(comms[device].buckets)}")
     if bool(buckets) != bool(hooks == [auto_ddp_hook]) and "join" not in name:
         raise AssertionError(f"rank {rank}: {name}: {buckets} buckets set up, hooks {hooks}")
     theirs_model, theirs = run(reference, train, **options)
-    if [h for h, _ in theirs_model._comm_hooks] != {"auto": [], "ours": [rt_dist.torch.ddp_hook]}.get(
+    if [h for h, _ in theirs_model._comm_hooks] != {
+            "auto": [], "ours": [rt_dist.torch.ddp_hook], "ours_default": [auto_ddp_hook]}.get(
             expect, [h for h, _ in theirs_model._comm_hooks]):
         raise AssertionError(f"{name}: hooks {theirs_model._comm_hooks} on a group that is not rtd")
     torch.testing.assert_close(got, theirs, rtol=1e-5, atol=1e-6,
@@ -188,6 +199,26 @@ if auto:
                 raise
     results.append("a hook registered after the first forward: refused, naming "
                    "RTD_TORCH_DDP_HOOK=0")
+# A bucket's set-up follows its owner (model, generation), alike on every
+# rank, not its address, which is each rank's own: the same memory under a
+# new generation (DDP rebuilt its buckets) is set up again, and memory that
+# moved under the same owner is refused on the rank that sees it.
+t = torch.ones(256, device=device)
+world.bucket_allreduce(0, t, owner=(-1, 1)).wait()
+first = comms[device].buckets[(-1, 0)]
+world.bucket_allreduce(0, t, owner=(-1, 1)).wait()
+assert comms[device].buckets[(-1, 0)] is first, "the same owner's bucket was set up again"
+world.bucket_allreduce(0, t, owner=(-1, 2)).wait()
+assert comms[device].buckets[(-1, 0)] is not first, "a new generation kept the old set-up"
+assert torch.equal(t, torch.ones_like(t)), "the average of ones is not one"
+try:
+    world.bucket_allreduce(0, torch.ones(256, device=device), owner=(-1, 2))
+    raise AssertionError(f"rank {rank}: a bucket that moved under the same owner was run")
+except RuntimeError as e:
+    if "memory moved" not in str(e):
+        raise
+results.append("a bucket is set up again for a new owner, kept for the same one, and "
+               "refused where its memory moved under the same owner")
 dist.barrier()
 if rank == 0:
     for line in results:

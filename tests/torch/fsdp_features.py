@@ -91,7 +91,8 @@ def train(m, micro_batches=1, sync_last_only=False):
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return torch.cat([p.full_tensor().detach().reshape(-1).float() for p in m.parameters()])
+    # On the host: CPUOffloadPolicy's parameters are there already.
+    return torch.cat([p.full_tensor().detach().reshape(-1).float().cpu() for p in m.parameters()])
 
 
 def hsdp(group, backend):
@@ -179,7 +180,7 @@ for name, run, ranks in cases:
     tol = dict(rtol=1e-2, atol=1e-3) if run is compiled else dict(rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(ours, theirs, **tol,
                                msg=lambda m: f"rank {rank}: {name}: rtd and {REFERENCE} differ: {m}")
-    start = torch.cat([p.detach().reshape(-1) for p in model().parameters()])
+    start = torch.cat([p.detach().reshape(-1).cpu() for p in model().parameters()])
     if ours.numel() == start.numel() and torch.equal(ours, start):
         raise AssertionError(f"{name}: the parameters did not change")
     # With the hooks set, FSDP2's gathers and reductions go through lent

@@ -101,7 +101,7 @@ class _Comm:
         self.lock = threading.Lock()  # the handle against close() while the watch reads it
         self.failure_fn = None  # what librt_dist calls when the communicator fails (on_failure)
         self.seen = False  # a failure of this communicator was raised to a caller
-        self.buckets = {}  # DDP bucket index -> _Bucket (bucket_allreduce)
+        self.buckets = {}  # DDP bucket index, or (model, index) -> _Bucket (bucket_allreduce)
         self.slots = ShardSlots(self, pg._copy_engines)  # FSDP2's buffers (fsdp_comms)
         self.side = torch.cuda.Stream(device) if self.cuda else None
         # The tensors an operation uses are kept by its Work until a wait()
@@ -204,10 +204,11 @@ class _Comm:
 class _Bucket:
     """A DDP bucket's persistent all-reduce: the tensor it was set up for."""
 
-    def __init__(self, comm, t, handle):
+    def __init__(self, comm, t, handle, key):
         self.lib = comm.lib
         self.handle = handle
-        self.key = (t.data_ptr(), t.numel(), t.dtype)
+        self.key = key  # what decides a new set-up (see bucket_allreduce)
+        self.ptr = t.data_ptr()
         self.method = comm.lib.rtd_persistent_method(handle).decode()
 
     def free(self):

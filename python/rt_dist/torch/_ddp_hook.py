@@ -11,7 +11,11 @@ group which bucket it is (its index), so the group sets each bucket up once
 engines reduce it where it lies, and the average is taken in the same pass
 (with a hook, DDP leaves the division by the world size to the hook). DDP
 allocates its buckets again once, after the first step, on every rank
-alike; each is then set up again. On a group that is not rtd the hook is
+alike; each is then set up again. Whether to set a bucket up is decided
+alike on every rank (the set-up is collective): by the model and DDP's
+rebuilds, not by the buffer's address, which is each rank's own (a new
+model's bucket may land where an old one lay on one rank and not on the
+other). On a group that is not rtd the hook is
 PyTorch's allreduce_hook, so a script may register it whatever its backend.
 
 RTD_TORCH_DDP_HOOK=1 (the default) registers it by itself (install_on_ddp):
@@ -23,6 +27,7 @@ never waits for ever, and ddp_hook registered by the script follows join()
 too (install_ddp_support).
 """
 
+import itertools
 import weakref
 
 import torch
@@ -38,23 +43,42 @@ def _first(fut):
     return fut.value()[0]
 
 
-def ddp_hook(state, bucket):
-    """A DDP comm hook (register_comm_hook(group or None, ddp_hook))."""
+def ddp_hook(state, bucket, owner=None):
+    """A DDP comm hook (register_comm_hook(group or None, ddp_hook)).
+    owner: see ProcessGroupRTD.bucket_allreduce (registered as above, it is
+    the model's: the registration passes it through auto_ddp_hook)."""
     group = state if state is not None else dist.distributed_c10d._get_default_group()
     if not isinstance(group, ProcessGroupRTD):
         return default_hooks.allreduce_hook(state, bucket)
-    work = group.bucket_allreduce(bucket.index(), bucket.buffer())
+    work = group.bucket_allreduce(bucket.index(), bucket.buffer(), owner=owner)
     return work.get_future().then(_first)
+
+
+_models = itertools.count()  # DDP models given a hook, in order: alike on every rank
 
 
 class _Auto:
     """The state of auto_ddp_hook: the group, the model (weakly), whose join()
-    it must follow, and whether rtd registered it by itself (not the script)."""
+    it must follow, whether rtd registered it by itself (not the script), and
+    what identifies its buckets alike on every rank (owner())."""
 
     def __init__(self, ddp, group, by_itself):
         self.group = group
         self.ddp = weakref.ref(ddp)
         self.by_itself = by_itself
+        self.model = next(_models)
+        self.generation = 0
+        self.rebuilt = None
+
+    def owner(self, ddp):
+        """(model, generation): the generation counts DDP's bucket rebuilds,
+        which every rank makes at the same step (DDP's _has_rebuilt_buckets
+        turns on then, and off when DDP's group is replaced)."""
+        rebuilt = getattr(ddp, "_has_rebuilt_buckets", None)
+        if rebuilt != self.rebuilt:
+            self.rebuilt = rebuilt
+            self.generation += 1
+        return (self.model, self.generation)
 
 
 def auto_ddp_hook(state, bucket):
@@ -66,8 +90,10 @@ def auto_ddp_hook(state, bucket):
     that have not joined; registered by the script, by the world size, as
     ddp_hook on any group (PyTorch's allreduce_hook)."""
     ddp = state.ddp()
-    if ddp is None or not ddp._join_config.enable:
+    if ddp is None:
         return ddp_hook(state.group, bucket)
+    if not ddp._join_config.enable:
+        return ddp_hook(state.group, bucket, state.owner(ddp))
     # Registered by the script, it is a hook as ddp_hook is on any group:
     # the average over the world size, as PyTorch's allreduce_hook.
     if getattr(ddp, "_divide_by_initial_world_size", True) or not state.by_itself:
@@ -189,7 +215,9 @@ def _registration(register):
     hook: one registered after rtd registered its own by itself is refused
     (as DDP refuses a second), saying what to do; ddp_hook registered by the
     script on an rtd model becomes auto_ddp_hook on the group it names (the
-    same reductions, and join() followed)."""
+    same reductions, and join() followed: under join() a rank that joined
+    reduces zeros in a new tensor at each call, which ddp_hook would set up
+    as a new bucket on that rank alone, waiting for ever)."""
 
     def wrapper(self, *args, **kwargs):
         if any(hook is auto_ddp_hook and state.by_itself for hook, state in self._comm_hooks):
@@ -201,8 +229,9 @@ def _registration(register):
             state = kwargs["state"] if "state" in kwargs else args[0]
             hook = kwargs["hook"] if "hook" in kwargs else args[-1]
             group = state if state is not None else dist.distributed_c10d._get_default_group()
-            if hook is ddp_hook and isinstance(group, ProcessGroupRTD) and isinstance(
-                    self.process_group, ProcessGroupRTD):
+            # The group the hook reduces on decides, not the model's: a model
+            # on another backend may name an rtd group (None: the default one).
+            if hook is ddp_hook and isinstance(group, ProcessGroupRTD):
                 return register(self, _Auto(self, group, False), auto_ddp_hook)
         return register(self, *args, **kwargs)
 

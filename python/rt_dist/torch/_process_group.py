@@ -252,30 +252,42 @@ class ProcessGroupRTD(dist.ProcessGroup):
                                          comm.stream())
         return self._work(comm, handle, "allreduce", [t], tensors)
 
-    def bucket_allreduce(self, index, t):
+    def bucket_allreduce(self, index, t, copy_engines=None, owner=None):
         """The average of DDP bucket `index` (its flat buffer t), in place.
 
-        Collective. Each bucket is set up once, at its first call and again
-        whenever DDP hands another buffer for it (DDP rebuilds its buckets
-        once, after the first step, on every rank alike): the peers map it,
-        and on one host copy engines move its data with no staging copy
-        (RTD_TORCH_COPY_ENGINES=0: NCCL's all_reduce, through the same call).
-        See rt_dist.torch.ddp_hook.
+        Collective. Each bucket is set up once (the peers map it, and on one
+        host copy engines move its data with no staging copy;
+        RTD_TORCH_COPY_ENGINES=0, or copy_engines=False for this bucket:
+        NCCL's all_reduce, through the same call), and again whenever every
+        rank must: the set-up is collective, so what decides it must be alike
+        on every rank. owner: (model, generation), numbers alike on every
+        rank (see rt_dist.torch.ddp_hook), that change when a new DDP model
+        takes the index or DDP rebuilds its buckets; the buffer's address, a
+        rank's own, only where no owner is given (ddp_hook called by a
+        script's own hook). A buffer that moved while its owner stayed is
+        refused, naming it (never a set-up on one rank alone).
         """
         _check_tensor(t, "allreduce (DDP bucket)")
         dt = _dtype(t, "allreduce (DDP bucket)")
         comm = self._comm(t.device)
-        bucket = comm.buckets.get(index)
-        if bucket is None or bucket.key != (t.data_ptr(), t.numel(), t.dtype):
+        engines = self._copy_engines if copy_engines is None else bool(copy_engines)
+        slot = index if owner is None else (owner[0], index)
+        key = (t.data_ptr() if owner is None else owner[1], t.numel(), t.dtype, engines)
+        bucket = comm.buckets.get(slot)
+        if bucket is not None and bucket.key == key and bucket.ptr != t.data_ptr():
+            raise RuntimeError(f"rtd allreduce (DDP bucket {index}) on rank {self.rank()}: "
+                               "the bucket's memory moved while DDP did not rebuild its buckets; "
+                               "the peers map the old memory")
+        if bucket is None or bucket.key != key:
             if bucket is not None:
                 bucket.free()
-                del comm.buckets[index]
+                del comm.buckets[slot]
             handle = comm.lib.rtd_persistent_all_reduce(
                 comm.handle, t.data_ptr(), t.numel(), dt, C.AVG, comm.device,
-                1 if self._copy_engines else 0)
+                1 if engines else 0)
             if not handle:
                 raise comm.failed(self, "allreduce (DDP bucket set-up)")
-            bucket = comm.buckets[index] = _Bucket(comm, t, handle)
+            bucket = comm.buckets[slot] = _Bucket(comm, t, handle, key)
         handle = comm.lib.rtd_persistent_run(bucket.handle, comm.stream())
         return self._work(comm, handle, "allreduce (DDP bucket)", [t], [t])
 
