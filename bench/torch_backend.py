@@ -22,8 +22,9 @@ configuration's lent buffers are printed), and on nccl with PyTorch's set_alloca
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
 fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook ddp_tail_nccl
-ddp_floor_tail_only ddp_floor_no_tail ddp_floor_none (rtd only: the last DDP
-bucket by NCCL's kernels; only the last bucket reduced; all but it; none), and the
+ddp_floor_tail_only ddp_floor_no_tail ddp_floor_none ddp_floor_sync (rtd only:
+the last DDP bucket by NCCL's kernels; only the last bucket reduced; all but
+it; none; one element of the last: the ranks wait for each other once), and the
 floors fsdp2_nocopy fsdp2_comms_nocopy, and fsdp2_comms_inplace
 fsdp2_noreshard_bf16_comms_inplace fsdp2_comms_held; default all), STEPS,
 RTD_TORCH_GEMM_SM_CARVEOUT=N through dtrun's --env (GEMMs by cuBLASLt
@@ -384,6 +385,14 @@ def main():
     def no_tail(state, bucket):
         return (unreduced if bucket.is_last() else rt_dist.torch.ddp_hook)(state, bucket)
 
+    def sync_only(state, bucket):
+        # No transfer but one element of the last bucket: the ranks wait for
+        # each other once a step, as any reduction makes them.
+        if not bucket.is_last():
+            return unreduced(state, bucket)
+        buf = bucket.buffer()
+        return state.allreduce([buf[:1]]).get_future().then(lambda _: buf)
+
     def tail_nccl(state, bucket):
         if not bucket.is_last():
             return rt_dist.torch.ddp_hook(state, bucket)
@@ -438,6 +447,7 @@ def main():
         ("ddp_floor_tail_only", lambda g: (lambda: ddp(g, tail_only))),
         ("ddp_floor_no_tail", lambda g: (lambda: ddp(g, no_tail))),
         ("ddp_floor_none", lambda g: (lambda: ddp(g, unreduced))),
+        ("ddp_floor_sync", lambda g: (lambda: ddp(g, sync_only))),
         # PyTorch's own route to the same end, on nccl only.
         ("fsdp2_pgalloc", lambda g: fsdp(g, True, torch.float32, pg_alloc=True)),
         # Floors (wrong results): FSDP2's copy of each gathered parameter out of
