@@ -171,9 +171,10 @@ for name, train, expect, *options in (
                              f"(RTD_TORCH_DDP_HOOK={int(auto)})")
     buckets = len(comms[device].buckets) if device in comms else 0
     # The hook's buckets are the model's (set up by what is alike on every rank).
-    if device in comms and any(not isinstance(k, tuple) for k in comms[device].buckets):
-        raise AssertionError(f"rank {rank}: {name}: buckets keyed by index alone: "
-                             f"{list(comms[device].buckets)}")
+    if device in comms and any(not isinstance(b.key[0], tuple)
+                               for b in comms[device].buckets.values()):
+        raise AssertionError(f"rank {rank}: {name}: buckets set up by address: "
+                             f"{[b.key for b in comms[device].buckets.values()]}")
     if bool(buckets) != bool(hooks == [auto_ddp_hook]) and "join" not in name:
         raise AssertionError(f"rank {rank}: {name}: {buckets} buckets set up, hooks {hooks}")
     theirs_model, theirs = run(reference, train, **options)
@@ -205,11 +206,11 @@ if auto:
 # moved under the same owner is refused on the rank that sees it.
 t = torch.ones(256, device=device)
 world.bucket_allreduce(0, t, owner=(-1, 1)).wait()
-first = comms[device].buckets[(-1, 0)]
+first = comms[device].buckets[0]
 world.bucket_allreduce(0, t, owner=(-1, 1)).wait()
-assert comms[device].buckets[(-1, 0)] is first, "the same owner's bucket was set up again"
+assert comms[device].buckets[0] is first, "the same owner's bucket was set up again"
 world.bucket_allreduce(0, t, owner=(-1, 2)).wait()
-assert comms[device].buckets[(-1, 0)] is not first, "a new generation kept the old set-up"
+assert comms[device].buckets[0] is not first, "a new generation kept the old set-up"
 assert torch.equal(t, torch.ones_like(t)), "the average of ones is not one"
 try:
     world.bucket_allreduce(0, torch.ones(256, device=device), owner=(-1, 2))

@@ -101,7 +101,7 @@ class _Comm:
         self.lock = threading.Lock()  # the handle against close() while the watch reads it
         self.failure_fn = None  # what librt_dist calls when the communicator fails (on_failure)
         self.seen = False  # a failure of this communicator was raised to a caller
-        self.buckets = {}  # DDP bucket index, or (model, index) -> _Bucket (bucket_allreduce)
+        self.buckets = {}  # DDP bucket index -> _Bucket (bucket_allreduce)
         self.slots = ShardSlots(self, pg._copy_engines)  # FSDP2's buffers (fsdp_comms)
         self.side = torch.cuda.Stream(device) if self.cuda else None
         # The tensors an operation uses are kept by its Work until a wait()

@@ -271,9 +271,8 @@ class ProcessGroupRTD(dist.ProcessGroup):
         dt = _dtype(t, "allreduce (DDP bucket)")
         comm = self._comm(t.device)
         engines = self._copy_engines if copy_engines is None else bool(copy_engines)
-        slot = index if owner is None else (owner[0], index)
-        key = (t.data_ptr() if owner is None else owner[1], t.numel(), t.dtype, engines)
-        bucket = comm.buckets.get(slot)
+        key = (t.data_ptr() if owner is None else tuple(owner), t.numel(), t.dtype, engines)
+        bucket = comm.buckets.get(index)
         if bucket is not None and bucket.key == key and bucket.ptr != t.data_ptr():
             raise RuntimeError(f"rtd allreduce (DDP bucket {index}) on rank {self.rank()}: "
                                "the bucket's memory moved while DDP did not rebuild its buckets; "
@@ -281,13 +280,13 @@ class ProcessGroupRTD(dist.ProcessGroup):
         if bucket is None or bucket.key != key:
             if bucket is not None:
                 bucket.free()
-                del comm.buckets[slot]
+                del comm.buckets[index]
             handle = comm.lib.rtd_persistent_all_reduce(
                 comm.handle, t.data_ptr(), t.numel(), dt, C.AVG, comm.device,
                 1 if engines else 0)
             if not handle:
                 raise comm.failed(self, "allreduce (DDP bucket set-up)")
-            bucket = comm.buckets[slot] = _Bucket(comm, t, handle, key)
+            bucket = comm.buckets[index] = _Bucket(comm, t, handle, key)
         handle = comm.lib.rtd_persistent_run(bucket.handle, comm.stream())
         return self._work(comm, handle, "allreduce (DDP bucket)", [t], [t])
 
