@@ -32,6 +32,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 
 import rt_dist.torch  # noqa: F401  (under dtrun `import torch` has loaded it already)
+import small_mlp  # tests/torch/small_mlp.py
 
 device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 6
@@ -48,14 +49,11 @@ H = int(os.environ.get("RTD_TRAIN_H", "64" if device == "cpu" else "1024"))
 
 
 def model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(H, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(),
-                         nn.Linear(H, 8)).to(device)
+    return small_mlp.model(H, device)
 
 
 def batch(step, micro=0):
-    g = torch.Generator().manual_seed(1000 * step + 10 * micro + rank)
-    return torch.randn(16, H, generator=g).to(device), torch.randn(16, 8, generator=g).to(device)
+    return small_mlp.batch(step, micro, rank, H, device)
 
 
 def mesh_2d(backend):

@@ -19,6 +19,7 @@ import sys
 
 import torch
 import rt_dist.torch  # noqa: F401  (under dtrun `import torch` has loaded it already)
+import small_mlp  # tests/torch/small_mlp.py
 
 # Not even RTD_TORCH_FSDP_COMMS=1 (the default) makes the backend import FSDP2 (most of a
 # second): fully_shard is patched at FSDP2's first import, below.
@@ -51,16 +52,11 @@ PARK = os.environ.get("RTD_TORCH_FSDP_PARK", rt_dist.torch._fsdp_comms.PARK_DEFA
 
 
 def model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(H, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU(),
-                         nn.Linear(H, 8)).to(device)
+    return small_mlp.model(H, device)
 
 
 def batch(step, micro=0):
-    g = torch.Generator().manual_seed(1000 * step + 10 * micro + rank)
-    x = torch.randn(16, H, generator=g)
-    y = torch.randn(16, 8, generator=g)
-    return x.to(device), y.to(device)
+    return small_mlp.batch(step, micro, rank, H, device)
 
 
 def train_ddp(group, hook=None):
