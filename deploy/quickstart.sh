@@ -18,6 +18,11 @@ deploy/install_deps.sh
 
 build=${BUILD_DIR:-build}
 jobs=$(nproc 2>/dev/null || echo 2)
+# Where the build uses ccache: a build of another clone of this tree (another
+# directory) may serve this one; paths under the tree are hashed relative to
+# it and the build directory is not hashed (the debug info's compile
+# directory may then name the other clone's).
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$here} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 # shellcheck disable=SC2086
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
