@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/multiproc/world.h"
+#include "tests/testing/float_io.h"
 
 namespace rtd::testing_util {
 namespace {
@@ -61,27 +62,10 @@ class DDPTest : public WorldTest {
     BufferView g = ddp.grad(static_cast<int>(k));
     std::vector<float> current = accumulate ? read_grad(ddp, k) : std::vector<float>(g.count, 0.0f);
     for (std::size_t j = 0; j < values.size(); ++j) current[j] += values[j];
-    if (g.dtype == DType::kFloat32) {
-      test_memory().to_device(g.data, current.data(), g.bytes());
-      return;
-    }
-    std::vector<std::uint16_t> bits(current.size());
-    for (std::size_t j = 0; j < bits.size(); ++j)
-      bits[j] = g.dtype == DType::kBFloat16 ? float_to_bf16(current[j]) : float_to_f16(current[j]);
-    test_memory().to_device(g.data, bits.data(), g.bytes());
+    write_floats(test_memory(), g, current);
   }
   std::vector<float> read_grad(DDP& ddp, std::size_t k) {
-    BufferView g = ddp.grad(static_cast<int>(k));
-    std::vector<float> out(g.count);
-    if (g.dtype == DType::kFloat32) {
-      test_memory().to_host(out.data(), g.data, g.bytes());
-      return out;
-    }
-    std::vector<std::uint16_t> bits(g.count);
-    test_memory().to_host(bits.data(), g.data, g.bytes());
-    for (std::size_t j = 0; j < bits.size(); ++j)
-      out[j] = g.dtype == DType::kBFloat16 ? bf16_to_float(bits[j]) : f16_to_float(bits[j]);
-    return out;
+    return read_floats(test_memory(), ddp.grad(static_cast<int>(k)));
   }
   void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
                     const std::string& what) {

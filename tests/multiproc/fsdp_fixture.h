@@ -19,6 +19,7 @@
 
 #include "rt_dist/fsdp.h"
 #include "tests/multiproc/world.h"
+#include "tests/testing/float_io.h"
 
 namespace rtd::testing_util {
 
@@ -128,27 +129,9 @@ class FSDPTest : public WorldTest {
     o.adamw.lr = 1e-2f;  // large enough that a wrong step shows
     return FSDP(comm(), test_context()->store(), views(), o);
   }
-  std::vector<float> read(const BufferView& b) {
-    std::vector<float> out(b.count);
-    if (b.dtype == DType::kFloat32) {
-      test_memory().to_host(out.data(), b.data, b.bytes());
-      return out;
-    }
-    std::vector<std::uint16_t> bits(b.count);
-    test_memory().to_host(bits.data(), b.data, b.bytes());
-    for (std::size_t j = 0; j < bits.size(); ++j)
-      out[j] = b.dtype == DType::kBFloat16 ? bf16_to_float(bits[j]) : f16_to_float(bits[j]);
-    return out;
-  }
+  std::vector<float> read(const BufferView& b) { return read_floats(test_memory(), b); }
   void write(const BufferView& b, const std::vector<float>& values) {
-    if (b.dtype == DType::kFloat32) {
-      test_memory().to_device(b.data, values.data(), b.bytes());
-      return;
-    }
-    std::vector<std::uint16_t> bits(values.size());
-    for (std::size_t j = 0; j < bits.size(); ++j)
-      bits[j] = b.dtype == DType::kBFloat16 ? float_to_bf16(values[j]) : float_to_f16(values[j]);
-    test_memory().to_device(b.data, bits.data(), b.bytes());
+    write_floats(test_memory(), b, values);
   }
   // One step of `micro` micro-steps; this rank's samples of micro-step k start
   // at first + (k * n + rank) * kSamplesPerRank. poison: a rank and element to set to inf.
