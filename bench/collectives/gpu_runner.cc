@@ -3,15 +3,15 @@
 // after it again, as a trainer would), "raw" calls NCCL directly on one stream
 // with no layer of ours, "paired" holds both in one process (two NCCL
 // communicators on the same GPUs) so that their blocks alternate on the same
-// buffers, with two more rows between them that add to raw NCCL what our
+// buffers, with three more rows between them that add to raw NCCL what our
 // layer does on the device, without the rest of our layer: "raw_end" an end
 // event recorded after each call (what a call on the caller's stream adds),
-// "raw_fork" the call on a second stream ordered after the benchmark's by an
-// event and the benchmark's after it by another (what the default adds), and
-// "raw_write" a 32-bit word written to pinned host memory by the stream after
-// each call (cuStreamWriteValue32: an end marker the host reads without a
-// driver call, the candidate to replace the end event). All are timed with CUDA events on the
-// benchmark's stream.
+// "raw_end_drv" the same event recorded through the driver's cuEventRecord
+// rather than the runtime's cudaEventRecord, and "raw_fork" the call on a
+// second stream ordered after the benchmark's by an event and the
+// benchmark's after it by another (what the default adds for calls above
+// RTD_NCCL_INLINE_BYTES). All are timed with CUDA events on the benchmark's
+// stream.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -48,32 +48,27 @@ class GpuRunner : public Runner {
       for (cudaEvent_t& e : marks_) {
         cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
       }
-      cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&words_), kMarks * sizeof(std::uint32_t),
-                               cudaHostAllocMapped),
-                 "pinned end words");
-      void* dev = nullptr;
-      cuda_check(cudaHostGetDevicePointer(&dev, words_, 0), "end words' device address");
-      words_dev_ = reinterpret_cast<CUdeviceptr>(dev);
+      if (!nccl::driver_api().event_record)
+        throw std::runtime_error("raw_end_drv: no " + nccl::driver_api().missing);
     }
   }
   ~GpuRunner() override {
     if (raw_comm_ && raw_init_ != "ours") ncclCommDestroy(raw_comm_);
-    if (words_) cudaFreeHost(words_);
   }
 
   int rank() const override { return ctx_->rank(); }
   int size() const override { return ctx_->world_size(); }
   std::string describe() const override {
     if (paired_) {
-      return "raw NCCL, raw NCCL with an end event (raw_end) or on a second stream ordered by "
-             "events (raw_fork), raw NCCL with a word written to host memory after each call "
-             "(raw_write), and our NCCL communicator, alternating blocks";
+      return "raw NCCL, raw NCCL with an end event recorded by the runtime (raw_end) or the "
+             "driver (raw_end_drv) or on a second stream ordered by events (raw_fork), and our "
+             "NCCL communicator, alternating blocks";
     }
     return variant_ == kRaw ? "raw NCCL (ncclAllReduce etc. on one stream)"
                             : "our NCCL communicator";
   }
   std::vector<std::string> variants() const override {
-    if (paired_) return {"raw", "raw_end", "raw_fork", "raw_write", "ours"};
+    if (paired_) return {"raw", "raw_end", "raw_end_drv", "raw_fork", "ours"};
     return {""};
   }
   void select(std::size_t variant) override {
@@ -113,15 +108,10 @@ class GpuRunner : public Runner {
           cuda_check(cudaEventRecord(mark, side_), "record");
           cuda_check(cudaStreamWaitEvent(stream_, mark, 0), "wait");
           break;
-        case kRawWrite:
+        case kRawEndDriver:
           raw_issue(op, b, stream_);
-          if (!nccl::driver_api().missing.empty())
-            throw std::runtime_error("raw_write: no " + nccl::driver_api().missing);
-          if (nccl::driver_api().stream_write_value32(
-                  stream_, words_dev_ + (i % kMarks) * sizeof(std::uint32_t),
-                  static_cast<cuuint32_t>(i), 0) != CUDA_SUCCESS) {
-            throw std::runtime_error("cuStreamWriteValue32 failed");
-          }
+          if (nccl::driver_api().event_record(mark, stream_) != CUDA_SUCCESS)
+            throw std::runtime_error("cuEventRecord failed");
           break;
         case kOurs:
           ours_issue(op, b)->wait(StreamRef{stream_});
@@ -225,10 +215,10 @@ class GpuRunner : public Runner {
     }
   }
 
-  enum Variant { kRaw, kRawEnd, kRawFork, kRawWrite, kOurs };  // paired mode's rows, in order
-  Variant variant_;                                            // what time() runs
-  bool paired_;                                                // every variant, chosen by select()
-  std::string raw_init_;                                       // --raw-init
+  enum Variant { kRaw, kRawEnd, kRawEndDriver, kRawFork, kOurs };  // paired mode's rows, in order
+  Variant variant_;                                                // what time() runs
+  bool paired_;           // every variant, chosen by select()
+  std::string raw_init_;  // --raw-init
   double host_us_ = -1;
   std::shared_ptr<Context> ctx_;
   cudaStream_t stream_ = nullptr;
@@ -236,8 +226,6 @@ class GpuRunner : public Runner {
   static constexpr int kMarks = 64;     // end events in rotation, as our pool has
   cudaEvent_t marks_[kMarks + 1] = {};  // the last: raw_fork's fork event
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
-  std::uint32_t* words_ = nullptr;  // raw_write's pinned words (one per mark)
-  CUdeviceptr words_dev_ = 0;       // and their device address
   ncclComm_t raw_comm_ = nullptr;
   void* scratch_ = nullptr;
 };

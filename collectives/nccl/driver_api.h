@@ -1,5 +1,6 @@
 // The few CUDA driver calls the copy-engine all-reduce needs (stream memory
-// operations on flags, an allocation's base), found through the runtime's
+// operations on flags, an allocation's base) and an event's record without
+// the runtime's layer, found through the runtime's
 // cudaGetDriverEntryPointByVersion so that nothing links libcuda directly.
 #pragma once
 
@@ -16,6 +17,7 @@ struct DriverApi {
   CUresult (*stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
   CUresult (*mem_get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
   CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
+  CUresult (*event_record)(CUevent, CUstream) = nullptr;
 };
 
 // The process-wide id of the allocation that holds ptr (a new one each time
