@@ -88,7 +88,7 @@ class CommState {
   // completed by its deadline (now + timeout) aborts the communicator, even
   // if nobody waits for it on the host (a trainer that only orders its stream
   // after it). Operations on one stream complete in order, so one query of
-  // the newest retires all before it; it is made on every 16th call.
+  // the newest retires all before it; it is made on every 64th call.
   // The flight-recorder numbers marked completed there once the end event
   // fires: name.recorded, and a group's calls. Returns the Work's ticket.
   EndTicket record_end(cudaStream_t stream, CallName name, std::vector<std::uint64_t> calls = {});
