@@ -1,5 +1,7 @@
 // [Stream order] on a real GPU: a collective waits for the caller's stream,
-// and Work::wait(stream) orders another stream without blocking the host.
+// and Work::wait(stream) orders another stream without blocking the host; a
+// small one, which runs on the caller's stream, is done only once it ran,
+// also when called from a thread that never used CUDA before.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -48,6 +50,32 @@ TEST_F(StreamOrder, WaitOnAStreamDoesNotBlockTheHostAndOrdersTheStream) {
   cudaEventDestroy(after);
   cudaStreamDestroy(caller);
   cudaStreamDestroy(other);
+}
+
+// A call of at most RTD_NCCL_INLINE_BYTES runs on the caller's stream, its
+// end event recorded there through the driver (the runtime's record where
+// the driver refuses, as on a thread with no current context).
+TEST_F(StreamOrder, SmallCallFromAFreshThreadIsDoneOnlyAfterItRan) {
+  cudaStream_t caller = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), cudaSuccess);
+  Placed buf(DType::kFloat32, 1024);
+  for (std::size_t i = 0; i < buf.host.count; ++i) buf.host.set(i, 2.0);
+  buf.push();
+  launch_spin(caller, 1'000'000'000LL);  // about half a second ahead of it
+  std::shared_ptr<Work> work;
+  bool done_at_once = true;
+  std::thread fresh([&] {
+    work = comm().all_reduce(buf.view(), ReduceOp::kSum, StreamRef{caller});
+    done_at_once = work->done();
+  });
+  fresh.join();
+  EXPECT_FALSE(done_at_once) << "the end event fired before the spin ahead of the call";
+  work->wait();
+  EXPECT_TRUE(work->done());
+  buf.pull();
+  EXPECT_EQ(buf.host.get(0), 2.0 * comm().size());
+  EXPECT_EQ(buf.host.get(1023), 2.0 * comm().size());
+  cudaStreamDestroy(caller);
 }
 
 }  // namespace
