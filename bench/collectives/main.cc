@@ -154,7 +154,11 @@ int run(int argc, char** argv) {
                  std::to_string(o.blocks) + " blocks of " + std::to_string(o.iters) + " ops");
   }
   std::unique_ptr<HostSampler> sampler;
-  if (leader && !o.sample_host.empty()) sampler = std::make_unique<HostSampler>();
+  if (leader && !o.sample_host.empty()) {
+    sampler = std::make_unique<HostSampler>(
+        std::chrono::microseconds(200),
+        o.sample_wall ? HostSampler::Clock::kWall : HostSampler::Clock::kThreadCpu);
+  }
   std::vector<Row> rows;
   long long total_wrong = 0;
   for (DType dtype : o.dtypes) {

@@ -51,6 +51,8 @@ std::string bench_usage() {
          "       --startup (time the start-up to the first all-reduce instead)\n"
          "       --sample-host FILE (rank 0's host call stacks while the last variant runs)\n"
          "       --sample-variant NAME (sample that variant instead: raw, raw_end, ...)\n"
+         "       --sample-clock cpu|wall (the sampling timer: the thread's CPU time, at most\n"
+         "         the kernel's tick rate, or elapsed time at the full rate; default cpu)\n"
          "       --raw-init plain|thread|ours (raw NCCL's communicator made on this thread,\n"
          "         with a config on a thread of its own as ours is, or none: raw calls on\n"
          "         our communicator's own NCCL handle; default plain)";
@@ -94,7 +96,10 @@ BenchOptions parse_bench_options(int argc, char** argv) {
       o.sample_host = v;
     else if (flag == "--sample-variant")
       o.sample_variant = v;
-    else if (flag == "--raw-init")
+    else if (flag == "--sample-clock") {
+      if (v != "cpu" && v != "wall") throw std::invalid_argument("--sample-clock: cpu or wall");
+      o.sample_wall = v == "wall";
+    } else if (flag == "--raw-init")
       o.raw_init = v;
     else if (flag == "--dtypes") {
       o.dtypes.clear();

@@ -31,6 +31,7 @@ struct BenchOptions {
   // (HostSampler; bench/host_profile.py names them) and write them here.
   std::string sample_host;
   std::string sample_variant;  // the variant sampled (--sample-variant; empty: the last)
+  bool sample_wall = false;    // --sample-clock wall: by elapsed time, not the thread's CPU time
   // How raw NCCL's communicator is made: "plain" (ncclCommInitRank on the
   // calling thread) or "thread" (ncclCommInitRankConfig with the default
   // config on a thread of its own, as our communicator's direct init does) or

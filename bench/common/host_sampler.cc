@@ -1,4 +1,4 @@
-// HostSampler: a CPU-time timer of the calling thread, delivered to that
+// HostSampler: a CPU-time or wall-clock timer, delivered to the calling
 // thread as SIGPROF; the handler copies the interrupted call stack into a
 // fixed array (no allocation in the handler).
 #include "bench/common/host_sampler.h"
@@ -49,7 +49,7 @@ timer_t g_timer;
 
 }  // namespace
 
-HostSampler::HostSampler(std::chrono::microseconds period) {
+HostSampler::HostSampler(std::chrono::microseconds period, Clock clock) {
   if (g_samples) throw std::runtime_error("HostSampler: one at a time");
   g_samples = new Sample[kMaxSamples];
   g_count = 0;
@@ -64,7 +64,8 @@ HostSampler::HostSampler(std::chrono::microseconds period) {
   ev.sigev_notify = SIGEV_THREAD_ID;
   ev.sigev_signo = SIGPROF;
   ev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
-  if (timer_create(CLOCK_THREAD_CPUTIME_ID, &ev, &g_timer) != 0) {
+  const clockid_t id = clock == Clock::kWall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
+  if (timer_create(id, &ev, &g_timer) != 0) {
     throw std::runtime_error("HostSampler: timer_create");
   }
   struct itimerspec spec {};

@@ -4,7 +4,9 @@
 // that made the sampler, keeps that thread's call stack (return addresses).
 // Linux checks a CPU-time timer only at its scheduler tick: whatever the
 // period, expect at most about 250 samples a second of busy thread (290 in
-// 1.1 s of all_reduces on an H200 host), so sample for several seconds.
+// 1.1 s of all_reduces on an H200 host). Clock::kWall samples by elapsed time
+// at the full rate instead, a thread that waits included (its samples then
+// show where it waited; a wait the signal cuts short is restarted).
 // write() prints each sample as "module+offset" frames, leaf first, one
 // sample a line, for addr2line to name offline against unstripped copies:
 //   bench/host_profile.py SAMPLES LIBDIR...
@@ -18,8 +20,10 @@ namespace rtd::bench {
 
 class HostSampler {
  public:
+  enum class Clock { kThreadCpu, kWall };
   // Starts off (keep(true) to take samples).
-  explicit HostSampler(std::chrono::microseconds period = std::chrono::microseconds(200));
+  explicit HostSampler(std::chrono::microseconds period = std::chrono::microseconds(200),
+                       Clock clock = Clock::kThreadCpu);
   ~HostSampler();  // stops sampling
   HostSampler(const HostSampler&) = delete;
   HostSampler& operator=(const HostSampler&) = delete;
