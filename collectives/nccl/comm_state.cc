@@ -90,13 +90,6 @@ void CommState::record_locked(EndSlot* end, cudaStream_t stream, CallName name,
   watch_locked(stream, end, std::move(name), std::move(calls));
 }
 
-namespace {
-// watch() calls per query of the newest operation. A query costs 0.8-2.4 us
-// on H200 hosts: 0.05-0.08 us a call made every 16th, 0.02-0.03 every 64th
-// (docs/benchmarks.md); the slots in flight between queries are events only.
-constexpr std::uint64_t kQueryEvery = 64;
-}  // namespace
-
 std::string CallName::text() const {
   if (spelled) return *spelled;
   return std::string("nccl ") + op + (recorded != 0 ? " #" + std::to_string(recorded) : "") +

@@ -71,6 +71,12 @@ struct EndTicket {
 
 class CommState {
  public:
+  // record_end() calls per query of the newest operation. A query costs
+  // 0.8-2.4 us on H200 hosts: 0.05-0.08 us a call made every 16th, 0.02-0.03
+  // every 64th (docs/benchmarks.md); the slots in flight between queries are
+  // events only.
+  static constexpr std::uint64_t kQueryEvery = 64;
+
   CommState(std::shared_ptr<NcclApi> nccl, std::shared_ptr<CudaApi> cuda, int rank,
             std::chrono::milliseconds timeout)
       : nccl_(std::move(nccl)), cuda_(std::move(cuda)), rank_(rank), timeout_(timeout) {}
@@ -88,7 +94,7 @@ class CommState {
   // completed by its deadline (now + timeout) aborts the communicator, even
   // if nobody waits for it on the host (a trainer that only orders its stream
   // after it). Operations on one stream complete in order, so one query of
-  // the newest retires all before it; it is made on every 64th call.
+  // the newest retires all before it; it is made on every kQueryEvery-th call.
   // The flight-recorder numbers marked completed there once the end event
   // fires: name.recorded, and a group's calls. Returns the Work's ticket.
   EndTicket record_end(cudaStream_t stream, CallName name, std::vector<std::uint64_t> calls = {});

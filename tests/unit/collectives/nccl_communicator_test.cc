@@ -216,8 +216,9 @@ TEST_F(NcclWithFakes, OperationNobodyWaitsForOnTheHostIsAbortedAtItsDeadline) {
 
 TEST_F(NcclWithFakes, CompletedOperationsLeaveTheInFlightList) {
   auto comm = make(std::chrono::milliseconds(200));
-  for (int i = 0; i < 100; ++i) base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
-  EXPECT_LE(comm->in_flight(), 16u) << "retired as operations are launched";
+  for (std::uint64_t i = 0; i < 3 * CommState::kQueryEvery; ++i)
+    base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  EXPECT_LE(comm->in_flight(), CommState::kQueryEvery) << "retired as operations are launched";
   std::this_thread::sleep_for(std::chrono::milliseconds(400));  // past every deadline
   EXPECT_EQ(comm->in_flight(), 0u);
   EXPECT_EQ(log_.count("comm_abort"), 0);
@@ -229,8 +230,9 @@ TEST_F(NcclWithFakes, CompletedOperationsLeaveTheInFlightList) {
 TEST_F(NcclWithFakes, AWorkStaysDoneAfterItsEndEventGoesOnToLaterOperations) {
   auto comm = make();
   auto first = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
-  for (int i = 0; i < 32; ++i) base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
-  ASSERT_LT(comm->in_flight(), 16u) << "the first operation was retired";
+  for (std::uint64_t i = 0; i < 2 * CommState::kQueryEvery; ++i)
+    base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
+  ASSERT_LT(comm->in_flight(), CommState::kQueryEvery) << "the first operation was retired";
   cuda_->events_complete = false;  // every event, the first one's included, now answers "not ready"
   auto later = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
   EXPECT_TRUE(first->done());
