@@ -49,7 +49,7 @@ class GpuRunner : public Runner {
         cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
       }
       if (!nccl::driver_api().event_record)
-        throw std::runtime_error("raw_end_drv: no " + nccl::driver_api().missing);
+        throw std::runtime_error("raw_end_drv: the driver has no cuEventRecord");
     }
   }
   ~GpuRunner() override {
@@ -223,7 +223,7 @@ class GpuRunner : public Runner {
   std::shared_ptr<Context> ctx_;
   cudaStream_t stream_ = nullptr;
   cudaStream_t side_ = nullptr;         // raw_fork's second stream
-  static constexpr int kMarks = 64;     // end events in rotation, as our pool has
+  static constexpr int kMarks = 64;     // end events in rotation
   cudaEvent_t marks_[kMarks + 1] = {};  // the last: raw_fork's fork event
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   ncclComm_t raw_comm_ = nullptr;

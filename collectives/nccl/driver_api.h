@@ -11,7 +11,8 @@
 namespace rtd::nccl {
 
 struct DriverApi {
-  // Empty when every entry point was found; else what is missing.
+  // Empty when every entry point the copy engines need was found; else what
+  // is missing (event_record is not among them: null, the runtime's is used).
   std::string missing;
   CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
   CUresult (*stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
