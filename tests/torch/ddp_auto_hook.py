@@ -99,6 +99,17 @@ class WithUnused(nn.Module):
         return self.used(x)
 
 
+def refused(call, says, what):
+    """call() must raise RuntimeError saying `says`; what: the failure otherwise."""
+    try:
+        call()
+    except RuntimeError as e:
+        if says not in str(e):
+            raise
+        return
+    raise AssertionError(f"rank {rank}: {what}")
+
+
 def run(group, train, **options):
     net = WithUnused() if options.get("find_unused_parameters") else model()
     m = DDP(net, process_group=group, bucket_cap_mb=0.001, gradient_as_bucket_view=True,
@@ -192,12 +203,7 @@ if auto:
     m, _ = run(world, lambda m, o: step(m, o, 0))
     for register in (lambda: m.register_comm_hook(None, default_hooks.allreduce_hook),
                      lambda: m._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)):
-        try:
-            register()
-            raise AssertionError(f"rank {rank}: a hook registered after rtd's was not refused")
-        except RuntimeError as e:
-            if "RTD_TORCH_DDP_HOOK=0" not in str(e):
-                raise
+        refused(register, "RTD_TORCH_DDP_HOOK=0", "a hook registered after rtd's was not refused")
     results.append("a hook registered after the first forward: refused, naming "
                    "RTD_TORCH_DDP_HOOK=0")
 # A bucket's set-up follows its owner (model, generation), alike on every
@@ -212,12 +218,8 @@ assert comms[device].buckets[0] is first, "the same owner's bucket was set up ag
 world.bucket_allreduce(0, t, owner=(-1, 2)).wait()
 assert comms[device].buckets[0] is not first, "a new generation kept the old set-up"
 assert torch.equal(t, torch.ones_like(t)), "the average of ones is not one"
-try:
-    world.bucket_allreduce(0, torch.ones(256, device=device), owner=(-1, 2))
-    raise AssertionError(f"rank {rank}: a bucket that moved under the same owner was run")
-except RuntimeError as e:
-    if "memory moved" not in str(e):
-        raise
+refused(lambda: world.bucket_allreduce(0, torch.ones(256, device=device), owner=(-1, 2)),
+        "memory moved", "a bucket that moved under the same owner was run")
 results.append("a bucket is set up again for a new owner, kept for the same one, and "
                "refused where its memory moved under the same owner")
 dist.barrier()
