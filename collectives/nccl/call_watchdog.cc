@@ -38,13 +38,12 @@ void CallWatchdog::begin(const char* what) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(coarse::steady_now().time_since_epoch())
           .count(),
       std::memory_order_relaxed);
-  seq_.fetch_add(1, std::memory_order_release);  // now odd
+  const std::uint64_t call = calls_.load(std::memory_order_relaxed) + 1;
+  calls_.store(call, std::memory_order_relaxed);
+  in_call_.store(call, std::memory_order_release);  // after what_ and started_ns_
 }
 
-// A read-modify-write, though calls on a communicator come from one thread at
-// a time: two threads that broke that rule must not leave the count odd, which
-// would make the watchdog abort a communicator with nothing in flight.
-void CallWatchdog::end() { seq_.fetch_add(1, std::memory_order_release); }
+void CallWatchdog::end() { in_call_.store(0, std::memory_order_release); }
 
 void CallWatchdog::run() {
   const auto poll =
@@ -57,11 +56,11 @@ void CallWatchdog::run() {
       lock.lock();
       if (stopping_) break;
     }
-    std::uint64_t seq = seq_.load(std::memory_order_acquire);
-    if (seq % 2 == 0) continue;
+    const std::uint64_t call = in_call_.load(std::memory_order_acquire);
+    if (call == 0) continue;
     std::int64_t elapsed = now_ns() - started_ns_.load(std::memory_order_relaxed);
     if (elapsed < std::chrono::nanoseconds(timeout_).count()) continue;
-    if (seq_.load(std::memory_order_acquire) != seq) continue;  // that call just ended
+    if (in_call_.load(std::memory_order_acquire) != call) continue;  // that call just ended
     fired_ = true;
     std::string what = what_.load(std::memory_order_relaxed);
     lock.unlock();
@@ -69,7 +68,7 @@ void CallWatchdog::run() {
                " ms (a peer may be missing or stuck)");
     lock.lock();
     // One expiry per call: wait for it to end before watching again.
-    while (!stopping_ && seq_.load(std::memory_order_acquire) == seq) {
+    while (!stopping_ && in_call_.load(std::memory_order_acquire) == call) {
       cv_.wait_for(lock, poll);
     }
   }

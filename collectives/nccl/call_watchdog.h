@@ -2,8 +2,10 @@
 // communicator's collective waiting on a peer that never connects, a split, a
 // group end). One thread per communicator polls a few times per timeout; if a
 // call stays in flight past the timeout, it runs on_expire (which aborts the
-// communicator, so the call returns). begin()/end() are two atomic stores: no
-// lock, no system call on the data path. tick, when given, runs at every poll
+// communicator, so the call returns). begin() and end() are plain stores (no
+// lock, no read-modify-write, no system call on the data path): the first
+// locked instruction after NCCL's call waits for the stores NCCL left in
+// flight, and these were that instruction. tick, when given, runs at every poll
 // (the communicator checks its operations in flight there).
 #pragma once
 
@@ -48,7 +50,11 @@ class CallWatchdog {
   const std::chrono::milliseconds timeout_;
   std::function<void(const std::string&)> on_expire_;
   std::function<void()> tick_;
-  std::atomic<std::uint64_t> seq_{0};  // odd while a call is in flight
+  // The call in flight (its number, from 1), or 0 between calls. Every
+  // end() stores 0 after its begin(), so even two threads that broke the one
+  // caller at a time rule leave 0 once both returned.
+  std::atomic<std::uint64_t> in_call_{0};
+  std::atomic<std::uint64_t> calls_{0};  // begin()s so far (numbers the calls)
   std::atomic<std::int64_t> started_ns_{0};
   std::atomic<const char*> what_{""};
   std::atomic<bool> fired_{false};
