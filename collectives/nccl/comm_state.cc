@@ -35,59 +35,89 @@ CommState::~CommState() {
   }
 }
 
-EndTicket CommState::take_end_locked() {
-  if (free_ends_.empty()) {
-    auto slot = std::make_unique<EndSlot>();
-    RTD_CUDA_CHECK(*cuda_, cuda_->event_create(&slot->event), "creating a CUDA event");
-    ends_.push_back(std::move(slot));
-    free_ends_.push_back(ends_.back().get());
-  }
-  EndSlot* slot = free_ends_.back();
-  free_ends_.pop_back();
-  return EndTicket{slot, slot->generation.load(std::memory_order_relaxed)};
+void CommState::refill_locked(bool need_one) {
+  spare_ends_.insert(spare_ends_.end(), free_ends_.begin(), free_ends_.end());
+  free_ends_.clear();
+  if (!need_one || !spare_ends_.empty()) return;
+  auto slot = std::make_unique<EndSlot>();
+  RTD_CUDA_CHECK(*cuda_, cuda_->event_create(&slot->event), "creating a CUDA event");
+  ends_.push_back(std::move(slot));
+  spare_ends_.push_back(ends_.back().get());
 }
 
 void CommState::free_end_locked(EndSlot* end) {
-  // Only this lock's holder writes the generation: a store, not a
-  // read-modify-write. Release: whoever sees the new generation also sees
-  // that the operation completed.
+  // Only this lock's holder writes the generation of a slot in flight: a
+  // store, not a read-modify-write. Release: whoever sees the new generation
+  // also sees that the operation completed.
   end->generation.store(end->generation.load(std::memory_order_relaxed) + 1,
                         std::memory_order_release);
   free_ends_.push_back(end);
 }
 
-EndTicket CommState::take_end() {
-  std::lock_guard<std::mutex> lock(in_flight_mu_);
-  return take_end_locked();
+void CommState::hand_back(EndSlot* end) {
+  // Its ticket's Work (a group's that never launched) is done.
+  end->generation.store(end->generation.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_release);
+  spare_ends_.push_back(end);
 }
 
-void CommState::drop_end(EndTicket end) {
-  std::lock_guard<std::mutex> lock(in_flight_mu_);
-  free_end_locked(end.slot);
+EndTicket CommState::take_end() {
+  if (spare_ends_.empty()) {
+    std::lock_guard<std::mutex> lock(in_flight_mu_);
+    refill_locked(true);
+  }
+  EndSlot* slot = spare_ends_.back();
+  spare_ends_.pop_back();
+  return EndTicket{slot, slot->generation.load(std::memory_order_relaxed)};
 }
+
+void CommState::drop_end(EndTicket end) { hand_back(end.slot); }
 
 EndTicket CommState::record_end(cudaStream_t stream, CallName name,
                                 std::vector<std::uint64_t> calls) {
-  std::lock_guard<std::mutex> lock(in_flight_mu_);
-  const EndTicket end = take_end_locked();
-  record_locked(end.slot, stream, std::move(name), std::move(calls));
+  const EndTicket end = take_end();
+  record_end(end, stream, std::move(name), std::move(calls));
   return end;
 }
 
 void CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
                            std::vector<std::uint64_t> calls) {
-  std::lock_guard<std::mutex> lock(in_flight_mu_);
-  record_locked(end.slot, stream, std::move(name), std::move(calls));
-}
-
-void CommState::record_locked(EndSlot* end, cudaStream_t stream, CallName name,
-                              std::vector<std::uint64_t> calls) {
-  const cudaError_t rc = cuda_->event_record(end->event, stream);
+  const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
   if (rc != cudaSuccess) {
-    free_end_locked(end);
+    hand_back(end.slot);
     RTD_CUDA_CHECK(*cuda_, rc, name.text() + ": recording its end");
   }
-  watch_locked(stream, end, std::move(name), std::move(calls));
+  // A deadline of seconds needs no finer clock than the tick's.
+  InFlight op{.end = end.slot,
+              .deadline = coarse::steady_now() + timeout_,
+              .stream = stream,
+              .name = std::move(name),
+              .calls = std::move(calls)};
+  if (++watched_ % kQueryEvery != 0 && launched_.push(std::move(op))) return;
+  // Every kQueryEvery-th call (or with the ring full, which that prevents).
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  drain_locked();
+  StreamOps& list = list_locked(stream);
+  // The newest before this one (this one was recorded just now: not done).
+  if (!list.empty() && cuda_->event_query(list.ops.back().end->event) == cudaSuccess) {
+    retire_all(list);  // the newest is done, so is everything before it on this stream
+  }
+  list.ops.push_back(std::move(op));
+  refill_locked(false);  // what this and the watchdog's retiring freed, for the next calls
+}
+
+void CommState::drain_locked() {
+  launched_.drain([this](InFlight&& op) {
+    StreamOps& list = list_locked(op.stream);
+    list.ops.push_back(std::move(op));
+  });
+}
+
+CommState::StreamOps& CommState::list_locked(cudaStream_t stream) {
+  auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                         [&](const StreamOps& s) { return s.stream == stream; });
+  if (it == in_flight_.end()) it = in_flight_.insert(in_flight_.end(), StreamOps{.stream = stream});
+  return *it;
 }
 
 std::string CallName::text() const {
@@ -132,25 +162,11 @@ void CommState::retire_all(StreamOps& list) {
   list.head = 0;
 }
 
-void CommState::watch_locked(cudaStream_t stream, EndSlot* end, CallName name,
-                             std::vector<std::uint64_t> calls) {
-  auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
-                         [&](const StreamOps& s) { return s.stream == stream; });
-  if (it == in_flight_.end()) it = in_flight_.insert(in_flight_.end(), StreamOps{.stream = stream});
-  StreamOps& list = *it;
-  // The newest before this one (this one was recorded just now: not done).
-  if (++watched_ % kQueryEvery == 0 && !list.empty() &&
-      cuda_->event_query(list.ops.back().end->event) == cudaSuccess) {
-    retire_all(list);  // the newest is done, so is everything before it on this stream
-  }
-  // A deadline of seconds needs no finer clock than the tick's.
-  list.ops.push_back({end, coarse::steady_now() + timeout_, std::move(name), std::move(calls)});
-}
-
 std::optional<std::string> CommState::overdue() {
   std::optional<std::pair<std::string, std::uint64_t>> late;  // what, call
   {
     std::lock_guard<std::mutex> lock(in_flight_mu_);
+    drain_locked();
     for (StreamOps& list : in_flight_) {
       while (!late && !list.empty()) {
         InFlight& oldest = list.ops[list.head];
@@ -180,6 +196,7 @@ std::string CommState::diagnose(std::uint64_t call) {
 
 std::size_t CommState::in_flight() {
   std::lock_guard<std::mutex> lock(in_flight_mu_);
+  drain_locked();
   std::size_t n = 0;
   for (const StreamOps& list : in_flight_) n += list.ops.size() - list.head;
   return n;
@@ -263,6 +280,7 @@ void CommState::abort(const std::string& why, ErrorCategory category) {
   std::vector<StreamOps> dropped;  // nothing left to watch
   {
     std::lock_guard<std::mutex> lock(in_flight_mu_);
+    drain_locked();
     dropped.swap(in_flight_);
   }
   for (const StreamOps& list : dropped) {

@@ -16,6 +16,7 @@
 
 #include "collectives/flight_recorder.h"
 #include "collectives/nccl/cuda_api.h"
+#include "collectives/nccl/handoff_ring.h"
 #include "collectives/nccl/nccl_api.h"
 #include "rt_dist/error.h"
 
@@ -93,10 +94,15 @@ class CommState {
   // operation, and watches it until it completes: an operation that has not
   // completed by its deadline (now + timeout) aborts the communicator, even
   // if nobody waits for it on the host (a trainer that only orders its stream
-  // after it). Operations on one stream complete in order, so one query of
-  // the newest retires all before it; it is made on every kQueryEvery-th call.
-  // The flight-recorder numbers marked completed there once the end event
-  // fires: name.recorded, and a group's calls. Returns the Work's ticket.
+  // after it). The caller hands it to the watchdog thread through a ring
+  // (HandoffRing: no lock on the caller's side), and takes its end slot from
+  // slots of its own; every kQueryEvery-th call it takes the in-flight lock,
+  // and, since operations on one stream complete in order, retires all before
+  // it on its stream with one query of the newest. The flight-recorder
+  // numbers marked completed there once the end event fires: name.recorded,
+  // and a group's calls. Returns the Work's ticket.
+  // These, take_end and drop_end come from the communicator's caller (one
+  // thread at a time, as every call on a communicator).
   EndTicket record_end(cudaStream_t stream, CallName name, std::vector<std::uint64_t> calls = {});
   // A group's Work is made before its calls: its end slot is taken then
   // (take_end), and recorded and watched after them (record_end(end, ...)),
@@ -169,6 +175,7 @@ class CommState {
   struct InFlight {
     EndSlot* end = nullptr;
     std::chrono::steady_clock::time_point deadline;
+    cudaStream_t stream = nullptr;
     CallName name;
     std::vector<std::uint64_t> calls;  // more flight-recorder numbers (a group's)
     std::uint64_t diagnosed() const {
@@ -183,13 +190,12 @@ class CommState {
     std::size_t head = 0;  // ops before it have retired
     bool empty() const { return head == ops.size(); }
   };
+  // The caller's side (no lock):
+  void hand_back(EndSlot* end);  // a slot taken and never recorded: to the spare ones
   // With in_flight_mu_ held:
-  EndTicket take_end_locked();
-  // Records end on stream and watches it; frees it if the record fails.
-  void record_locked(EndSlot* end, cudaStream_t stream, CallName name,
-                     std::vector<std::uint64_t> calls);
-  void watch_locked(cudaStream_t stream, EndSlot* end, CallName name,
-                    std::vector<std::uint64_t> calls);
+  void drain_locked();                                 // the ring's operations into their lists
+  StreamOps& list_locked(cudaStream_t stream);         // that stream's, made if new
+  void refill_locked(bool need_one);                   // free slots to the caller's spare ones
   void free_end_locked(EndSlot* end);                  // its operation completed: to the next
   void retire_front(StreamOps& list, bool succeeded);  // the oldest finished
   void retire_all(StreamOps& list);                    // the newest completed, so all did
@@ -197,10 +203,15 @@ class CommState {
   void mark_completed(const StreamOps& list);          // all of them (in_flight_mu_ held)
   std::vector<std::uint64_t> completing_;              // mark_completed(list)'s (in_flight_mu_)
   std::shared_ptr<FlightRecorder> recorder_;
+  // Operations launched and not yet in in_flight_: twice the query period, so
+  // that the caller's every kQueryEvery-th call empties it before it fills.
+  HandoffRing<InFlight, 2 * kQueryEvery> launched_;
   std::mutex in_flight_mu_;
   std::vector<StreamOps> in_flight_;
   std::vector<std::unique_ptr<EndSlot>> ends_;  // every end slot, for the destructor
-  std::vector<EndSlot*> free_ends_;
+  std::vector<EndSlot*> free_ends_;             // freed by the in-flight list (in_flight_mu_)
+  // The caller's: slots to take without the lock, and its calls so far.
+  std::vector<EndSlot*> spare_ends_;
   std::uint64_t watched_ = 0;
   std::atomic<bool> aborted_{false};
   std::atomic<bool> failed_{false};  // failure_ is set
