@@ -105,7 +105,8 @@ FlightRecorder::FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
       size_(size),
       publish_every_(publish_every),
       warn_after_(options.hang_warn),
-      on_hang_(std::move(on_hang)) {
+      on_hang_(std::move(on_hang)),
+      ring_(std::make_unique<Entry[]>(kCapacity)) {
   static std::atomic<int> communicators{0};
   trace_track_ = "comm " + std::to_string(communicators++);
   if (!options.dump_dir.empty()) {
@@ -142,18 +143,112 @@ std::string FlightRecorder::key(int rank) const { return "flight/" + std::to_str
 FlightRecorder::Texts& FlightRecorder::Entry::own_texts() {
   if (!texts) {
     texts = std::make_unique<Texts>();
-  } else if (!has_texts) {  // an earlier call's: cleared, its storage kept
+  } else if (!has_texts.load(std::memory_order_relaxed)) {  // an earlier call's: cleared
     texts->op_text.clear();
     texts->args_text.clear();
     texts->at_us = 0;
     texts->trace_note.clear();
   }
-  has_texts = true;
+  has_texts.store(true, std::memory_order_relaxed);
   return *texts;
 }
 
-FlightRecorder::Call FlightRecorder::Entry::call() const {
-  const Texts* t = has_texts ? texts.get() : nullptr;
+// CallArgs in two words: count, and dtype | op << 8 | has_buffer << 16 |
+// reduces << 17 | root << 32.
+void FlightRecorder::Entry::set_args(const CallArgs& a) {
+  count.store(a.count, std::memory_order_relaxed);
+  packed.store(static_cast<std::uint64_t>(a.dtype) | static_cast<std::uint64_t>(a.op) << 8 |
+                   static_cast<std::uint64_t>(a.has_buffer) << 16 |
+                   static_cast<std::uint64_t>(a.reduces) << 17 |
+                   static_cast<std::uint64_t>(static_cast<std::uint32_t>(a.root)) << 32,
+               std::memory_order_relaxed);
+}
+
+CallArgs FlightRecorder::Entry::args() const {
+  const std::uint64_t p = packed.load(std::memory_order_relaxed);
+  return CallArgs{.count = count.load(std::memory_order_relaxed),
+                  .dtype = static_cast<DType>(p & 0xff),
+                  .op = static_cast<ReduceOp>(p >> 8 & 0xff),
+                  .root = static_cast<int>(static_cast<std::uint32_t>(p >> 32)),
+                  .has_buffer = (p >> 16 & 1) != 0,
+                  .reduces = (p >> 17 & 1) != 0};
+}
+
+std::uint64_t FlightRecorder::oldest_seq() const {
+  const std::uint64_t next = next_seq_.load(std::memory_order_acquire);
+  return next > kCapacity ? next - kCapacity : 1;
+}
+
+FlightRecorder::Entry* FlightRecorder::slot(std::uint64_t seq) {
+  if (seq == 0 || seq < oldest_seq() || seq >= next_seq_.load(std::memory_order_acquire))
+    return nullptr;
+  return &ring_[(seq - 1) % kCapacity];
+}
+
+FlightRecorder::Entry& FlightRecorder::begin_entry(std::uint64_t seq) {
+  Entry& e = ring_[(seq - 1) % kCapacity];
+  e.state.store(0, std::memory_order_relaxed);
+  // Readers that see any field below see the 0 above (store-store order).
+  std::atomic_thread_fence(std::memory_order_release);
+  e.op.store(nullptr, std::memory_order_relaxed);
+  e.has_texts.store(false, std::memory_order_relaxed);          // the texts' storage stays
+  e.at_ms.store(coarse::unix_ms(), std::memory_order_relaxed);  // for ages in seconds
+  return e;
+}
+
+std::uint64_t FlightRecorder::publish_entry(Entry& e, std::uint64_t seq) {
+  e.state.store(seq << 1, std::memory_order_release);
+  next_seq_.store(seq + 1, std::memory_order_release);
+  return seq;
+}
+
+std::uint64_t FlightRecorder::record(const char* op, const CallArgs& args) {
+  if (trace::enabled()) {  // the trace's start time lives in texts
+    std::lock_guard<std::mutex> lock(mu_);
+    return record_locked(op, args);
+  }
+  const std::uint64_t seq = next_seq_.load(std::memory_order_relaxed);
+  Entry& e = begin_entry(seq);
+  e.op.store(op, std::memory_order_relaxed);
+  e.set_args(args);
+  return publish_entry(e, seq);
+}
+
+std::uint64_t FlightRecorder::record_locked(const char* op, const CallArgs& args) {
+  const std::uint64_t seq = next_seq_.load(std::memory_order_relaxed);
+  Entry& e = begin_entry(seq);
+  e.op.store(op, std::memory_order_relaxed);
+  e.set_args(args);
+  if (trace::enabled()) e.own_texts().at_us = trace::now_us();
+  return publish_entry(e, seq);
+}
+
+std::uint64_t FlightRecorder::record(std::string op, std::string args) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::uint64_t seq = next_seq_.load(std::memory_order_relaxed);
+  Entry& e = begin_entry(seq);
+  Texts& t = e.own_texts();
+  t.op_text = clean(std::move(op));
+  t.args_text = clean(std::move(args));
+  if (trace::enabled()) t.at_us = trace::now_us();
+  return publish_entry(e, seq);
+}
+
+std::optional<FlightRecorder::Call> FlightRecorder::read(std::uint64_t seq) const {
+  if (seq == 0 || seq < oldest_seq() || seq >= next_seq_.load(std::memory_order_acquire))
+    return std::nullopt;
+  const Entry& e = ring_[(seq - 1) % kCapacity];
+  if (e.state.load(std::memory_order_acquire) >> 1 != seq) return std::nullopt;
+  const char* op = e.op.load(std::memory_order_relaxed);
+  const CallArgs args = e.args();
+  const std::int64_t at_ms = e.at_ms.load(std::memory_order_relaxed);
+  const bool has_texts = e.has_texts.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const std::uint64_t state = e.state.load(std::memory_order_relaxed);
+  if (state >> 1 != seq) return std::nullopt;  // written over meanwhile: gone
+  // Texts change under mu_ only, which the reader holds: whatever the caller
+  // wrote since, these are still the call's.
+  const Texts* t = has_texts ? e.texts.get() : nullptr;
   return Call{.seq = seq,
               .op = op != nullptr ? std::string(op)
                     : t           ? t->op_text
@@ -162,47 +257,9 @@ FlightRecorder::Call FlightRecorder::Entry::call() const {
                       : t           ? t->args_text
                                     : std::string(),
               .at_ms = at_ms,
-              .done = done,
+              .done = (state & 1) != 0,
               .at_us = t ? t->at_us : 0,
               .trace_note = t ? t->trace_note : std::string()};
-}
-
-std::uint64_t FlightRecorder::oldest_seq() const {
-  return next_seq_ > kCapacity ? next_seq_ - kCapacity : 1;
-}
-
-FlightRecorder::Entry& FlightRecorder::next_entry() {
-  if (ring_.size() < kCapacity) ring_.emplace_back();
-  Entry& e = ring_[(next_seq_ - 1) % kCapacity];
-  e.seq = next_seq_;
-  e.op = nullptr;
-  e.has_texts = false;          // the texts' storage stays for a later call's
-  e.at_ms = coarse::unix_ms();  // for ages in seconds
-  if (trace::enabled()) e.own_texts().at_us = trace::now_us();
-  e.done = false;
-  return e;
-}
-
-std::uint64_t FlightRecorder::record(const char* op, const CallArgs& args) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Entry& e = next_entry();
-  e.op = op;
-  e.args = args;
-  return next_seq_++;
-}
-
-std::uint64_t FlightRecorder::record(std::string op, std::string args) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Entry& e = next_entry();
-  Texts& t = e.own_texts();
-  t.op_text = clean(std::move(op));
-  t.args_text = clean(std::move(args));
-  return next_seq_++;
-}
-
-FlightRecorder::Entry* FlightRecorder::find(std::uint64_t seq) {
-  if (seq < oldest_seq() || seq >= next_seq_) return nullptr;
-  return &ring_[(seq - 1) % kCapacity];
 }
 
 void FlightRecorder::completed(std::uint64_t seq) {
@@ -216,22 +273,26 @@ void FlightRecorder::completed(const std::vector<std::uint64_t>& seqs) {
 }
 
 void FlightRecorder::complete(std::uint64_t seq) {
-  Entry* e = find(seq);
-  if (!e || e->done) return;
-  e->done = true;
+  Entry* e = slot(seq);
+  if (!e) return;
+  // Only if the entry still holds seq, not yet done (the caller may be
+  // writing over it).
+  std::uint64_t waiting = seq << 1;
+  if (!e->state.compare_exchange_strong(waiting, waiting | 1, std::memory_order_acq_rel)) return;
   // In the trace: from the call until its completion was seen (on a GPU, by
   // the watchdog's poll of the collective's end event).
-  if (e->has_texts && e->texts->at_us > 0) {
-    const Call c = e->call();
-    trace::span(c.op, "collective", trace_track_, c.at_us, trace::now_us(),
-                c.trace_note.empty() ? c.args : c.args + ", " + c.trace_note);
+  if (!e->has_texts.load(std::memory_order_relaxed)) return;
+  const std::optional<Call> c = read(seq);
+  if (c && c->at_us > 0) {
+    trace::span(c->op, "collective", trace_track_, c->at_us, trace::now_us(),
+                c->trace_note.empty() ? c->args : c->args + ", " + c->trace_note);
   }
 }
 
 void FlightRecorder::annotate(std::uint64_t seq, std::string note) {
   if (!trace::enabled()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (Entry* e = find(seq)) e->own_texts().trace_note = std::move(note);
+  if (Entry* e = slot(seq)) e->own_texts().trace_note = std::move(note);
 }
 
 void FlightRecorder::check_hang() {
@@ -239,9 +300,10 @@ void FlightRecorder::check_hang() {
   std::optional<Call> oldest;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (std::uint64_t seq = oldest_seq(); seq < next_seq_; ++seq) {
-      if (const Entry* e = find(seq); !e->done) {
-        oldest = e->call();
+    const std::uint64_t next = next_seq_.load(std::memory_order_acquire);
+    for (std::uint64_t seq = oldest_seq(); seq < next; ++seq) {
+      if (std::optional<Call> c = read(seq); c && !c->done) {
+        oldest = std::move(c);
         break;
       }
     }
@@ -257,13 +319,14 @@ void FlightRecorder::check_hang() {
 
 std::vector<FlightRecorder::Call> FlightRecorder::recent(std::size_t n) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::uint64_t end = next_seq_;
+  const std::uint64_t end = next_seq_.load(std::memory_order_acquire);
   const std::uint64_t begin =
       std::max<std::uint64_t>(oldest_seq(), end - std::min<std::uint64_t>(n, end - 1));
   std::vector<Call> calls;
   calls.reserve(end - begin);
-  for (std::uint64_t seq = begin; seq < end; ++seq)
-    calls.push_back(ring_[(seq - 1) % kCapacity].call());
+  for (std::uint64_t seq = begin; seq < end; ++seq) {
+    if (std::optional<Call> c = read(seq)) calls.push_back(std::move(*c));  // else written over
+  }
   return calls;
 }
 
@@ -297,7 +360,7 @@ std::string FlightRecorder::diagnose(std::uint64_t seq) {
   std::optional<Call> mine;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (const Entry* e = find(seq)) mine = e->call();
+    mine = read(seq);
   }
   if (!mine) return "";
   publish();  // so that peers diagnosing the same hang see this rank's newest call

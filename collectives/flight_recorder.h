@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -85,9 +86,11 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  // On the calling thread, once per collective, in call order; returns its seq.
-  // The plain form (op a string literal) allocates nothing and formats no
-  // text: the data path's; the text form is for callers that have only text.
+  // From the communicator's caller (one thread at a time), once per
+  // collective, in call order; returns its seq. The plain form (op a string
+  // literal) allocates nothing, formats no text and takes no lock (the
+  // entry is published to readers as a seqlock would: see Entry): the data
+  // path's; the text form is for callers that have only text.
   std::uint64_t record(const char* op, const CallArgs& args);
   std::uint64_t record(std::string op, std::string args);
   // Call seq finished (completed or failed); calls may finish in any order.
@@ -142,22 +145,37 @@ class FlightRecorder {
   // One call in the ring, as recorded: plain data, or text from the text
   // form; spelled out as a Call when read. One cache line for a plain call:
   // the ring is written a new entry a call, so its lines are cold.
+  //
+  // The caller writes plain calls without the lock, while readers (under
+  // mu_) may read the same entry: state is 0 while the entry is written and
+  // seq << 1 (| 1 once done) after, and a reader keeps what it read only if
+  // state named the same seq before and after (a seqlock; the fields are
+  // relaxed atomics, so that neither side races). What needs mu_ on both
+  // sides: texts (the text form, a trace's notes; with a trace on, plain
+  // calls are recorded under mu_ too).
   struct alignas(64) Entry {
-    std::uint64_t seq = 0;
-    const char* op = nullptr;  // the plain form's (a string literal)
-    CallArgs args;
-    std::int64_t at_ms = 0;
-    std::unique_ptr<Texts> texts;  // kept once made (its storage is reused)
-    bool has_texts = false;        // texts holds this call's
-    bool done = false;
-    Texts& own_texts();  // texts for this call, made or cleared
-    Call call() const;
+    std::atomic<std::uint64_t> state{0};
+    std::atomic<const char*> op{nullptr};  // the plain form's (a string literal)
+    std::atomic<std::size_t> count{0};     // CallArgs, as two words
+    std::atomic<std::uint64_t> packed{0};
+    std::atomic<std::int64_t> at_ms{0};
+    std::atomic<bool> has_texts{false};  // texts holds this call's
+    std::unique_ptr<Texts> texts;        // kept once made (its storage is reused); mu_
+    Texts& own_texts();                  // texts for this call, made or cleared (mu_ held)
+    void set_args(const CallArgs& args);
+    CallArgs args() const;
   };
   static_assert(sizeof(Entry) == 64, "a ring entry is one cache line");
-  Entry& next_entry();               // the ring's slot for the next call, reset (caller holds mu_)
-  Entry* find(std::uint64_t seq);    // in the ring, or null (caller holds mu_)
+  // The entry of the next call, emptied (its state 0); publish() makes it
+  // call seq for readers and returns seq.
+  Entry& begin_entry(std::uint64_t seq);
+  std::uint64_t publish_entry(Entry& e, std::uint64_t seq);
+  std::uint64_t record_locked(const char* op, const CallArgs& args);  // a trace's (mu_ held)
+  // Call seq as recorded, or nullopt if it is not (or no longer) in the ring (mu_ held).
+  std::optional<Call> read(std::uint64_t seq) const;
+  Entry* slot(std::uint64_t seq);    // seq's place in the ring, if seq may be there, or null
   void complete(std::uint64_t seq);  // completed()'s work (caller holds mu_)
-  std::uint64_t oldest_seq() const;  // of the calls in the ring (caller holds mu_)
+  std::uint64_t oldest_seq() const;  // of the calls in the ring
   std::string key(int rank) const;
   void publisher_loop();
   void check_hang();  // the live warning
@@ -174,11 +192,12 @@ class FlightRecorder {
   std::function<void(const std::string&)> on_hang_;
   std::uint64_t warned_seq_ = 0;  // the newest call warned about (publisher thread only)
   mutable std::mutex mu_;
-  // The newest kCapacity calls: seq s at ring_[(s - 1) % kCapacity], grown to
-  // kCapacity and then reused in place.
-  std::vector<Entry> ring_;
+  // The newest kCapacity calls: seq s at ring_[(s - 1) % kCapacity].
+  std::unique_ptr<Entry[]> ring_;
   std::string trace_track_;  // "comm <n>": this communicator's row in the trace
-  std::uint64_t next_seq_ = 1;
+  // The next call's seq: written by the caller (after the entry's state),
+  // read by anyone.
+  std::atomic<std::uint64_t> next_seq_{1};
   std::uint64_t published_seq_ = 0;  // newest seq in the store
   std::mutex publish_mu_;            // one publish at a time
   std::condition_variable wake_;

@@ -81,6 +81,45 @@ TEST(FlightRecorder, PlainCallsReadBackAsTheTextPeersCompare) {
   recorder.completed(1);  // long gone from the ring: nothing to mark
 }
 
+// The caller records plain calls without the lock while another thread reads
+// the ring and marks calls done: a call is read whole or not at all (its
+// arguments are its own), and marking a call done never marks the call that
+// took its entry later.
+TEST(FlightRecorder, ReadersAndTheLockFreeWriterNeverMixCalls) {
+  FlightRecorder recorder(nullptr, 0, 1);
+  constexpr std::uint64_t kCalls = 20 * FlightRecorder::kCapacity;
+  std::atomic<bool> writing{true};
+  std::atomic<std::uint64_t> torn{0};
+  std::thread reader([&] {
+    std::uint64_t last_seen = 0;
+    while (writing.load()) {
+      for (const Call& c : recorder.recent(FlightRecorder::kCapacity)) {
+        // seq s was recorded as count s, even seqs as all_reduce, odd as broadcast.
+        const bool even = c.seq % 2 == 0;
+        const std::string args = even ? "float32 x " + std::to_string(c.seq) + ", sum"
+                                      : "float32 x " + std::to_string(c.seq) + ", root 1";
+        if (c.op != (even ? "all_reduce" : "broadcast") || c.args != args) ++torn;
+        if (even && c.seq > last_seen) recorder.completed(c.seq);  // even calls only
+        last_seen = std::max(last_seen, c.seq);
+      }
+    }
+  });
+  for (std::uint64_t seq = 1; seq <= kCalls; ++seq) {
+    const BufferView buf{.count = seq};
+    const CallDescription d =
+        seq % 2 == 0 ? describe::all_reduce(buf, ReduceOp::kSum) : describe::broadcast(buf, 1);
+    ASSERT_EQ(recorder.record(d.op, d.args), seq);
+  }
+  writing = false;
+  reader.join();
+  EXPECT_EQ(torn.load(), 0u) << "a call read with another call's fields";
+  auto all = recorder.recent(FlightRecorder::kCapacity);
+  ASSERT_EQ(all.size(), FlightRecorder::kCapacity);
+  for (const Call& c : all) {
+    if (c.seq % 2 == 1) EXPECT_FALSE(c.done) << "#" << c.seq << " was never completed";
+  }
+}
+
 TEST(FlightRecorder, ReportsSurviveTheirTextForm) {
   Report report{.published_ms = 42, .calls = {call(7, "all_reduce"), call(8, "barrier", "")}};
   auto back = FlightRecorder::decode(FlightRecorder::encode(report));
