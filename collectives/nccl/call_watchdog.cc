@@ -3,16 +3,8 @@
 
 #include <algorithm>
 
-#include "runtime/core/coarse_clock.h"
 
 namespace rtd::nccl {
-namespace {
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 CallWatchdog::CallWatchdog(std::chrono::milliseconds timeout,
                            std::function<void(const std::string&)> on_expire,
@@ -33,14 +25,9 @@ CallWatchdog::~CallWatchdog() {
 
 void CallWatchdog::begin(const char* what) {
   what_.store(what, std::memory_order_relaxed);
-  // The tick's time (a few ms early at most): bounds of seconds need no more.
-  started_ns_.store(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(coarse::steady_now().time_since_epoch())
-          .count(),
-      std::memory_order_relaxed);
   const std::uint64_t call = calls_.load(std::memory_order_relaxed) + 1;
   calls_.store(call, std::memory_order_relaxed);
-  in_call_.store(call, std::memory_order_release);  // after what_ and started_ns_
+  in_call_.store(call, std::memory_order_release);  // after what_
 }
 
 void CallWatchdog::end() { in_call_.store(0, std::memory_order_release); }
@@ -48,6 +35,8 @@ void CallWatchdog::end() { in_call_.store(0, std::memory_order_release); }
 void CallWatchdog::run() {
   const auto poll =
       std::clamp(timeout_ / 10, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
+  std::uint64_t seen_call = 0;  // the call in flight at the last poll (0: none)
+  std::chrono::steady_clock::time_point seen_at;
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, poll, [&] { return stopping_; })) {
     if (tick_) {
@@ -57,9 +46,14 @@ void CallWatchdog::run() {
       if (stopping_) break;
     }
     const std::uint64_t call = in_call_.load(std::memory_order_acquire);
-    if (call == 0) continue;
-    std::int64_t elapsed = now_ns() - started_ns_.load(std::memory_order_relaxed);
-    if (elapsed < std::chrono::nanoseconds(timeout_).count()) continue;
+    // A call's clock starts when this thread first sees it (a poll after it
+    // began at most): begin() reads no clock.
+    if (call != seen_call) {
+      seen_call = call;
+      seen_at = std::chrono::steady_clock::now();
+      continue;
+    }
+    if (call == 0 || std::chrono::steady_clock::now() - seen_at < timeout_) continue;
     if (in_call_.load(std::memory_order_acquire) != call) continue;  // that call just ended
     fired_ = true;
     std::string what = what_.load(std::memory_order_relaxed);

@@ -2,10 +2,10 @@
 // communicator's collective waiting on a peer that never connects, a split, a
 // group end). One thread per communicator polls a few times per timeout; if a
 // call stays in flight past the timeout, it runs on_expire (which aborts the
-// communicator, so the call returns). begin() and end() are plain stores (no
-// lock, no read-modify-write, no system call on the data path): the first
-// locked instruction after NCCL's call waits for the stores NCCL left in
-// flight, and these were that instruction. tick, when given, runs at every poll
+// communicator, so the call returns): a call is timed from the first poll
+// that sees it, so it is cut off between one and one and a fifth timeouts
+// after it began. begin() and end() are plain stores: no clock, no lock, no
+// read-modify-write on the data path. tick, when given, runs at every poll
 // (the communicator checks its operations in flight there).
 #pragma once
 
@@ -55,7 +55,6 @@ class CallWatchdog {
   // caller at a time rule leave 0 once both returned.
   std::atomic<std::uint64_t> in_call_{0};
   std::atomic<std::uint64_t> calls_{0};  // begin()s so far (numbers the calls)
-  std::atomic<std::int64_t> started_ns_{0};
   std::atomic<const char*> what_{""};
   std::atomic<bool> fired_{false};
   std::mutex mu_;

@@ -74,29 +74,25 @@ EndTicket CommState::take_end() {
 void CommState::drop_end(EndTicket end) { hand_back(end.slot); }
 
 EndTicket CommState::record_end(cudaStream_t stream, CallName name,
-                                std::vector<std::uint64_t> calls) {
+                                        std::vector<std::uint64_t> calls) {
   const EndTicket end = take_end();
   record_end(end, stream, std::move(name), std::move(calls));
   return end;
 }
 
 void CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
-                           std::vector<std::uint64_t> calls) {
+                                   std::vector<std::uint64_t> calls) {
   const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
   if (rc != cudaSuccess) {
     hand_back(end.slot);
     RTD_CUDA_CHECK(*cuda_, rc, name.text() + ": recording its end");
   }
-  // A deadline of seconds needs no finer clock than the tick's.
-  InFlight op{.end = end.slot,
-              .deadline = coarse::steady_now() + timeout_,
-              .stream = stream,
-              .name = std::move(name),
-              .calls = std::move(calls)};
+  InFlight op{
+      .end = end.slot, .stream = stream, .name = std::move(name), .calls = std::move(calls)};
   if (++watched_ % kQueryEvery != 0 && launched_.push(std::move(op))) return;
   // Every kQueryEvery-th call (or with the ring full, which that prevents).
   std::lock_guard<std::mutex> lock(in_flight_mu_);
-  drain_locked();
+  op.deadline = drain_locked();
   StreamOps& list = list_locked(stream);
   // The newest before this one (this one was recorded just now: not done).
   if (!list.empty() && cuda_->event_query(list.ops.back().end->event) == cudaSuccess) {
@@ -106,11 +102,17 @@ void CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
   refill_locked(false);  // what this and the watchdog's retiring freed, for the next calls
 }
 
-void CommState::drain_locked() {
-  launched_.drain([this](InFlight&& op) {
+std::chrono::steady_clock::time_point CommState::drain_locked() {
+  // The deadline runs from when the list takes an operation in: at most a
+  // watchdog poll or kQueryEvery calls after its launch, so that launching
+  // reads no clock. A deadline of seconds needs no finer clock than the tick's.
+  const auto deadline = coarse::steady_now() + timeout_;
+  launched_.drain([&](InFlight&& op) {
+    op.deadline = deadline;
     StreamOps& list = list_locked(op.stream);
     list.ops.push_back(std::move(op));
   });
+  return deadline;
 }
 
 CommState::StreamOps& CommState::list_locked(cudaStream_t stream) {

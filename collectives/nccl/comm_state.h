@@ -92,7 +92,8 @@ class CommState {
 
   // [In flight] Records an operation's end event on stream, just after the
   // operation, and watches it until it completes: an operation that has not
-  // completed by its deadline (now + timeout) aborts the communicator, even
+  // completed by its deadline (a timeout after the in-flight list took it in,
+  // at most a watchdog poll after its launch) aborts the communicator, even
   // if nobody waits for it on the host (a trainer that only orders its stream
   // after it). The caller hands it to the watchdog thread through a ring
   // (HandoffRing: no lock on the caller's side), and takes its end slot from
@@ -193,7 +194,8 @@ class CommState {
   // The caller's side (no lock):
   void hand_back(EndSlot* end);  // a slot taken and never recorded: to the spare ones
   // With in_flight_mu_ held:
-  void drain_locked();                                 // the ring's operations into their lists
+  // The ring's operations into their lists, with their deadline (returned).
+  std::chrono::steady_clock::time_point drain_locked();
   StreamOps& list_locked(cudaStream_t stream);         // that stream's, made if new
   void refill_locked(bool need_one);                   // free slots to the caller's spare ones
   void free_end_locked(EndSlot* end);                  // its operation completed: to the next
