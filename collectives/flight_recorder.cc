@@ -10,6 +10,7 @@
 
 #include "rt_dist/trace.h"
 #include "runtime/core/coarse_clock.h"
+#include "runtime/core/hot_path.h"
 #include "runtime/core/log.h"
 
 namespace rtd {
@@ -81,16 +82,16 @@ CallArgs reducing(const BufferView& buf, ReduceOp op) {
   return args;
 }
 }  // namespace
-CallDescription all_reduce(const BufferView& in, ReduceOp op) {
+RTD_HOT CallDescription all_reduce(const BufferView& in, ReduceOp op) {
   return {"all_reduce", reducing(in, op)};
 }
-CallDescription broadcast(const BufferView& buf, int root) {
+RTD_HOT CallDescription broadcast(const BufferView& buf, int root) {
   CallArgs args = of(buf);
   args.root = root;
   return {"broadcast", args};
 }
-CallDescription all_gather(const BufferView& in) { return {"all_gather", of(in)}; }
-CallDescription reduce_scatter(const BufferView& out, ReduceOp op) {
+RTD_HOT CallDescription all_gather(const BufferView& in) { return {"all_gather", of(in)}; }
+RTD_HOT CallDescription reduce_scatter(const BufferView& out, ReduceOp op) {
   return {"reduce_scatter", reducing(out, op)};
 }
 CallDescription all_to_all(const BufferView& in) { return {"all_to_all", of(in)}; }
@@ -155,7 +156,7 @@ FlightRecorder::Texts& FlightRecorder::Entry::own_texts() {
 
 // CallArgs in two words: count, and dtype | op << 8 | has_buffer << 16 |
 // reduces << 17 | root << 32.
-void FlightRecorder::Entry::set_args(const CallArgs& a) {
+RTD_HOT void FlightRecorder::Entry::set_args(const CallArgs& a) {
   count.store(a.count, std::memory_order_relaxed);
   packed.store(static_cast<std::uint64_t>(a.dtype) | static_cast<std::uint64_t>(a.op) << 8 |
                    static_cast<std::uint64_t>(a.has_buffer) << 16 |
@@ -185,7 +186,7 @@ FlightRecorder::Entry* FlightRecorder::slot(std::uint64_t seq) {
   return &ring_[(seq - 1) % kCapacity];
 }
 
-FlightRecorder::Entry& FlightRecorder::begin_entry(std::uint64_t seq) {
+RTD_HOT FlightRecorder::Entry& FlightRecorder::begin_entry(std::uint64_t seq) {
   Entry& e = ring_[(seq - 1) % kCapacity];
   e.state.store(0, std::memory_order_relaxed);
   // Readers that see any field below see the 0 above (store-store order).
@@ -196,13 +197,13 @@ FlightRecorder::Entry& FlightRecorder::begin_entry(std::uint64_t seq) {
   return e;
 }
 
-std::uint64_t FlightRecorder::publish_entry(Entry& e, std::uint64_t seq) {
+RTD_HOT std::uint64_t FlightRecorder::publish_entry(Entry& e, std::uint64_t seq) {
   e.state.store(seq << 1, std::memory_order_release);
   next_seq_.store(seq + 1, std::memory_order_release);
   return seq;
 }
 
-std::uint64_t FlightRecorder::record(const char* op, const CallArgs& args) {
+RTD_HOT std::uint64_t FlightRecorder::record(const char* op, const CallArgs& args) {
   if (trace::enabled()) {  // the trace's start time lives in texts
     std::lock_guard<std::mutex> lock(mu_);
     return record_locked(op, args);

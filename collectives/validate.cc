@@ -2,11 +2,12 @@
 #include "collectives/validate.h"
 
 #include "rt_dist/error.h"
+#include "runtime/core/hot_path.h"
 
 namespace rtd::validate {
 namespace {
 
-[[noreturn]] void fail(const char* op, const std::string& message) {
+[[noreturn]] RTD_COLD void fail(const char* op, const std::string& message) {
   throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": " + message);
 }
 
@@ -56,24 +57,25 @@ void buffer_on(const char* op, const BufferView& buf, DeviceType device) {
   if (buf.data == nullptr && buf.count > 0) fail(op, "buffer is null but count is nonzero");
 }
 
-void all_reduce(const BufferView& in, const BufferView& out, ReduceOp reduce, DeviceType device) {
+RTD_HOT void all_reduce(const BufferView& in, const BufferView& out, ReduceOp reduce,
+                        DeviceType device) {
   pair_on("all_reduce", in, out, device);
   count_equals("all_reduce", "output", out.count, in.count);
   reducible("all_reduce", in.dtype, reduce);
 }
 
-void broadcast(const BufferView& buf, int root, int size, DeviceType device) {
+RTD_HOT void broadcast(const BufferView& buf, int root, int size, DeviceType device) {
   buffer_on("broadcast", buf, device);
   rank_in_range("broadcast", "root", root, size);
 }
 
-void all_gather(const BufferView& in, const BufferView& out, int size, DeviceType device) {
+RTD_HOT void all_gather(const BufferView& in, const BufferView& out, int size, DeviceType device) {
   pair_on("all_gather", in, out, device);
   count_equals("all_gather", "output", out.count, in.count * size);
 }
 
-void reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp reduce, int size,
-                    DeviceType device) {
+RTD_HOT void reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp reduce, int size,
+                            DeviceType device) {
   pair_on("reduce_scatter", in, out, device);
   count_equals("reduce_scatter", "input", in.count, out.count * size);
   reducible("reduce_scatter", in.dtype, reduce);

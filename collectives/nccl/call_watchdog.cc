@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "runtime/core/hot_path.h"
 
 namespace rtd::nccl {
 
@@ -23,14 +24,14 @@ CallWatchdog::~CallWatchdog() {
   thread_.join();
 }
 
-void CallWatchdog::begin(const char* what) {
+RTD_HOT void CallWatchdog::begin(const char* what) {
   what_.store(what, std::memory_order_relaxed);
   const std::uint64_t call = calls_.load(std::memory_order_relaxed) + 1;
   calls_.store(call, std::memory_order_relaxed);
   in_call_.store(call, std::memory_order_release);  // after what_
 }
 
-void CallWatchdog::end() { in_call_.store(0, std::memory_order_release); }
+RTD_HOT void CallWatchdog::end() { in_call_.store(0, std::memory_order_release); }
 
 void CallWatchdog::run() {
   const auto poll =

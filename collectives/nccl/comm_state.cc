@@ -7,6 +7,7 @@
 
 #include "collectives/nccl/nccl_check.h"
 #include "runtime/core/coarse_clock.h"
+#include "runtime/core/hot_path.h"
 #include "runtime/core/log.h"
 
 namespace rtd::nccl {
@@ -61,7 +62,7 @@ void CommState::hand_back(EndSlot* end) {
   spare_ends_.push_back(end);
 }
 
-EndTicket CommState::take_end() {
+RTD_HOT EndTicket CommState::take_end() {
   if (spare_ends_.empty()) {
     std::lock_guard<std::mutex> lock(in_flight_mu_);
     refill_locked(true);
@@ -73,14 +74,14 @@ EndTicket CommState::take_end() {
 
 void CommState::drop_end(EndTicket end) { hand_back(end.slot); }
 
-EndTicket CommState::record_end(cudaStream_t stream, CallName name,
+RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, CallName name,
                                         std::vector<std::uint64_t> calls) {
   const EndTicket end = take_end();
   record_end(end, stream, std::move(name), std::move(calls));
   return end;
 }
 
-void CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
+RTD_HOT void CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
                                    std::vector<std::uint64_t> calls) {
   const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
   if (rc != cudaSuccess) {
@@ -122,7 +123,7 @@ CommState::StreamOps& CommState::list_locked(cudaStream_t stream) {
   return *it;
 }
 
-std::string CallName::text() const {
+RTD_COLD std::string CallName::text() const {
   if (spelled) return *spelled;
   return std::string("nccl ") + op + (recorded != 0 ? " #" + std::to_string(recorded) : "") +
          " on rank " + std::to_string(rank);

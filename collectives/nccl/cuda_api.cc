@@ -3,6 +3,7 @@
 #include "collectives/nccl/cuda_api.h"
 
 #include "collectives/nccl/driver_api.h"
+#include "runtime/core/hot_path.h"
 
 namespace rtd::nccl {
 namespace {
@@ -28,7 +29,7 @@ class RealCudaApi : public CudaApi {
   // runtime makes current), so that an error is the runtime's. The driver's
   // entry point is looked up at the first record: a machine without a GPU
   // never asks for it.
-  cudaError_t event_record(cudaEvent_t event, cudaStream_t stream) override {
+  RTD_HOT cudaError_t event_record(cudaEvent_t event, cudaStream_t stream) override {
     static const auto record = driver_api().event_record;
     if (record != nullptr && record(event, stream) == CUDA_SUCCESS) return cudaSuccess;
     return cudaEventRecord(event, stream);

@@ -12,6 +12,7 @@
 #include "collectives/nccl/nccl_work.h"
 #include "collectives/validate.h"
 #include "rt_dist/trace.h"
+#include "runtime/core/hot_path.h"
 #include "runtime/core/log.h"
 
 namespace rtd::nccl {
@@ -252,7 +253,7 @@ void NcclCommunicator::start_recorder() {
       options_.store, rank_, size_, FlightRecorder::publish_interval(size_), options_.flight));
 }
 
-void NcclCommunicator::throw_call_failed(ncclResult_t rc, const std::string& what) {
+RTD_COLD void NcclCommunicator::throw_call_failed(ncclResult_t rc, const std::string& what) {
   if (watchdog_ && watchdog_->fired()) {
     throw Error(ErrorCategory::kTimeout,
                 what + " did not return within " + std::to_string(options_.timeout.count()) +
@@ -293,8 +294,9 @@ ncclRedOp_t NcclCommunicator::reduction(ReduceOp op) const {
 }
 
 template <typename Call>
-std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t recorded,
-                                               StreamRef caller, std::size_t bytes, Call&& call) {
+RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t recorded,
+                                                       StreamRef caller, std::size_t bytes,
+                                                       Call&& call) {
   ++seq_;
   UnlaunchedCall unlaunched(state_->recorder(), recorded);
   // Collectives by their flight-recorder number (1-based, collectives only);
@@ -364,8 +366,8 @@ std::shared_ptr<Work> NcclCommunicator::launch_staged(const char* op, std::uint6
   });
 }
 
-std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
-                                                   StreamRef stream) {
+RTD_HOT std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out,
+                                                           ReduceOp op, StreamRef stream) {
   validate::all_reduce(in, out, op, DeviceType::kCuda);
   if (staged_ && !group_work_) {
     if (auto* slot = staged_->slot_for(StagedCollectives::Kind::kAllReduce, in, op, in.bytes())) {
@@ -380,7 +382,8 @@ std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out
                 });
 }
 
-std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root, StreamRef stream) {
+RTD_HOT std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root,
+                                                          StreamRef stream) {
   validate::broadcast(buf, root, size_, DeviceType::kCuda);
   return launch("broadcast", record(describe::broadcast(buf, root)), stream, buf.bytes(),
                 [&](cudaStream_t s) {
@@ -389,8 +392,8 @@ std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root, Stre
                 });
 }
 
-std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
-                                                   StreamRef stream) {
+RTD_HOT std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
+                                                           StreamRef stream) {
   validate::all_gather(in, out, size_, DeviceType::kCuda);
   if (staged_ && !group_work_) {
     if (auto* slot = staged_->slot_for(StagedCollectives::Kind::kAllGather, in, ReduceOp::kSum,
@@ -405,8 +408,8 @@ std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out
                 });
 }
 
-std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
-                                                       StreamRef stream) {
+RTD_HOT std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out,
+                                                               ReduceOp op, StreamRef stream) {
   validate::reduce_scatter(in, out, op, size_, DeviceType::kCuda);
   if (staged_ && !group_work_) {
     if (auto* slot =

@@ -4,11 +4,14 @@
 #include <thread>
 
 #include "collectives/nccl/nccl_check.h"
+#include "runtime/core/hot_path.h"
 
 namespace rtd::nccl {
-NcclWork::NcclWork(std::shared_ptr<CommState> state, EndTicket end, CallName name,
-                   cudaStream_t ran_on)
+RTD_HOT NcclWork::NcclWork(std::shared_ptr<CommState> state, EndTicket end, CallName name,
+                           cudaStream_t ran_on)
     : state_(std::move(state)), end_(end), name_(std::move(name)), ran_on_(ran_on) {}
+
+RTD_HOT NcclWork::~NcclWork() = default;
 
 bool NcclWork::done() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -69,7 +72,7 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
   if (error_) throw *error_;
 }
 
-void NcclWork::wait(StreamRef stream) {
+RTD_HOT void NcclWork::wait(StreamRef stream) {
   if (ran_on_ != nullptr && stream.cuda_stream == ran_on_) return;  // already after it
   if (end_.retired()) return;                                       // complete
   // Should the slot go on to a later operation meanwhile, the stream waits

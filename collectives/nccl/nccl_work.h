@@ -20,6 +20,7 @@ class NcclWork : public Work {
   // wait on it is then already ordered); null otherwise.
   NcclWork(std::shared_ptr<CommState> state, EndTicket end, CallName name,
            cudaStream_t ran_on = nullptr);
+  ~NcclWork() override;  // on the data path (hot_path.h)
 
   bool done() const override;
   void wait() override { wait(state_->timeout()); }

@@ -1,0 +1,15 @@
+// RTD_HOT marks the functions that every small collective runs through on
+// the host. The compiler places them together (a section of their own), so
+// that the path touches a few lines and pages of code: NCCL's own call, in
+// between, pushes ours out of the caches, and each line it needs again is a
+// miss. RTD_COLD marks what runs only on failure (naming an error), kept out
+// of the way of the path.
+#pragma once
+
+#if defined(__GNUC__) || defined(__clang__)
+#define RTD_HOT __attribute__((hot))
+#define RTD_COLD __attribute__((cold, noinline))
+#else
+#define RTD_HOT
+#define RTD_COLD
+#endif
