@@ -10,8 +10,9 @@
 // rather than the runtime's cudaEventRecord, and "raw_fork" the call on a
 // second stream ordered after the benchmark's by an event and the
 // benchmark's after it by another (what the default adds for calls above
-// RTD_NCCL_INLINE_BYTES). All are timed with CUDA events on the benchmark's
-// stream.
+// RTD_NCCL_INLINE_BYTES); with --host-delay-ns, "raw_delay" is raw_end_drv
+// and that much host time that touches no memory. All are timed with CUDA
+// events on the benchmark's stream.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -33,8 +34,16 @@ namespace {
 
 class GpuRunner : public Runner {
  public:
-  GpuRunner(const std::string& mode, const std::string& raw_init)
-      : variant_(mode == "raw" ? kRaw : kOurs), paired_(mode == "paired"), raw_init_(raw_init) {
+  GpuRunner(const std::string& mode, const std::string& raw_init, long long host_delay_ns)
+      : variant_(mode == "raw" ? kRaw : kOurs),
+        paired_(mode == "paired"),
+        raw_init_(raw_init),
+        host_delay_(host_delay_ns) {
+    if (paired_) {
+      rows_ = {kRaw, kRawEnd, kRawEndDriver, kRawFork};
+      if (host_delay_ns > 0) rows_.push_back(kRawDelay);
+      rows_.push_back(kOurs);  // last: the host sampler's default
+    }
     const bool raw = variant_ == kRaw;
     // Raw mode uses our context only for the store that carries NCCL's unique id.
     ctx_ = init(InitOptions{.backend = raw ? Backend::kGloo : Backend::kNccl});
@@ -68,11 +77,15 @@ class GpuRunner : public Runner {
                             : "our NCCL communicator";
   }
   std::vector<std::string> variants() const override {
-    if (paired_) return {"raw", "raw_end", "raw_end_drv", "raw_fork", "ours"};
-    return {""};
+    if (!paired_) return {""};
+    static const char* const kNames[] = {"raw",      "raw_end",   "raw_end_drv",
+                                         "raw_fork", "raw_delay", "ours"};
+    std::vector<std::string> names;
+    for (Variant v : rows_) names.emplace_back(kNames[v]);
+    return names;
   }
   void select(std::size_t variant) override {
-    if (paired_) variant_ = static_cast<Variant>(variant);
+    if (paired_) variant_ = rows_.at(variant);
   }
   double host_us() const override { return host_us_; }
   void* alloc(std::size_t bytes) override {
@@ -113,6 +126,15 @@ class GpuRunner : public Runner {
           if (nccl::driver_api().event_record(mark, stream_) != CUDA_SUCCESS)
             throw std::runtime_error("cuEventRecord failed");
           break;
+        case kRawDelay: {
+          raw_issue(op, b, stream_);
+          if (nccl::driver_api().event_record(mark, stream_) != CUDA_SUCCESS)
+            throw std::runtime_error("cuEventRecord failed");
+          const auto until = std::chrono::steady_clock::now() + host_delay_;
+          while (std::chrono::steady_clock::now() < until) {
+          }
+          break;
+        }
         case kOurs:
           ours_issue(op, b)->wait(StreamRef{stream_});
           break;
@@ -215,10 +237,12 @@ class GpuRunner : public Runner {
     }
   }
 
-  enum Variant { kRaw, kRawEnd, kRawEndDriver, kRawFork, kOurs };  // paired mode's rows, in order
-  Variant variant_;                                                // what time() runs
-  bool paired_;           // every variant, chosen by select()
-  std::string raw_init_;  // --raw-init
+  enum Variant { kRaw, kRawEnd, kRawEndDriver, kRawFork, kRawDelay, kOurs };
+  std::vector<Variant> rows_;            // paired mode's rows, in order
+  Variant variant_;                      // what time() runs
+  bool paired_;                          // every variant, chosen by select()
+  std::string raw_init_;                 // --raw-init
+  std::chrono::nanoseconds host_delay_;  // --host-delay-ns (raw_delay)
   double host_us_ = -1;
   std::shared_ptr<Context> ctx_;
   cudaStream_t stream_ = nullptr;
@@ -232,8 +256,9 @@ class GpuRunner : public Runner {
 
 }  // namespace
 
-std::unique_ptr<Runner> make_gpu_runner(const std::string& mode, const std::string& raw_init) {
-  return std::make_unique<GpuRunner>(mode, raw_init);
+std::unique_ptr<Runner> make_gpu_runner(const std::string& mode, const std::string& raw_init,
+                                        long long host_delay_ns) {
+  return std::make_unique<GpuRunner>(mode, raw_init, host_delay_ns);
 }
 
 }  // namespace rtd::bench

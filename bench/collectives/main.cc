@@ -146,7 +146,7 @@ int run(int argc, char** argv) {
   const long long process_start = process_start_ms();
   std::unique_ptr<Runner> runner = o.mode == "gloo" || o.mode == "mpi"
                                        ? make_host_runner(o.mode)
-                                       : make_gpu_runner(o.mode, o.raw_init);
+                                       : make_gpu_runner(o.mode, o.raw_init, o.host_delay_ns);
   const bool leader = runner->rank() == 0;
   if (o.startup) return time_startup(*runner, process_start);
   if (leader) {

@@ -5,7 +5,7 @@
 
 namespace rtd::bench {
 
-std::unique_ptr<Runner> make_gpu_runner(const std::string& mode, const std::string&) {
+std::unique_ptr<Runner> make_gpu_runner(const std::string& mode, const std::string&, long long) {
   throw std::runtime_error("--mode " + mode + " needs a build with CUDA and NCCL; use --mode gloo");
 }
 

@@ -50,6 +50,7 @@ std::unique_ptr<Runner> make_host_runner(const std::string& mode);
 // mode "ours" (our NCCL communicator), "raw" (NCCL calls, no layer of ours) or
 // "paired" (both in one process, timed in alternating blocks).
 // raw_init: how raw NCCL's communicator is made (BenchOptions::raw_init).
-std::unique_ptr<Runner> make_gpu_runner(const std::string& mode, const std::string& raw_init);
+std::unique_ptr<Runner> make_gpu_runner(const std::string& mode, const std::string& raw_init,
+                                        long long host_delay_ns);
 
 }  // namespace rtd::bench

@@ -55,7 +55,9 @@ std::string bench_usage() {
          "         the kernel's tick rate, or elapsed time at the full rate; default cpu)\n"
          "       --raw-init plain|thread|ours (raw NCCL's communicator made on this thread,\n"
          "         with a config on a thread of its own as ours is, or none: raw calls on\n"
-         "         our communicator's own NCCL handle; default plain)";
+         "         our communicator's own NCCL handle; default plain)\n"
+         "       --host-delay-ns N (paired: a row raw_delay, raw_end_drv and N ns of host\n"
+         "         time that touch no memory; default 0, no such row)";
 }
 
 BenchOptions parse_bench_options(int argc, char** argv) {
@@ -99,9 +101,13 @@ BenchOptions parse_bench_options(int argc, char** argv) {
     else if (flag == "--sample-clock") {
       if (v != "cpu" && v != "wall") throw std::invalid_argument("--sample-clock: cpu or wall");
       o.sample_wall = v == "wall";
-    } else if (flag == "--raw-init")
+    } else if (flag == "--raw-init") {
       o.raw_init = v;
-    else if (flag == "--dtypes") {
+    } else if (flag == "--host-delay-ns") {
+      o.host_delay_ns = std::stoll(v);
+      if (o.host_delay_ns < 0 || o.host_delay_ns > 1'000'000)
+        throw std::invalid_argument("--host-delay-ns: 0 to 1000000");
+    } else if (flag == "--dtypes") {
       o.dtypes.clear();
       for (const auto& name : split(v)) o.dtypes.push_back(parse_dtype(name));
     } else {

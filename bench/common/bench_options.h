@@ -37,6 +37,10 @@ struct BenchOptions {
   // config on a thread of its own, as our communicator's direct init does) or
   // "ours" (none made: raw calls on our communicator's own NCCL handle).
   std::string raw_init = "plain";
+  // Paired mode: a row "raw_delay", raw_end_drv and then this many ns of
+  // host time that touch no memory (0: no such row): what a host delay of
+  // that size costs a call, against what our layer's costs in place.
+  long long host_delay_ns = 0;
 };
 
 // Throws std::invalid_argument naming the flag.
