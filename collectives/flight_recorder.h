@@ -166,7 +166,7 @@ class FlightRecorder {
     CallArgs args() const;
   };
   static_assert(sizeof(Entry) == 64, "a ring entry is one cache line");
-  // The entry of the next call, emptied (its state 0); publish() makes it
+  // The entry of the next call, emptied (its state 0); publish_entry() makes it
   // call seq for readers and returns seq.
   Entry& begin_entry(std::uint64_t seq);
   std::uint64_t publish_entry(Entry& e, std::uint64_t seq);
