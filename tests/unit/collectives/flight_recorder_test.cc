@@ -116,7 +116,9 @@ TEST(FlightRecorder, ReadersAndTheLockFreeWriterNeverMixCalls) {
   auto all = recorder.recent(FlightRecorder::kCapacity);
   ASSERT_EQ(all.size(), FlightRecorder::kCapacity);
   for (const Call& c : all) {
-    if (c.seq % 2 == 1) EXPECT_FALSE(c.done) << "#" << c.seq << " was never completed";
+    if (c.seq % 2 == 1) {
+      EXPECT_FALSE(c.done) << "#" << c.seq << " was never completed";
+    }
   }
 }
 
