@@ -180,7 +180,7 @@ std::uint64_t FlightRecorder::oldest_seq() const {
   return next > kCapacity ? next - kCapacity : 1;
 }
 
-FlightRecorder::Entry* FlightRecorder::slot(std::uint64_t seq) {
+const FlightRecorder::Entry* FlightRecorder::slot(std::uint64_t seq) const {
   if (seq == 0 || seq < oldest_seq() || seq >= next_seq_.load(std::memory_order_acquire))
     return nullptr;
   return &ring_[(seq - 1) % kCapacity];
@@ -197,6 +197,14 @@ RTD_HOT FlightRecorder::Entry& FlightRecorder::begin_entry(std::uint64_t seq) {
   return e;
 }
 
+RTD_HOT FlightRecorder::Entry& FlightRecorder::begin_plain(std::uint64_t seq, const char* op,
+                                                           const CallArgs& args) {
+  Entry& e = begin_entry(seq);
+  e.op.store(op, std::memory_order_relaxed);
+  e.set_args(args);
+  return e;
+}
+
 RTD_HOT std::uint64_t FlightRecorder::publish_entry(Entry& e, std::uint64_t seq) {
   e.state.store(seq << 1, std::memory_order_release);
   next_seq_.store(seq + 1, std::memory_order_release);
@@ -209,17 +217,12 @@ RTD_HOT std::uint64_t FlightRecorder::record(const char* op, const CallArgs& arg
     return record_locked(op, args);
   }
   const std::uint64_t seq = next_seq_.load(std::memory_order_relaxed);
-  Entry& e = begin_entry(seq);
-  e.op.store(op, std::memory_order_relaxed);
-  e.set_args(args);
-  return publish_entry(e, seq);
+  return publish_entry(begin_plain(seq, op, args), seq);
 }
 
 std::uint64_t FlightRecorder::record_locked(const char* op, const CallArgs& args) {
   const std::uint64_t seq = next_seq_.load(std::memory_order_relaxed);
-  Entry& e = begin_entry(seq);
-  e.op.store(op, std::memory_order_relaxed);
-  e.set_args(args);
+  Entry& e = begin_plain(seq, op, args);
   if (trace::enabled()) e.own_texts().at_us = trace::now_us();
   return publish_entry(e, seq);
 }
@@ -236,9 +239,9 @@ std::uint64_t FlightRecorder::record(std::string op, std::string args) {
 }
 
 std::optional<FlightRecorder::Call> FlightRecorder::read(std::uint64_t seq) const {
-  if (seq == 0 || seq < oldest_seq() || seq >= next_seq_.load(std::memory_order_acquire))
-    return std::nullopt;
-  const Entry& e = ring_[(seq - 1) % kCapacity];
+  const Entry* slot_of_seq = slot(seq);
+  if (slot_of_seq == nullptr) return std::nullopt;
+  const Entry& e = *slot_of_seq;
   if (e.state.load(std::memory_order_acquire) >> 1 != seq) return std::nullopt;
   const char* op = e.op.load(std::memory_order_relaxed);
   const CallArgs args = e.args();

@@ -169,11 +169,16 @@ class FlightRecorder {
   // The entry of the next call, emptied (its state 0); publish_entry() makes it
   // call seq for readers and returns seq.
   Entry& begin_entry(std::uint64_t seq);
+  Entry& begin_plain(std::uint64_t seq, const char* op, const CallArgs& args);  // and its fields
   std::uint64_t publish_entry(Entry& e, std::uint64_t seq);
   std::uint64_t record_locked(const char* op, const CallArgs& args);  // a trace's (mu_ held)
   // Call seq as recorded, or nullopt if it is not (or no longer) in the ring (mu_ held).
   std::optional<Call> read(std::uint64_t seq) const;
-  Entry* slot(std::uint64_t seq);    // seq's place in the ring, if seq may be there, or null
+  // seq's place in the ring, if seq may be there, or null.
+  const Entry* slot(std::uint64_t seq) const;
+  Entry* slot(std::uint64_t seq) {
+    return const_cast<Entry*>(static_cast<const FlightRecorder*>(this)->slot(seq));
+  }
   void complete(std::uint64_t seq);  // completed()'s work (caller holds mu_)
   std::uint64_t oldest_seq() const;  // of the calls in the ring
   std::string key(int rank) const;

@@ -123,13 +123,11 @@ class GpuRunner : public Runner {
           break;
         case kRawEndDriver:
           raw_issue(op, b, stream_);
-          if (nccl::driver_api().event_record(mark, stream_) != CUDA_SUCCESS)
-            throw std::runtime_error("cuEventRecord failed");
+          record_through_driver(mark);
           break;
         case kRawDelay: {
           raw_issue(op, b, stream_);
-          if (nccl::driver_api().event_record(mark, stream_) != CUDA_SUCCESS)
-            throw std::runtime_error("cuEventRecord failed");
+          record_through_driver(mark);
           const auto until = std::chrono::steady_clock::now() + host_delay_;
           while (std::chrono::steady_clock::now() < until) {
           }
@@ -211,6 +209,11 @@ class GpuRunner : public Runner {
   }
 
   cudaEvent_t fork_mark() { return marks_[kMarks]; }
+
+  void record_through_driver(cudaEvent_t mark) {
+    if (nccl::driver_api().event_record(mark, stream_) != CUDA_SUCCESS)
+      throw std::runtime_error("cuEventRecord failed");
+  }
 
   void raw_issue(const std::string& op, const OpBuffers& b, cudaStream_t stream) {
     ncclDataType_t t = nccl::to_nccl(b.dtype);

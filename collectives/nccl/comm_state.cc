@@ -47,18 +47,12 @@ void CommState::refill_locked(bool need_one) {
 }
 
 void CommState::free_end_locked(EndSlot* end) {
-  // Only this lock's holder writes the generation of a slot in flight: a
-  // store, not a read-modify-write. Release: whoever sees the new generation
-  // also sees that the operation completed.
-  end->generation.store(end->generation.load(std::memory_order_relaxed) + 1,
-                        std::memory_order_release);
+  end->pass_on();
   free_ends_.push_back(end);
 }
 
 void CommState::hand_back(EndSlot* end) {
-  // Its ticket's Work (a group's that never launched) is done.
-  end->generation.store(end->generation.load(std::memory_order_relaxed) + 1,
-                        std::memory_order_release);
+  end->pass_on();  // its ticket's Work (a group's that never launched) is done
   spare_ends_.push_back(end);
 }
 

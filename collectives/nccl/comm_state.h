@@ -62,6 +62,14 @@ struct CallName {
 struct EndSlot {
   cudaEvent_t event = nullptr;
   std::atomic<std::uint32_t> generation{0};
+  // Its operation is over (completed, or never launched): tickets of this
+  // generation read as retired. Only the slot's holder of the moment calls
+  // it (the in-flight list's lock holder, or the caller for a spare slot): a
+  // store, not a read-modify-write. Release: whoever sees the new generation
+  // also sees that the operation completed.
+  void pass_on() {
+    generation.store(generation.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
 };
 struct EndTicket {
   EndSlot* slot = nullptr;
