@@ -23,6 +23,10 @@ TEST_F(StreamOrder, WaitOnAStreamDoesNotBlockTheHostAndOrdersTheStream) {
   Placed buf(DType::kFloat32, 1 << 20);
   for (std::size_t i = 0; i < buf.host.count; ++i) buf.host.set(i, 1.0);
   buf.push();
+  // The first call of a size sets NCCL's path up, which can take the host
+  // longer than the spin below: made here, outside what is checked.
+  comm().all_reduce(buf.view(), ReduceOp::kSum, StreamRef{caller})->wait();
+  buf.push();
 
   // About a second of GPU time on the caller's stream, ahead of the collective.
   launch_spin(caller, 2'000'000'000LL);
