@@ -44,6 +44,11 @@ class NullCudaApi : public CudaApi {
   cudaError_t event_record(cudaEvent_t, cudaStream_t) override { return cudaSuccess; }
   cudaError_t event_query(cudaEvent_t) override { return cudaSuccess; }
   cudaError_t stream_wait_event(cudaStream_t, cudaEvent_t) override { return cudaSuccess; }
+  cudaError_t stream_capturing(cudaStream_t, bool* capturing) override {
+    *capturing = false;
+    return cudaSuccess;
+  }
+  cudaError_t exchange_capture_mode(cudaStreamCaptureMode*) override { return cudaSuccess; }
   cudaError_t malloc(void** p, size_t) override {
     *p = reinterpret_cast<void*>(0x3000);
     return cudaSuccess;

@@ -261,9 +261,20 @@ void check_cu(CUresult rc, const std::string& what, const char* step) {
 
 void CeCall::start_after(StreamRef caller) {
   CudaApi& cuda = state_->cuda();
+  const auto caller_stream = static_cast<cudaStream_t>(caller.cuda_stream);
+  bool captured = false;
+  RTD_CUDA_CHECK(cuda, cuda.stream_capturing(caller_stream, &captured),
+                 what_ + ": asking whether the caller's stream is captured into a graph");
+  if (captured) {
+    throw Error(ErrorCategory::kInvalidArgument,
+                what_ +
+                    ": a copy-engine collective cannot be captured into a CUDA graph (its "
+                    "flags count calls on the host, which a replay of the graph would not); "
+                    "inside a capture use the communicator's collectives, which go to NCCL "
+                    "there, or make this one with copy_engines = false");
+  }
   RTD_CUDA_CHECK(cuda, cudaSetDevice(peers_.device_), what_ + ": selecting the GPU");
-  RTD_CUDA_CHECK(cuda,
-                 cudaEventRecord(peers_.start_, static_cast<cudaStream_t>(caller.cuda_stream)),
+  RTD_CUDA_CHECK(cuda, cudaEventRecord(peers_.start_, caller_stream),
                  what_ + ": recording on the caller's stream");
   RTD_CUDA_CHECK(cuda, cudaStreamWaitEvent(peers_.stream_, peers_.start_, 0),
                  what_ + ": ordering after the caller's stream");

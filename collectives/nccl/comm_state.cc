@@ -89,12 +89,46 @@ RTD_HOT void CommState::record_end(EndTicket end, cudaStream_t stream, CallName 
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   op.deadline = drain_locked();
   StreamOps& list = list_locked(stream);
-  // The newest before this one (this one was recorded just now: not done).
-  if (!list.empty() && cuda_->event_query(list.ops.back().end->event) == cudaSuccess) {
-    retire_all(list);  // the newest is done, so is everything before it on this stream
+  // The newest before this one (this one was recorded just now: not done),
+  // asked in the relaxed capture mode: this thread may be capturing on another
+  // stream, or another thread anywhere.
+  if (!list.empty()) {
+    RelaxedCapture relaxed(*cuda_);
+    if (cuda_->event_query(list.ops.back().end->event) == cudaSuccess) {
+      retire_all(list);  // the newest is done, so is everything before it on this stream
+    }
   }
   list.ops.push_back(std::move(op));
   refill_locked(false);  // what this and the watchdog's retiring freed, for the next calls
+}
+
+EndTicket CommState::record_captured(cudaStream_t stream, const CallName& name,
+                                     const std::vector<std::uint64_t>& calls) {
+  const EndTicket end = take_end();
+  record_captured(end, stream, name, calls);
+  return end;
+}
+
+void CommState::record_captured(EndTicket end, cudaStream_t stream, const CallName& name,
+                                const std::vector<std::uint64_t>& calls) {
+  const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
+  if (rc != cudaSuccess) {
+    hand_back(end.slot);
+    RTD_CUDA_CHECK(*cuda_, rc, name.text() + ": recording its end in a CUDA graph capture");
+  }
+  captured_.fetch_add(1, std::memory_order_relaxed);
+  if (!recorder_) return;
+  std::vector<std::uint64_t> numbers = calls;
+  if (name.recorded != 0) numbers.push_back(name.recorded);
+  for (std::uint64_t call : numbers) {
+    recorder_->annotate(call, "captured into a CUDA graph: runs when the graph is launched");
+  }
+  recorder_->completed(numbers);
+}
+
+void CommState::release_captured(EndTicket end) {
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  free_end_locked(end.slot);
 }
 
 std::chrono::steady_clock::time_point CommState::drain_locked() {
@@ -160,6 +194,13 @@ void CommState::retire_all(StreamOps& list) {
 }
 
 std::optional<std::string> CommState::overdue() {
+  // The watchdog's thread asks in the relaxed capture mode for good: its
+  // queries must not break a capture in the global mode on another thread.
+  thread_local const bool relaxed = [this] {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    return cuda_->exchange_capture_mode(&mode) == cudaSuccess;
+  }();
+  (void)relaxed;
   std::optional<std::pair<std::string, std::uint64_t>> late;  // what, call
   {
     std::lock_guard<std::mutex> lock(in_flight_mu_);
@@ -311,6 +352,14 @@ void CommState::shutdown() {
       log::get("nccl")->warn("rank {}: ncclCommDeregister at shutdown: {}", rank_,
                              nccl_->error_string(rc));
     }
+  }
+  if (const std::uint64_t captured = captured_.load(std::memory_order_relaxed); captured != 0) {
+    log::get("nccl")->warn(
+        "rank {}: {} call(s) of this communicator were captured into CUDA graphs; NCCL's "
+        "finalize waits until every such graph is destroyed (up to the timeout, {} ms, then "
+        "aborts): destroy the graphs first (torch: del the torch.cuda.CUDAGraph before "
+        "destroy_process_group)",
+        rank_, captured, timeout_.count());
   }
   // Finalize flushes what is in flight; it needs every peer, so it is polled
   // against the timeout, and a peer that is gone turns it into an abort.

@@ -120,6 +120,18 @@ class CommState {
   void record_end(EndTicket end, cudaStream_t stream, CallName name,
                   std::vector<std::uint64_t> calls);
   void drop_end(EndTicket end);
+  // [Capture] An operation captured into a CUDA graph runs only when the
+  // graph is launched, as often as it is: there is nothing to watch now, and
+  // a query of an event recorded during the capture breaks the capture. Its
+  // end event is recorded all the same (another stream may be ordered after
+  // it, and a capture that forked must join), then neither queried nor
+  // watched; the flight recorder marks its calls completed with a note. Its
+  // Work holds the slot and gives it back (release_captured, any thread).
+  EndTicket record_captured(cudaStream_t stream, const CallName& name,
+                            const std::vector<std::uint64_t>& calls = {});
+  void record_captured(EndTicket end, cudaStream_t stream, const CallName& name,
+                       const std::vector<std::uint64_t>& calls);
+  void release_captured(EndTicket end);
   // Retires completed operations from the oldest end of each stream; names the
   // oldest one still running past its deadline, if any, with the flight
   // recorder's diagnosis (the watchdog thread calls this a few times per timeout).
@@ -157,7 +169,9 @@ class CommState {
   // Aborts once, in bounded time (ncclCommAbort on a helper thread that is
   // abandoned if it overruns); later operations fail with why, as category.
   void abort(const std::string& why, ErrorCategory category = ErrorCategory::kBackend);
-  // Orderly end: finalize (polled against the timeout), then destroy; abort on failure.
+  // Orderly end: finalize (polled against the timeout), then destroy; abort on
+  // failure. NCCL's finalize waits until every CUDA graph that captured a call
+  // of the communicator is destroyed: with captured calls, it says so first.
   void shutdown();
   // Destroys a communicator other than comm() (the one init used), in bounded time.
   void destroy_other(ncclComm_t comm);
@@ -223,6 +237,7 @@ class CommState {
   // The caller's: slots to take without the lock, and its calls so far.
   std::vector<EndSlot*> spare_ends_;
   std::uint64_t watched_ = 0;
+  std::atomic<std::uint64_t> captured_{0};  // calls captured into CUDA graphs (record_captured)
   std::atomic<bool> aborted_{false};
   std::atomic<bool> failed_{false};  // failure_ is set
   bool gone_ = false;                // the handle was destroyed or aborted

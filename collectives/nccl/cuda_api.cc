@@ -1,5 +1,5 @@
 // The real CudaApi: one CUDA runtime call per method, except an event's
-// record, which goes to the driver first.
+// record and a stream's capture status, which go to the driver first.
 #include "collectives/nccl/cuda_api.h"
 
 #include "collectives/nccl/driver_api.h"
@@ -38,9 +38,54 @@ class RealCudaApi : public CudaApi {
   cudaError_t stream_wait_event(cudaStream_t stream, cudaEvent_t event) override {
     return cudaStreamWaitEvent(stream, event, 0);
   }
+  // Through the driver as event_record is, for the same reason: every call
+  // asks (about 0.07 us through the runtime on an H200 host). A thread with no
+  // current context (one that never used CUDA) asks in the stream's own
+  // context and is left as it was: the runtime would make its device 0's
+  // current there, whatever the stream's device, and the calls that follow
+  // on this thread would then fail. The legacy stream is never captured.
+  RTD_HOT cudaError_t stream_capturing(cudaStream_t stream, bool* capturing) override {
+    static const DriverApi& api = driver_api();
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (api.stream_is_capturing != nullptr) {
+      if (api.stream_is_capturing(stream, &status) != CUDA_SUCCESS)
+        return ask_in_own_context(api, stream, capturing);
+      *capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
+      return cudaSuccess;
+    }
+    cudaStreamCaptureStatus runtime_status = cudaStreamCaptureStatusNone;
+    const cudaError_t rc = cudaStreamIsCapturing(stream, &runtime_status);
+    *capturing = runtime_status != cudaStreamCaptureStatusNone;
+    return rc;
+  }
+  cudaError_t exchange_capture_mode(cudaStreamCaptureMode* mode) override {
+    return cudaThreadExchangeStreamCaptureMode(mode);
+  }
   cudaError_t malloc(void** ptr, size_t bytes) override { return cudaMalloc(ptr, bytes); }
   cudaError_t free(void* ptr) override { return cudaFree(ptr); }
   const char* error_string(cudaError_t error) override { return cudaGetErrorString(error); }
+
+ private:
+  RTD_COLD static cudaError_t ask_in_own_context(const DriverApi& api, cudaStream_t stream,
+                                                 bool* capturing) {
+    *capturing = false;
+    if (stream == nullptr || stream == cudaStreamLegacy) return cudaSuccess;
+    CUcontext context = nullptr;
+    if (api.stream_get_ctx == nullptr || api.ctx_push_current == nullptr ||
+        api.ctx_pop_current == nullptr || api.stream_get_ctx(stream, &context) != CUDA_SUCCESS ||
+        api.ctx_push_current(context) != CUDA_SUCCESS) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;  // the runtime's error, then
+      const cudaError_t rc = cudaStreamIsCapturing(stream, &status);
+      *capturing = status != cudaStreamCaptureStatusNone;
+      return rc;
+    }
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    const CUresult rc = api.stream_is_capturing(stream, &status);
+    CUcontext popped = nullptr;
+    api.ctx_pop_current(&popped);
+    *capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
+    return rc == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  }
 };
 
 }  // namespace

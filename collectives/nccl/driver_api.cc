@@ -28,8 +28,12 @@ DriverApi load() {
   find("cuStreamWriteValue32", &api.stream_write_value32, &api.missing);
   find("cuMemGetAddressRange", &api.mem_get_address_range, &api.missing);
   find("cuPointerGetAttribute", &api.pointer_get_attribute, &api.missing);
-  std::string optional;  // without it, CudaApi records events through the runtime
+  std::string optional;  // without these, CudaApi asks the runtime
   find("cuEventRecord", &api.event_record, &optional);
+  find("cuStreamIsCapturing", &api.stream_is_capturing, &optional);
+  find("cuStreamGetCtx", &api.stream_get_ctx, &optional);
+  find("cuCtxPushCurrent", &api.ctx_push_current, &optional);
+  find("cuCtxPopCurrent", &api.ctx_pop_current, &optional);
   return api;
 }
 

@@ -1,6 +1,6 @@
 // The few CUDA driver calls the copy-engine all-reduce needs (stream memory
-// operations on flags, an allocation's base) and an event's record without
-// the runtime's layer, found through the runtime's
+// operations on flags, an allocation's base) and an event's record and a
+// stream's capture status without the runtime's layer, found through the runtime's
 // cudaGetDriverEntryPointByVersion so that nothing links libcuda directly.
 #pragma once
 
@@ -12,13 +12,19 @@ namespace rtd::nccl {
 
 struct DriverApi {
   // Empty when every entry point the copy engines need was found; else what
-  // is missing (event_record is not among them: null, the runtime's is used).
+  // is missing (event_record and stream_is_capturing are not among them:
+  // null, the runtime's are used).
   std::string missing;
   CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
   CUresult (*stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
   CUresult (*mem_get_address_range)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
   CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
   CUresult (*event_record)(CUevent, CUstream) = nullptr;
+  CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
+  // For a thread with no current context: a stream's own context, made current for one call.
+  CUresult (*stream_get_ctx)(CUstream, CUcontext*) = nullptr;
+  CUresult (*ctx_push_current)(CUcontext) = nullptr;
+  CUresult (*ctx_pop_current)(CUcontext*) = nullptr;
 };
 
 // The process-wide id of the allocation that holds ptr (a new one each time

@@ -351,9 +351,40 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint
     unlaunched.launched();
     return group_work_;
   }
+  // Asked after NCCL's call, which just used the stream: a stream captured
+  // into a CUDA graph captured the call (and the comm stream forked from it).
+  if (capturing(caller_stream, name)) {
+    unlaunched.launched();
+    return captured_work(run_on, name, on_caller ? caller_stream : nullptr);
+  }
   const EndTicket end = state_->record_end(run_on, name);
   unlaunched.launched();
   return std::make_shared<NcclWork>(state_, end, name, on_caller ? caller_stream : nullptr);
+}
+
+RTD_HOT bool NcclCommunicator::capturing(cudaStream_t stream, const CallName& name) {
+  bool captured = false;
+  RTD_CUDA_CHECK(state_->cuda(), state_->cuda().stream_capturing(stream, &captured),
+                 name.text() + ": asking whether the caller's stream is captured into a graph");
+  return captured;
+}
+
+RTD_COLD std::shared_ptr<Work> NcclCommunicator::captured_work(cudaStream_t run_on,
+                                                               const CallName& name,
+                                                               cudaStream_t ran_on) {
+  auto work =
+      std::make_shared<NcclWork>(state_, state_->record_captured(run_on, name), name, ran_on);
+  work->set_captured();
+  return work;
+}
+
+StagedCollectives::Slot* NcclCommunicator::staged_slot(StagedCollectives::Kind kind,
+                                                       const BufferView& in, ReduceOp op,
+                                                       std::size_t moved_bytes, StreamRef stream) {
+  if (!staged_ || group_work_ || moved_bytes < StagedCollectives::kMinBytes) return nullptr;
+  const CallName name("staged collective", 0, rank_);
+  if (capturing(static_cast<cudaStream_t>(stream.cuda_stream), name)) return nullptr;
+  return staged_->slot_for(kind, in, op, moved_bytes);
 }
 
 std::shared_ptr<Work> NcclCommunicator::launch_staged(const char* op, std::uint64_t recorded,
@@ -369,11 +400,9 @@ std::shared_ptr<Work> NcclCommunicator::launch_staged(const char* op, std::uint6
 RTD_HOT std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out,
                                                            ReduceOp op, StreamRef stream) {
   validate::all_reduce(in, out, op, DeviceType::kCuda);
-  if (staged_ && !group_work_) {
-    if (auto* slot = staged_->slot_for(StagedCollectives::Kind::kAllReduce, in, op, in.bytes())) {
-      return launch_staged("all_reduce", record(describe::all_reduce(in, op)), stream, *slot, in,
-                           out);
-    }
+  if (auto* slot = staged_slot(StagedCollectives::Kind::kAllReduce, in, op, in.bytes(), stream)) {
+    return launch_staged("all_reduce", record(describe::all_reduce(in, op)), stream, *slot, in,
+                         out);
   }
   return launch("all_reduce", record(describe::all_reduce(in, op)), stream, in.bytes(),
                 [&](cudaStream_t s) {
@@ -395,11 +424,9 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int ro
 RTD_HOT std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
                                                            StreamRef stream) {
   validate::all_gather(in, out, size_, DeviceType::kCuda);
-  if (staged_ && !group_work_) {
-    if (auto* slot = staged_->slot_for(StagedCollectives::Kind::kAllGather, in, ReduceOp::kSum,
-                                       out.bytes())) {
-      return launch_staged("all_gather", record(describe::all_gather(in)), stream, *slot, in, out);
-    }
+  if (auto* slot = staged_slot(StagedCollectives::Kind::kAllGather, in, ReduceOp::kSum, out.bytes(),
+                               stream)) {
+    return launch_staged("all_gather", record(describe::all_gather(in)), stream, *slot, in, out);
   }
   return launch("all_gather", record(describe::all_gather(in)), stream, out.bytes(),
                 [&](cudaStream_t s) {
@@ -411,12 +438,10 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, Buffer
 RTD_HOT std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out,
                                                                ReduceOp op, StreamRef stream) {
   validate::reduce_scatter(in, out, op, size_, DeviceType::kCuda);
-  if (staged_ && !group_work_) {
-    if (auto* slot =
-            staged_->slot_for(StagedCollectives::Kind::kReduceScatter, in, op, in.bytes())) {
-      return launch_staged("reduce_scatter", record(describe::reduce_scatter(out, op)), stream,
-                           *slot, in, out);
-    }
+  if (auto* slot =
+          staged_slot(StagedCollectives::Kind::kReduceScatter, in, op, in.bytes(), stream)) {
+    return launch_staged("reduce_scatter", record(describe::reduce_scatter(out, op)), stream, *slot,
+                         in, out);
   }
   return launch("reduce_scatter", record(describe::reduce_scatter(out, op)), stream, in.bytes(),
                 [&](cudaStream_t s) {
@@ -515,6 +540,11 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
     throw nccl_error(api, state_->comm(), rc, what + ": ncclGroupEnd");
   }
   guard.recorded = true;  // record_end keeps the slot, or frees it if recording fails
+  if (capturing(stream_, CallName::of(what))) {  // its calls forked from a captured stream
+    state_->record_captured(guard.end, stream_, CallName::of(what), calls);
+    work->set_captured();
+    return work;
+  }
   state_->record_end(guard.end, stream_, CallName::of(what), std::move(calls));
   return work;
 }

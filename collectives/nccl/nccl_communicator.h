@@ -83,7 +83,9 @@ class NcclCommunicator : public Communicator {
   // NCCL's operation for op on this communicator (a one-rank average is a sum).
   ncclRedOp_t reduction(ReduceOp op) const;
   // Orders the comm stream after the caller's, makes the NCCL call, and (outside
-  // a group) records the end event. call(stream) returns the ncclResult_t.
+  // a group) records the end event; a call the caller's stream captures into
+  // a CUDA graph returns a captured Work (captured_work). call(stream)
+  // returns the ncclResult_t.
   // recorded: the operation's number in the flight recorder (0: not recorded).
   // bytes: the call's payload, which decides whether it runs on the caller's
   // stream (settings.inline_bytes); kNever: never there.
@@ -91,11 +93,22 @@ class NcclCommunicator : public Communicator {
   template <typename Call>
   std::shared_ptr<Work> launch(const char* op, std::uint64_t recorded, StreamRef caller,
                                std::size_t bytes, Call&& call);
+  // The staged collective for a call, or nullptr where it goes to NCCL: in a
+  // group, below StagedCollectives::kMinBytes, or captured into a CUDA graph
+  // (the copy engines' flags count calls on the host, which a replay of the
+  // graph would not).
+  StagedCollectives::Slot* staged_slot(StagedCollectives::Kind kind, const BufferView& in,
+                                       ReduceOp op, std::size_t moved_bytes, StreamRef stream);
   // launch() of a staged copy-engine collective (StagedCollectives::run).
   std::shared_ptr<Work> launch_staged(const char* op, std::uint64_t recorded, StreamRef caller,
                                       StagedCollectives::Slot& slot, const BufferView& in,
                                       const BufferView& out);
   std::uint64_t record(const CallDescription& call) { return state_->record(call); }
+  // [Capture] Whether stream is being captured into a CUDA graph.
+  bool capturing(cudaStream_t stream, const CallName& name);
+  // The Work of a captured call (CommState::record_captured).
+  std::shared_ptr<Work> captured_work(cudaStream_t run_on, const CallName& name,
+                                      cudaStream_t ran_on);
   CeSetup ce_setup(std::vector<BufferView> buffers, ReduceOp op, Store* store) const;
   std::unique_ptr<PersistentShardCollective> persistent_shard_collective(
       std::vector<BufferView> sources, bool gather, ReduceOp op, PersistentOptions options);

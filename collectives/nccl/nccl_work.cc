@@ -11,9 +11,12 @@ RTD_HOT NcclWork::NcclWork(std::shared_ptr<CommState> state, EndTicket end, Call
                            cudaStream_t ran_on)
     : state_(std::move(state)), end_(end), name_(std::move(name)), ran_on_(ran_on) {}
 
-RTD_HOT NcclWork::~NcclWork() = default;
+RTD_HOT NcclWork::~NcclWork() {
+  if (captured_) state_->release_captured(end_);
+}
 
 bool NcclWork::done() const {
+  if (captured_) return true;
   std::lock_guard<std::mutex> lock(mu_);
   if (complete_ || error_) return true;
   // An abort fails every operation not yet seen complete: after it, an end
@@ -29,7 +32,11 @@ bool NcclWork::done() const {
     complete_ = true;
     return true;
   }
-  cudaError_t rc = state_->cuda().event_query(end_.slot->event);
+  cudaError_t rc;
+  {
+    RelaxedCapture relaxed(state_->cuda());  // another thread may be capturing
+    rc = state_->cuda().event_query(end_.slot->event);
+  }
   if (rc == cudaSuccess || end_.retired()) {
     complete_ = true;
     return true;
@@ -74,13 +81,15 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
 
 RTD_HOT void NcclWork::wait(StreamRef stream) {
   if (ran_on_ != nullptr && stream.cuda_stream == ran_on_) return;  // already after it
-  if (end_.retired()) return;                                       // complete
+  if (!captured_ && end_.retired()) return;                         // complete
   // Should the slot go on to a later operation meanwhile, the stream waits
   // for that one too: later than needed, never earlier.
-  RTD_CUDA_CHECK(state_->cuda(),
-                 state_->cuda().stream_wait_event(static_cast<cudaStream_t>(stream.cuda_stream),
-                                                  end_.slot->event),
-                 name_.text() + ": ordering a stream after it");
+  const cudaError_t rc = state_->cuda().stream_wait_event(
+      static_cast<cudaStream_t>(stream.cuda_stream), end_.slot->event);
+  // Once its capture is over, an event the capture recorded orders nothing
+  // (CUDA answers cudaErrorInvalidValue): the operation runs with the graph.
+  if (captured_ && rc == cudaErrorInvalidValue) return;
+  RTD_CUDA_CHECK(state_->cuda(), rc, name_.text() + ": ordering a stream after it");
 }
 
 std::optional<Error> NcclWork::error() const {

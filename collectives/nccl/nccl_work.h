@@ -21,6 +21,12 @@ class NcclWork : public Work {
   NcclWork(std::shared_ptr<CommState> state, EndTicket end, CallName name,
            cudaStream_t ran_on = nullptr);
   ~NcclWork() override;  // on the data path (hot_path.h)
+  // [Capture] The operation was captured into a CUDA graph
+  // (CommState::record_captured): done at once, with no error (it runs when
+  // the graph does, ordered on the graph's stream); wait(stream) orders a
+  // stream after its end event; the slot goes back with the Work. Set before
+  // the Work is handed out.
+  void set_captured() { captured_ = true; }
 
   bool done() const override;
   void wait() override { wait(state_->timeout()); }
@@ -36,6 +42,7 @@ class NcclWork : public Work {
   mutable std::mutex mu_;
   mutable std::optional<Error> error_;
   mutable bool complete_ = false;
+  bool captured_ = false;
 };
 
 }  // namespace rtd::nccl

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "tests/gpu/spin_kernel.h"
 #include "tests/multiproc/world.h"
@@ -79,6 +80,58 @@ TEST_F(StreamOrder, SmallCallFromAFreshThreadIsDoneOnlyAfterItRan) {
   buf.pull();
   EXPECT_EQ(buf.host.get(0), 2.0 * comm().size());
   EXPECT_EQ(buf.host.get(1023), 2.0 * comm().size());
+  cudaStreamDestroy(caller);
+}
+
+// A step captured into a CUDA graph, as torch.cuda.graph captures (global
+// mode): more calls than the in-flight list's query period, each ordered back
+// onto the capturing stream; the graph replays with the right sums, the
+// captured calls' Works neither wait nor fail, and the communicator stays
+// healthy for eager calls after the watchdog has polled the captured ones.
+TEST_F(StreamOrder, CallsCapturedIntoAGraphReplayAndLeaveTheCommunicatorHealthy) {
+  cudaStream_t caller = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), cudaSuccess);
+  const std::size_t count = 1024;
+  Placed in(DType::kFloat32, count), out(DType::kFloat32, count);
+  for (std::size_t i = 0; i < count; ++i) in.host.set(i, comm().rank() + 1.0);
+  in.push();
+  // A first eager call sets NCCL up for this size outside the capture.
+  comm().all_reduce(in.view(), out.view(), ReduceOp::kSum, StreamRef{caller})->wait();
+  ASSERT_EQ(cudaStreamSynchronize(caller), cudaSuccess);
+
+  const int calls = 100;
+  std::vector<std::shared_ptr<Work>> works;
+  ASSERT_EQ(cudaStreamBeginCapture(caller, cudaStreamCaptureModeGlobal), cudaSuccess);
+  for (int i = 0; i < calls; ++i) {
+    works.push_back(comm().all_reduce(in.view(), out.view(), ReduceOp::kSum, StreamRef{caller}));
+    works.back()->wait(StreamRef{caller});
+  }
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(caller, &graph), cudaSuccess) << "the capture was broken";
+  for (const auto& work : works) {
+    EXPECT_TRUE(work->done()) << "a captured call has nothing to wait for until a replay";
+    EXPECT_FALSE(work->error().has_value()) << work->error()->what();
+  }
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const double want = comm().size() * (comm().size() + 1) / 2.0;
+  for (int replay = 0; replay < 3; ++replay) {
+    ASSERT_EQ(cudaMemsetAsync(out.view().data, 0, out.host.bytes.size(), caller), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, caller), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(caller), cudaSuccess);
+    out.pull();
+    EXPECT_EQ(out.host.get(0), want) << "replay " << replay;
+    EXPECT_EQ(out.host.get(count - 1), want) << "replay " << replay;
+  }
+  // The watchdog polls at least every 100 ms: let it see the captured calls.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto eager = comm().all_reduce(in.view(), out.view(), ReduceOp::kSum, StreamRef{caller});
+  eager->wait();
+  EXPECT_FALSE(eager->error().has_value());
+  out.pull();
+  EXPECT_EQ(out.host.get(7), want);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
   cudaStreamDestroy(caller);
 }
 

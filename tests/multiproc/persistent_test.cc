@@ -5,6 +5,10 @@
 // with GPU buffers (RTD_TEST_CUDA). Every rank runs the same tests in order.
 #include <gtest/gtest.h>
 
+#ifdef RTD_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -73,6 +77,39 @@ TEST_F(PersistentReduce, EachRunReducesThatRunsValues) {
     }
   }
 }
+
+#ifdef RTD_TEST_CUDA
+// [Capture] A copy-engine run counts its calls on the host (its flags'
+// epoch), which a replay of a CUDA graph would not: inside a capture it is
+// refused, naming why, before it enqueues anything, so the capture itself
+// stays usable; eager runs afterwards are right.
+TEST_F(PersistentReduce, ACopyEngineRunInsideACaptureIsRefusedAndTheCaptureStaysUsable) {
+  const int n = comm().size(), r = comm().rank();
+  Placed buf(DType::kFloat32, 4097);
+  std::vector<BufferView> views{buf.view()};
+  auto reducer = comm().persistent_all_reduce(views, ReduceOp::kSum, {.copy_engines = true});
+  if (reducer->method() != "copy engines") GTEST_SKIP() << "needs 2+ GPUs of one host";
+  cudaStream_t caller = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(caller, cudaStreamCaptureModeGlobal), cudaSuccess);
+  try {
+    reducer->run(0, StreamRef{caller});
+    ADD_FAILURE() << "a copy-engine run inside a capture must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("CUDA graph"), std::string::npos) << e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(caller, &graph), cudaSuccess) << "the capture was broken";
+  if (graph) cudaGraphDestroy(graph);
+  for (std::size_t j = 0; j < buf.host.count; ++j) buf.host.set(j, r + 1.0);
+  buf.push();
+  reducer->run(0, StreamRef{caller})->wait();
+  buf.pull();
+  EXPECT_EQ(buf.host.get(4096), n * (n + 1) / 2.0);
+  cudaStreamDestroy(caller);
+}
+#endif
 
 // Persistent all-gathers and reduce-scatters out of two sources (float32 and
 // bfloat16, blocks of an odd element count), in place and not, run several

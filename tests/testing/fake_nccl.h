@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "collectives/nccl/cuda_api.h"
@@ -62,6 +64,12 @@ class FakeCudaApi : public nccl::CudaApi {
  public:
   explicit FakeCudaApi(CallLog* log) : log_(log) {}
   std::atomic<bool> events_complete{true};  // what event_query answers
+  // [Capture] The stream being captured into a CUDA graph (null: none). As
+  // CUDA does: an event recorded on it is captured, and a query of it, or any
+  // query from a thread in the global capture mode (the default) while a
+  // capture is on, breaks the capture: counted in broken_captures.
+  std::atomic<cudaStream_t> capturing{nullptr};
+  std::atomic<int> broken_captures{0};
 
   cudaError_t get_device_count(int* count) override {
     *count = 2;
@@ -84,11 +92,34 @@ class FakeCudaApi : public nccl::CudaApi {
   cudaError_t event_destroy(cudaEvent_t) override { return cudaSuccess; }
   cudaError_t event_record(cudaEvent_t e, cudaStream_t s) override {
     log_->add("event_record " + handle_name(e, 'e') + " " + handle_name(s, 's'));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s != nullptr && s == capturing.load()) {
+      captured_.insert(e);
+    } else {
+      captured_.erase(e);
+    }
     return cudaSuccess;
   }
   cudaError_t event_query(cudaEvent_t e) override {
     log_->add("event_query " + handle_name(e, 'e'));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (captured_.count(e) != 0) {
+      ++broken_captures;
+      return cudaErrorCapturedEvent;
+    }
+    if (capturing.load() != nullptr && thread_mode() != cudaStreamCaptureModeRelaxed) {
+      ++broken_captures;
+      return cudaErrorStreamCaptureUnsupported;
+    }
     return events_complete ? cudaSuccess : cudaErrorNotReady;
+  }
+  cudaError_t stream_capturing(cudaStream_t s, bool* capturing_now) override {
+    *capturing_now = s != nullptr && s == capturing.load();
+    return cudaSuccess;
+  }
+  cudaError_t exchange_capture_mode(cudaStreamCaptureMode* mode) override {
+    std::swap(thread_mode(), *mode);
+    return cudaSuccess;
   }
   cudaError_t stream_wait_event(cudaStream_t s, cudaEvent_t e) override {
     log_->add("stream_wait_event " + handle_name(s, 's') + " " + handle_name(e, 'e'));
@@ -102,8 +133,14 @@ class FakeCudaApi : public nccl::CudaApi {
   const char* error_string(cudaError_t) override { return "fake CUDA error"; }
 
  private:
+  static cudaStreamCaptureMode& thread_mode() {
+    thread_local cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+    return mode;
+  }
   CallLog* log_;
   std::atomic<int> next_{1};
+  std::mutex mu_;
+  std::set<cudaEvent_t> captured_;  // recorded on the capturing stream, not since
 };
 
 class FakeNcclApi : public nccl::NcclApi {

@@ -23,6 +23,7 @@ for op in all_reduce all_gather reduce_scatter; do
   echo "test_collectives: $(grep -c "$op of .* staged by copy engines" "$out/test_collectives.log") $op sizes staged by copy engines"
 done
 step test_stream_order 60 "${run[@]}" dtrun 2 stream_order.py
+step test_cuda_graph 90 "${run[@]}" dtrun 2 cuda_graph.py
 step test_train 90 "${run[@]}" dtrun 2 train.py cuda 20
 step test_ddp_auto_hook 90 "${run[@]}" dtrun 2 ddp_auto_hook.py cuda 1
 # FSDP2's other features with fsdp_comms's hooks set by fully_shard; the 2-D
@@ -46,7 +47,7 @@ step test_failure_late 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure late \
   "rank 1 has not called it"
 step test_failure_exit 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure exit \
   "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=0
-grep -hE "checks passed|stream order|train:|ddp_auto_hook:|fsdp_features:|^ok:|FAILED|Error" "$out"/test_*.log | head -30
+grep -hE "checks passed|stream order|cuda graph|train:|ddp_auto_hook:|fsdp_features:|^ok:|FAILED|Error" "$out"/test_*.log | head -30
 [ "${BENCH:-1}" = 0 ] && exit 0
 dt=("$b/bin/dtrun" --nproc-per-node=2 --env RTD_LOG=warn)
 step bench_torch 300 env BENCH_JSON="$out/bench_torch.json" "${dt[@]}" "$py" "$here/bench/torch_backend.py"
