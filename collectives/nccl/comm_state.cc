@@ -198,7 +198,12 @@ std::optional<std::string> CommState::overdue() {
   // queries must not break a capture in the global mode on another thread.
   thread_local const bool relaxed = [this] {
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    return cuda_->exchange_capture_mode(&mode) == cudaSuccess;
+    if (cuda_->exchange_capture_mode(&mode) == cudaSuccess) return true;
+    log::get("nccl")->warn(
+        "rank {}: the watchdog's thread could not enter CUDA's relaxed capture mode; its queries "
+        "may break a CUDA graph another thread captures in the global mode",
+        rank_);
+    return false;
   }();
   (void)relaxed;
   std::optional<std::pair<std::string, std::uint64_t>> late;  // what, call

@@ -58,8 +58,19 @@ class RealCudaApi : public CudaApi {
     *capturing = runtime_status != cudaStreamCaptureStatusNone;
     return rc;
   }
+  // Through the driver, which needs no current context: the runtime's call
+  // first makes the thread's device's primary context current, and on a
+  // thread that never chose a device (the watchdog's, a caller's fresh one)
+  // that is device 0's: a context more, of about half a GiB, on another
+  // rank's GPU (a two-rank job's GPU 0 held 0.51 GiB more with the
+  // runtime's call on the watchdog's thread: docs/benchmarks.md).
   cudaError_t exchange_capture_mode(cudaStreamCaptureMode* mode) override {
-    return cudaThreadExchangeStreamCaptureMode(mode);
+    static const auto exchange = driver_api().thread_exchange_capture_mode;
+    if (exchange == nullptr) return cudaThreadExchangeStreamCaptureMode(mode);
+    auto driver_mode = static_cast<CUstreamCaptureMode>(*mode);
+    if (exchange(&driver_mode) != CUDA_SUCCESS) return cudaErrorUnknown;
+    *mode = static_cast<cudaStreamCaptureMode>(driver_mode);
+    return cudaSuccess;
   }
   cudaError_t malloc(void** ptr, size_t bytes) override { return cudaMalloc(ptr, bytes); }
   cudaError_t free(void* ptr) override { return cudaFree(ptr); }

@@ -31,6 +31,7 @@ DriverApi load() {
   std::string optional;  // without these, CudaApi asks the runtime
   find("cuEventRecord", &api.event_record, &optional);
   find("cuStreamIsCapturing", &api.stream_is_capturing, &optional);
+  find("cuThreadExchangeStreamCaptureMode", &api.thread_exchange_capture_mode, &optional);
   find("cuStreamGetCtx", &api.stream_get_ctx, &optional);
   find("cuCtxPushCurrent", &api.ctx_push_current, &optional);
   find("cuCtxPopCurrent", &api.ctx_pop_current, &optional);

@@ -21,6 +21,10 @@ struct DriverApi {
   CUresult (*pointer_get_attribute)(void*, CUpointer_attribute, CUdeviceptr) = nullptr;
   CUresult (*event_record)(CUevent, CUstream) = nullptr;
   CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
+  // A thread's capture mode, which the runtime's call would set only after
+  // making its device's primary context current (device 0 on a thread that
+  // never chose one: a context more on that GPU).
+  CUresult (*thread_exchange_capture_mode)(CUstreamCaptureMode*) = nullptr;
   // For a thread with no current context: a stream's own context, made current for one call.
   CUresult (*stream_get_ctx)(CUstream, CUcontext*) = nullptr;
   CUresult (*ctx_push_current)(CUcontext) = nullptr;
