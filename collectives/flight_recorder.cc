@@ -175,14 +175,9 @@ CallArgs FlightRecorder::Entry::args() const {
                   .reduces = (p >> 17 & 1) != 0};
 }
 
-std::uint64_t FlightRecorder::oldest_seq() const {
-  const std::uint64_t next = next_seq_.load(std::memory_order_acquire);
-  return next > kCapacity ? next - kCapacity : 1;
-}
-
 const FlightRecorder::Entry* FlightRecorder::slot(std::uint64_t seq) const {
-  if (seq == 0 || seq < oldest_seq() || seq >= next_seq_.load(std::memory_order_acquire))
-    return nullptr;
+  const std::uint64_t next = next_seq_.load(std::memory_order_acquire);
+  if (seq == 0 || seq < oldest_seq(next) || seq >= next) return nullptr;
   return &ring_[(seq - 1) % kCapacity];
 }
 
@@ -305,7 +300,7 @@ void FlightRecorder::check_hang() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const std::uint64_t next = next_seq_.load(std::memory_order_acquire);
-    for (std::uint64_t seq = oldest_seq(); seq < next; ++seq) {
+    for (std::uint64_t seq = oldest_seq(next); seq < next; ++seq) {
       if (std::optional<Call> c = read(seq); c && !c->done) {
         oldest = std::move(c);
         break;
@@ -325,7 +320,7 @@ std::vector<FlightRecorder::Call> FlightRecorder::recent(std::size_t n) const {
   std::lock_guard<std::mutex> lock(mu_);
   const std::uint64_t end = next_seq_.load(std::memory_order_acquire);
   const std::uint64_t begin =
-      std::max<std::uint64_t>(oldest_seq(), end - std::min<std::uint64_t>(n, end - 1));
+      std::max<std::uint64_t>(oldest_seq(end), end - std::min<std::uint64_t>(n, end - 1));
   std::vector<Call> calls;
   calls.reserve(end - begin);
   for (std::uint64_t seq = begin; seq < end; ++seq) {

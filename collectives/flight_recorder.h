@@ -180,7 +180,12 @@ class FlightRecorder {
     return const_cast<Entry*>(static_cast<const FlightRecorder*>(this)->slot(seq));
   }
   void complete(std::uint64_t seq);  // completed()'s work (caller holds mu_)
-  std::uint64_t oldest_seq() const;  // of the calls in the ring
+  // The oldest call in the ring when next is the next call's number. One
+  // load of next_seq_ for both ends of a range: the writer takes no lock, and
+  // between two loads it may go on by more than the ring holds.
+  static std::uint64_t oldest_seq(std::uint64_t next) {
+    return next > kCapacity ? next - kCapacity : 1;
+  }
   std::string key(int rank) const;
   void publisher_loop();
   void check_hang();  // the live warning
