@@ -87,7 +87,7 @@ TEST_F(StreamOrder, SmallCallFromAFreshThreadIsDoneOnlyAfterItRan) {
 // mode): more calls than the in-flight list's query period, each ordered back
 // onto the capturing stream; the graph replays with the right sums, the
 // captured calls' Works neither wait nor fail, and the communicator stays
-// healthy for eager calls after the watchdog has polled the captured ones.
+// healthy for eager calls after a few of the watchdog's polls.
 TEST_F(StreamOrder, CallsCapturedIntoAGraphReplayAndLeaveTheCommunicatorHealthy) {
   cudaStream_t caller = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), cudaSuccess);
@@ -123,7 +123,7 @@ TEST_F(StreamOrder, CallsCapturedIntoAGraphReplayAndLeaveTheCommunicatorHealthy)
     EXPECT_EQ(out.host.get(0), want) << "replay " << replay;
     EXPECT_EQ(out.host.get(count - 1), want) << "replay " << replay;
   }
-  // The watchdog polls at least every 100 ms: let it see the captured calls.
+  // The watchdog polls at least every 100 ms: let it poll a few times.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto eager = comm().all_reduce(in.view(), out.view(), ReduceOp::kSum, StreamRef{caller});
   eager->wait();
