@@ -262,10 +262,7 @@ void check_cu(CUresult rc, const std::string& what, const char* step) {
 void CeCall::start_after(StreamRef caller) {
   CudaApi& cuda = state_->cuda();
   const auto caller_stream = static_cast<cudaStream_t>(caller.cuda_stream);
-  bool captured = false;
-  RTD_CUDA_CHECK(cuda, cuda.stream_capturing(caller_stream, &captured),
-                 what_ + ": asking whether the caller's stream is captured into a graph");
-  if (captured) {
+  if (state_->capturing(caller_stream, CallName::of(what_))) {
     throw Error(ErrorCategory::kInvalidArgument,
                 what_ +
                     ": a copy-engine collective cannot be captured into a CUDA graph (its "

@@ -70,21 +70,32 @@ void CommState::drop_end(EndTicket end) { hand_back(end.slot); }
 
 RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, CallName name,
                                         std::vector<std::uint64_t> calls) {
-  const EndTicket end = take_end();
-  record_end(end, stream, std::move(name), std::move(calls));
+  EndTicket end = take_end();
+  end.captured = record_end(end, stream, std::move(name), std::move(calls));
   return end;
 }
 
-RTD_HOT void CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
+RTD_HOT bool CommState::capturing(cudaStream_t stream, const CallName& what) {
+  bool captured = false;
+  RTD_CUDA_CHECK(*cuda_, cuda_->stream_capturing(stream, &captured),
+                 what.text() + ": asking whether the stream is captured into a CUDA graph");
+  return captured;
+}
+
+RTD_HOT bool CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
                                    std::vector<std::uint64_t> calls) {
   const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
   if (rc != cudaSuccess) {
     hand_back(end.slot);
     RTD_CUDA_CHECK(*cuda_, rc, name.text() + ": recording its end");
   }
+  if (capturing(stream, name)) {
+    mark_captured(name, calls);
+    return true;
+  }
   InFlight op{
       .end = end.slot, .stream = stream, .name = std::move(name), .calls = std::move(calls)};
-  if (++watched_ % kQueryEvery != 0 && launched_.push(std::move(op))) return;
+  if (++watched_ % kQueryEvery != 0 && launched_.push(std::move(op))) return false;
   // Every kQueryEvery-th call (or with the ring full, which that prevents).
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   op.deadline = drain_locked();
@@ -100,22 +111,11 @@ RTD_HOT void CommState::record_end(EndTicket end, cudaStream_t stream, CallName 
   }
   list.ops.push_back(std::move(op));
   refill_locked(false);  // what this and the watchdog's retiring freed, for the next calls
+  return false;
 }
 
-EndTicket CommState::record_captured(cudaStream_t stream, const CallName& name,
-                                     const std::vector<std::uint64_t>& calls) {
-  const EndTicket end = take_end();
-  record_captured(end, stream, name, calls);
-  return end;
-}
-
-void CommState::record_captured(EndTicket end, cudaStream_t stream, const CallName& name,
-                                const std::vector<std::uint64_t>& calls) {
-  const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
-  if (rc != cudaSuccess) {
-    hand_back(end.slot);
-    RTD_CUDA_CHECK(*cuda_, rc, name.text() + ": recording its end in a CUDA graph capture");
-  }
+RTD_COLD void CommState::mark_captured(const CallName& name,
+                                       const std::vector<std::uint64_t>& calls) {
   captured_.fetch_add(1, std::memory_order_relaxed);
   if (!recorder_) return;
   std::vector<std::uint64_t> numbers = calls;

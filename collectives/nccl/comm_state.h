@@ -74,6 +74,9 @@ struct EndSlot {
 struct EndTicket {
   EndSlot* slot = nullptr;
   std::uint32_t generation = 0;
+  // The operation was captured into a CUDA graph (record_end): the slot is
+  // its Work's until the Work goes (release_captured), never the in-flight list's.
+  bool captured = false;
   // The operation completed and the slot went on (or is free again).
   bool retired() const { return slot->generation.load(std::memory_order_acquire) != generation; }
 };
@@ -113,24 +116,26 @@ class CommState {
   // These, take_end and drop_end come from the communicator's caller (one
   // thread at a time, as every call on a communicator).
   EndTicket record_end(cudaStream_t stream, CallName name, std::vector<std::uint64_t> calls = {});
+  // Whether stream is being captured into a CUDA graph; throws, naming what, if CUDA cannot say.
+  bool capturing(cudaStream_t stream, const CallName& what);
   // A group's Work is made before its calls: its end slot is taken then
   // (take_end), and recorded and watched after them (record_end(end, ...)),
   // or given back if the group never launched (drop_end).
   EndTicket take_end();
-  void record_end(EndTicket end, cudaStream_t stream, CallName name,
+  // Returns whether the stream captured it.
+  bool record_end(EndTicket end, cudaStream_t stream, CallName name,
                   std::vector<std::uint64_t> calls);
   void drop_end(EndTicket end);
   // [Capture] An operation captured into a CUDA graph runs only when the
   // graph is launched, as often as it is: there is nothing to watch now, and
-  // a query of an event recorded during the capture breaks the capture. Its
-  // end event is recorded all the same (another stream may be ordered after
-  // it, and a capture that forked must join), then neither queried nor
-  // watched; the flight recorder marks its calls completed with a note. Its
-  // Work holds the slot and gives it back (release_captured, any thread).
-  EndTicket record_captured(cudaStream_t stream, const CallName& name,
-                            const std::vector<std::uint64_t>& calls = {});
-  void record_captured(EndTicket end, cudaStream_t stream, const CallName& name,
-                       const std::vector<std::uint64_t>& calls);
+  // a query of an event recorded during the capture breaks the capture.
+  // record_end asks whether the stream is captured (after the record, once a
+  // call: a stream the caller's capture forked into is captured too); if so,
+  // the end event stays recorded (another stream may be ordered after it, and
+  // a forked capture joins back through it) but is neither queried nor
+  // watched, the flight recorder marks the calls completed with a note, the
+  // ticket says captured, and the Work holds the slot and gives it back
+  // (release_captured, any thread).
   void release_captured(EndTicket end);
   // Retires completed operations from the oldest end of each stream; names the
   // oldest one still running past its deadline, if any, with the flight
@@ -237,7 +242,8 @@ class CommState {
   // The caller's: slots to take without the lock, and its calls so far.
   std::vector<EndSlot*> spare_ends_;
   std::uint64_t watched_ = 0;
-  std::atomic<std::uint64_t> captured_{0};  // calls captured into CUDA graphs (record_captured)
+  std::atomic<std::uint64_t> captured_{0};  // operations captured into CUDA graphs
+  void mark_captured(const CallName& name, const std::vector<std::uint64_t>& calls);
   std::atomic<bool> aborted_{false};
   std::atomic<bool> failed_{false};  // failure_ is set
   bool gone_ = false;                // the handle was destroyed or aborted

@@ -53,10 +53,7 @@ class RealCudaApi : public CudaApi {
       *capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
       return cudaSuccess;
     }
-    cudaStreamCaptureStatus runtime_status = cudaStreamCaptureStatusNone;
-    const cudaError_t rc = cudaStreamIsCapturing(stream, &runtime_status);
-    *capturing = runtime_status != cudaStreamCaptureStatusNone;
-    return rc;
+    return runtime_capturing(stream, capturing);
   }
   // Through the driver, which needs no current context: the runtime's call
   // first makes the thread's device's primary context current, and on a
@@ -77,6 +74,12 @@ class RealCudaApi : public CudaApi {
   const char* error_string(cudaError_t error) override { return cudaGetErrorString(error); }
 
  private:
+  static cudaError_t runtime_capturing(cudaStream_t stream, bool* capturing) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const cudaError_t rc = cudaStreamIsCapturing(stream, &status);
+    *capturing = status != cudaStreamCaptureStatusNone;
+    return rc;
+  }
   RTD_COLD static cudaError_t ask_in_own_context(const DriverApi& api, cudaStream_t stream,
                                                  bool* capturing) {
     *capturing = false;
@@ -85,10 +88,7 @@ class RealCudaApi : public CudaApi {
     if (api.stream_get_ctx == nullptr || api.ctx_push_current == nullptr ||
         api.ctx_pop_current == nullptr || api.stream_get_ctx(stream, &context) != CUDA_SUCCESS ||
         api.ctx_push_current(context) != CUDA_SUCCESS) {
-      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;  // the runtime's error, then
-      const cudaError_t rc = cudaStreamIsCapturing(stream, &status);
-      *capturing = status != cudaStreamCaptureStatusNone;
-      return rc;
+      return runtime_capturing(stream, capturing);  // the runtime's error, then
     }
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     const CUresult rc = api.stream_is_capturing(stream, &status);

@@ -351,39 +351,18 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint
     unlaunched.launched();
     return group_work_;
   }
-  // Asked after NCCL's call, which just used the stream: a stream captured
-  // into a CUDA graph captured the call (and the comm stream forked from it).
-  if (capturing(caller_stream, name)) {
-    unlaunched.launched();
-    return captured_work(run_on, name, on_caller ? caller_stream : nullptr);
-  }
   const EndTicket end = state_->record_end(run_on, name);
   unlaunched.launched();
   return std::make_shared<NcclWork>(state_, end, name, on_caller ? caller_stream : nullptr);
 }
 
-RTD_HOT bool NcclCommunicator::capturing(cudaStream_t stream, const CallName& name) {
-  bool captured = false;
-  RTD_CUDA_CHECK(state_->cuda(), state_->cuda().stream_capturing(stream, &captured),
-                 name.text() + ": asking whether the caller's stream is captured into a graph");
-  return captured;
-}
-
-RTD_COLD std::shared_ptr<Work> NcclCommunicator::captured_work(cudaStream_t run_on,
-                                                               const CallName& name,
-                                                               cudaStream_t ran_on) {
-  auto work =
-      std::make_shared<NcclWork>(state_, state_->record_captured(run_on, name), name, ran_on);
-  work->set_captured();
-  return work;
-}
-
-StagedCollectives::Slot* NcclCommunicator::staged_slot(StagedCollectives::Kind kind,
-                                                       const BufferView& in, ReduceOp op,
-                                                       std::size_t moved_bytes, StreamRef stream) {
+RTD_HOT StagedCollectives::Slot* NcclCommunicator::staged_slot(StagedCollectives::Kind kind,
+                                                               const BufferView& in, ReduceOp op,
+                                                               std::size_t moved_bytes,
+                                                               StreamRef stream) {
   if (!staged_ || group_work_ || moved_bytes < StagedCollectives::kMinBytes) return nullptr;
   const CallName name("staged collective", 0, rank_);
-  if (capturing(static_cast<cudaStream_t>(stream.cuda_stream), name)) return nullptr;
+  if (state_->capturing(static_cast<cudaStream_t>(stream.cuda_stream), name)) return nullptr;
   return staged_->slot_for(kind, in, op, moved_bytes);
 }
 
@@ -540,12 +519,10 @@ std::shared_ptr<Work> NcclCommunicator::group(const std::function<void()>& body)
     throw nccl_error(api, state_->comm(), rc, what + ": ncclGroupEnd");
   }
   guard.recorded = true;  // record_end keeps the slot, or frees it if recording fails
-  if (capturing(stream_, CallName::of(what))) {  // its calls forked from a captured stream
-    state_->record_captured(guard.end, stream_, CallName::of(what), calls);
+  // Its calls forked from the caller's stream: captured with it, if it was.
+  if (state_->record_end(guard.end, stream_, CallName::of(what), std::move(calls))) {
     work->set_captured();
-    return work;
   }
-  state_->record_end(guard.end, stream_, CallName::of(what), std::move(calls));
   return work;
 }
 

@@ -83,9 +83,8 @@ class NcclCommunicator : public Communicator {
   // NCCL's operation for op on this communicator (a one-rank average is a sum).
   ncclRedOp_t reduction(ReduceOp op) const;
   // Orders the comm stream after the caller's, makes the NCCL call, and (outside
-  // a group) records the end event; a call the caller's stream captures into
-  // a CUDA graph returns a captured Work (captured_work). call(stream)
-  // returns the ncclResult_t.
+  // a group) records the end event (CommState::record_end, which also tells
+  // whether a CUDA graph captured the call). call(stream) returns the ncclResult_t.
   // recorded: the operation's number in the flight recorder (0: not recorded).
   // bytes: the call's payload, which decides whether it runs on the caller's
   // stream (settings.inline_bytes); kNever: never there.
@@ -104,11 +103,6 @@ class NcclCommunicator : public Communicator {
                                       StagedCollectives::Slot& slot, const BufferView& in,
                                       const BufferView& out);
   std::uint64_t record(const CallDescription& call) { return state_->record(call); }
-  // [Capture] Whether stream is being captured into a CUDA graph.
-  bool capturing(cudaStream_t stream, const CallName& name);
-  // The Work of a captured call (CommState::record_captured).
-  std::shared_ptr<Work> captured_work(cudaStream_t run_on, const CallName& name,
-                                      cudaStream_t ran_on);
   CeSetup ce_setup(std::vector<BufferView> buffers, ReduceOp op, Store* store) const;
   std::unique_ptr<PersistentShardCollective> persistent_shard_collective(
       std::vector<BufferView> sources, bool gather, ReduceOp op, PersistentOptions options);

@@ -21,11 +21,11 @@ class NcclWork : public Work {
   NcclWork(std::shared_ptr<CommState> state, EndTicket end, CallName name,
            cudaStream_t ran_on = nullptr);
   ~NcclWork() override;  // on the data path (hot_path.h)
-  // [Capture] The operation was captured into a CUDA graph
-  // (CommState::record_captured): done at once, with no error (it runs when
-  // the graph does, ordered on the graph's stream); wait(stream) orders a
-  // stream after its end event; the slot goes back with the Work. Set before
-  // the Work is handed out.
+  // [Capture] The operation was captured into a CUDA graph (end.captured,
+  // or set_captured for a group, whose Work is made before its end is
+  // recorded): done at once, with no error (it runs when the graph does,
+  // ordered on the graph's stream); wait(stream) orders a stream after its
+  // end event; the slot goes back with the Work.
   void set_captured() { captured_ = true; }
 
   bool done() const override;

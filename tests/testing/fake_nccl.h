@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -65,9 +66,10 @@ class FakeCudaApi : public nccl::CudaApi {
   explicit FakeCudaApi(CallLog* log) : log_(log) {}
   std::atomic<bool> events_complete{true};  // what event_query answers
   // [Capture] The stream being captured into a CUDA graph (null: none). As
-  // CUDA does: an event recorded on it is captured, and a query of it, or any
-  // query from a thread in the global capture mode (the default) while a
-  // capture is on, breaks the capture: counted in broken_captures.
+  // CUDA does: a stream that waits on an event the capture recorded joins it;
+  // an event recorded on a captured stream is captured, and a query of it,
+  // or any query from a thread in the global capture mode (the default) while
+  // a capture is on, breaks the capture: counted in broken_captures.
   std::atomic<cudaStream_t> capturing{nullptr};
   std::atomic<int> broken_captures{0};
 
@@ -93,7 +95,7 @@ class FakeCudaApi : public nccl::CudaApi {
   cudaError_t event_record(cudaEvent_t e, cudaStream_t s) override {
     log_->add("event_record " + handle_name(e, 'e') + " " + handle_name(s, 's'));
     std::lock_guard<std::mutex> lock(mu_);
-    if (s != nullptr && s == capturing.load()) {
+    if (captured_locked(s)) {
       captured_.insert(e);
     } else {
       captured_.erase(e);
@@ -114,7 +116,8 @@ class FakeCudaApi : public nccl::CudaApi {
     return events_complete ? cudaSuccess : cudaErrorNotReady;
   }
   cudaError_t stream_capturing(cudaStream_t s, bool* capturing_now) override {
-    *capturing_now = s != nullptr && s == capturing.load();
+    std::lock_guard<std::mutex> lock(mu_);
+    *capturing_now = captured_locked(s);
     return cudaSuccess;
   }
   cudaError_t exchange_capture_mode(cudaStreamCaptureMode* mode) override {
@@ -123,6 +126,8 @@ class FakeCudaApi : public nccl::CudaApi {
   }
   cudaError_t stream_wait_event(cudaStream_t s, cudaEvent_t e) override {
     log_->add("stream_wait_event " + handle_name(s, 's') + " " + handle_name(e, 'e'));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (captured_.count(e) != 0) joined_[s] = capturing.load();
     return cudaSuccess;
   }
   cudaError_t malloc(void** p, size_t) override {
@@ -140,7 +145,14 @@ class FakeCudaApi : public nccl::CudaApi {
   CallLog* log_;
   std::atomic<int> next_{1};
   std::mutex mu_;
-  std::set<cudaEvent_t> captured_;  // recorded on the capturing stream, not since
+  // s is the capturing stream, or joined the capture that is still on (mu_ held).
+  bool captured_locked(cudaStream_t s) const {
+    if (s == nullptr || capturing.load() == nullptr) return false;
+    auto it = joined_.find(s);
+    return s == capturing.load() || (it != joined_.end() && it->second == capturing.load());
+  }
+  std::set<cudaEvent_t> captured_;               // recorded on a captured stream, not since
+  std::map<cudaStream_t, cudaStream_t> joined_;  // joined the capture of that stream
 };
 
 class FakeNcclApi : public nccl::NcclApi {
