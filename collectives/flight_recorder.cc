@@ -107,7 +107,8 @@ FlightRecorder::FlightRecorder(std::shared_ptr<Store> store, int rank, int size,
       publish_every_(publish_every),
       warn_after_(options.hang_warn),
       on_hang_(std::move(on_hang)),
-      ring_(std::make_unique<Entry[]>(kCapacity)) {
+      ring_(std::make_unique<Entry[]>(kCapacity)),
+      traced_(trace::enabled()) {
   static std::atomic<int> communicators{0};
   trace_track_ = "comm " + std::to_string(communicators++);
   if (!options.dump_dir.empty()) {
@@ -156,7 +157,7 @@ FlightRecorder::Texts& FlightRecorder::Entry::own_texts() {
 
 // CallArgs in two words: count, and dtype | op << 8 | has_buffer << 16 |
 // reduces << 17 | root << 32.
-RTD_HOT void FlightRecorder::Entry::set_args(const CallArgs& a) {
+RTD_HOT RTD_INLINE void FlightRecorder::Entry::set_args(const CallArgs& a) {
   count.store(a.count, std::memory_order_relaxed);
   packed.store(static_cast<std::uint64_t>(a.dtype) | static_cast<std::uint64_t>(a.op) << 8 |
                    static_cast<std::uint64_t>(a.has_buffer) << 16 |
@@ -181,7 +182,7 @@ const FlightRecorder::Entry* FlightRecorder::slot(std::uint64_t seq) const {
   return &ring_[(seq - 1) % kCapacity];
 }
 
-RTD_HOT FlightRecorder::Entry& FlightRecorder::begin_entry(std::uint64_t seq) {
+RTD_HOT RTD_INLINE FlightRecorder::Entry& FlightRecorder::begin_entry(std::uint64_t seq) {
   Entry& e = ring_[(seq - 1) % kCapacity];
   e.state.store(0, std::memory_order_relaxed);
   // Readers that see any field below see the 0 above (store-store order).
@@ -192,22 +193,23 @@ RTD_HOT FlightRecorder::Entry& FlightRecorder::begin_entry(std::uint64_t seq) {
   return e;
 }
 
-RTD_HOT FlightRecorder::Entry& FlightRecorder::begin_plain(std::uint64_t seq, const char* op,
-                                                           const CallArgs& args) {
+RTD_HOT RTD_INLINE FlightRecorder::Entry& FlightRecorder::begin_plain(std::uint64_t seq,
+                                                                      const char* op,
+                                                                      const CallArgs& args) {
   Entry& e = begin_entry(seq);
   e.op.store(op, std::memory_order_relaxed);
   e.set_args(args);
   return e;
 }
 
-RTD_HOT std::uint64_t FlightRecorder::publish_entry(Entry& e, std::uint64_t seq) {
+RTD_HOT RTD_INLINE std::uint64_t FlightRecorder::publish_entry(Entry& e, std::uint64_t seq) {
   e.state.store(seq << 1, std::memory_order_release);
   next_seq_.store(seq + 1, std::memory_order_release);
   return seq;
 }
 
 RTD_HOT std::uint64_t FlightRecorder::record(const char* op, const CallArgs& args) {
-  if (trace::enabled()) {  // the trace's start time lives in texts
+  if (traced_) [[unlikely]] {  // the trace's start time lives in texts
     std::lock_guard<std::mutex> lock(mu_);
     return record_locked(op, args);
   }
@@ -218,7 +220,7 @@ RTD_HOT std::uint64_t FlightRecorder::record(const char* op, const CallArgs& arg
 std::uint64_t FlightRecorder::record_locked(const char* op, const CallArgs& args) {
   const std::uint64_t seq = next_seq_.load(std::memory_order_relaxed);
   Entry& e = begin_plain(seq, op, args);
-  if (trace::enabled()) e.own_texts().at_us = trace::now_us();
+  if (traced_) e.own_texts().at_us = trace::now_us();
   return publish_entry(e, seq);
 }
 
@@ -229,7 +231,7 @@ std::uint64_t FlightRecorder::record(std::string op, std::string args) {
   Texts& t = e.own_texts();
   t.op_text = clean(std::move(op));
   t.args_text = clean(std::move(args));
-  if (trace::enabled()) t.at_us = trace::now_us();
+  if (traced_) t.at_us = trace::now_us();
   return publish_entry(e, seq);
 }
 
@@ -289,7 +291,7 @@ void FlightRecorder::complete(std::uint64_t seq) {
 }
 
 void FlightRecorder::annotate(std::uint64_t seq, std::string note) {
-  if (!trace::enabled()) return;
+  if (!traced_) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (Entry* e = slot(seq)) e->own_texts().trace_note = std::move(note);
 }

@@ -92,6 +92,8 @@ class FlightRecorder {
   // entry is published to readers as a seqlock would: see Entry): the data
   // path's; the text form is for callers that have only text.
   std::uint64_t record(const char* op, const CallArgs& args);
+  // Whether the trace is on (RTD_TRACE_DIR): calls then carry notes and spans.
+  bool traced() const { return traced_; }
   std::uint64_t record(std::string op, std::string args);
   // Call seq finished (completed or failed); calls may finish in any order.
   void completed(std::uint64_t seq);
@@ -205,6 +207,7 @@ class FlightRecorder {
   // The newest kCapacity calls: seq s at ring_[(s - 1) % kCapacity].
   std::unique_ptr<Entry[]> ring_;
   std::string trace_track_;  // "comm <n>": this communicator's row in the trace
+  const bool traced_;        // the trace is on (trace::enabled(), read once per process)
   // The next call's seq: written by the caller (after the entry's state),
   // read by anyone.
   std::atomic<std::uint64_t> next_seq_{1};

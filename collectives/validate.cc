@@ -11,30 +11,55 @@ namespace {
   throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": " + message);
 }
 
-void same_dtype(const char* op, const BufferView& in, const BufferView& out) {
-  if (in.dtype != out.dtype) {
-    fail(op, "input is " + std::string(to_string(in.dtype)) + " but output is " +
-                 std::string(to_string(out.dtype)));
-  }
+// The checks below are inlined into each operation's check (the data path
+// runs them on every call), their failures formatted out of the way.
+[[noreturn]] RTD_COLD void dtypes_differ(const char* op, const BufferView& in,
+                                         const BufferView& out) {
+  fail(op, "input is " + std::string(to_string(in.dtype)) + " but output is " +
+               std::string(to_string(out.dtype)));
 }
 
-void count_equals(const char* op, const char* which, std::size_t actual, std::size_t expected) {
-  if (actual != expected) {
-    fail(op, std::string(which) + " has " + std::to_string(actual) + " elements, expected " +
-                 std::to_string(expected));
-  }
+[[noreturn]] RTD_COLD void count_differs(const char* op, const char* which, std::size_t actual,
+                                         std::size_t expected) {
+  fail(op, std::string(which) + " has " + std::to_string(actual) + " elements, expected " +
+               std::to_string(expected));
 }
 
-void reducible(const char* op, DType dtype, ReduceOp reduce) {
-  bool integer = dtype == DType::kInt32 || dtype == DType::kInt64;
-  if (integer && reduce == ReduceOp::kAvg) {
+[[noreturn]] RTD_COLD void wrong_device(const char* op, DeviceType device) {
+  fail(op, device == DeviceType::kCpu
+               ? "this backend takes host (CPU) buffers only"
+               : "the NCCL backend takes CUDA device buffers (BufferView.device = kCuda); use "
+                 "the Gloo backend for host memory");
+}
+
+RTD_INLINE void same_dtype(const char* op, const BufferView& in, const BufferView& out) {
+  if (in.dtype != out.dtype) [[unlikely]]
+    dtypes_differ(op, in, out);
+}
+
+RTD_INLINE void count_equals(const char* op, const char* which, std::size_t actual,
+                             std::size_t expected) {
+  if (actual != expected) [[unlikely]]
+    count_differs(op, which, actual, expected);
+}
+
+RTD_INLINE void reducible(const char* op, DType dtype, ReduceOp reduce) {
+  const bool integer = dtype == DType::kInt32 || dtype == DType::kInt64;
+  if (integer && reduce == ReduceOp::kAvg) [[unlikely]]
     fail(op, "avg is defined for floating-point dtypes only; use sum and divide");
-  }
 }
 
-void pair_on(const char* op, const BufferView& in, const BufferView& out, DeviceType device) {
-  buffer_on(op, in, device);
-  buffer_on(op, out, device);
+RTD_INLINE void placed(const char* op, const BufferView& buf, DeviceType device) {
+  if (buf.device != device) [[unlikely]]
+    wrong_device(op, device);
+  if (buf.data == nullptr && buf.count > 0) [[unlikely]]
+    fail(op, "buffer is null but count is nonzero");
+}
+
+RTD_INLINE void pair_on(const char* op, const BufferView& in, const BufferView& out,
+                        DeviceType device) {
+  placed(op, in, device);
+  placed(op, out, device);
   same_dtype(op, in, out);
 }
 
@@ -48,13 +73,7 @@ void rank_in_range(const char* op, const char* which, int rank, int size) {
 }
 
 void buffer_on(const char* op, const BufferView& buf, DeviceType device) {
-  if (buf.device != device) {
-    fail(op, device == DeviceType::kCpu
-                 ? "this backend takes host (CPU) buffers only"
-                 : "the NCCL backend takes CUDA device buffers (BufferView.device = kCuda); use "
-                   "the Gloo backend for host memory");
-  }
-  if (buf.data == nullptr && buf.count > 0) fail(op, "buffer is null but count is nonzero");
+  placed(op, buf, device);
 }
 
 RTD_HOT void all_reduce(const BufferView& in, const BufferView& out, ReduceOp reduce,
@@ -65,7 +84,7 @@ RTD_HOT void all_reduce(const BufferView& in, const BufferView& out, ReduceOp re
 }
 
 RTD_HOT void broadcast(const BufferView& buf, int root, int size, DeviceType device) {
-  buffer_on("broadcast", buf, device);
+  placed("broadcast", buf, device);
   rank_in_range("broadcast", "root", root, size);
 }
 

@@ -56,11 +56,14 @@ void CommState::hand_back(EndSlot* end) {
   spare_ends_.push_back(end);
 }
 
+RTD_COLD void CommState::refill_spare() {
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  refill_locked(true);
+}
+
 RTD_HOT EndTicket CommState::take_end() {
-  if (spare_ends_.empty()) {
-    std::lock_guard<std::mutex> lock(in_flight_mu_);
-    refill_locked(true);
-  }
+  if (spare_ends_.empty()) [[unlikely]]
+    refill_spare();
   EndSlot* slot = spare_ends_.back();
   spare_ends_.pop_back();
   return EndTicket{slot, slot->generation.load(std::memory_order_relaxed)};
@@ -68,38 +71,64 @@ RTD_HOT EndTicket CommState::take_end() {
 
 void CommState::drop_end(EndTicket end) { hand_back(end.slot); }
 
-RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, CallName name,
-                                        std::vector<std::uint64_t> calls) {
-  EndTicket end = take_end();
-  end.captured = record_end(end, stream, std::move(name), std::move(calls));
-  return end;
+RTD_COLD void CommState::throw_cuda_failed(cudaError_t rc, const std::string& what) {
+  throw Error(ErrorCategory::kBackend, what + ": CUDA error " + cuda_->error_string(rc),
+              static_cast<int>(rc));
 }
 
-RTD_HOT bool CommState::capturing(cudaStream_t stream, const CallName& what) {
+RTD_COLD void CommState::throw_record_failed(cudaError_t rc, EndTicket end, const CallName& name) {
+  hand_back(end.slot);
+  throw_cuda_failed(rc, name.text() + ": recording its end");
+}
+
+RTD_HOT RTD_INLINE bool CommState::captured_now(cudaStream_t stream, const CallName& what) {
   bool captured = false;
-  RTD_CUDA_CHECK(*cuda_, cuda_->stream_capturing(stream, &captured),
-                 what.text() + ": asking whether the stream is captured into a CUDA graph");
+  const cudaError_t rc = cuda_->stream_capturing(stream, &captured);
+  if (rc != cudaSuccess) [[unlikely]]
+    throw_cuda_failed(rc,
+                      what.text() + ": asking whether the stream is captured into a CUDA graph");
   return captured;
 }
 
-RTD_HOT bool CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
-                                   std::vector<std::uint64_t> calls) {
+RTD_HOT bool CommState::capturing(cudaStream_t stream, const CallName& what) {
+  return captured_now(stream, what);
+}
+
+// Both record_end()s, one body: on the data path every call runs it, so it is
+// inlined into them (one stretch of code, not three calls).
+RTD_HOT RTD_INLINE bool CommState::record_taken(EndTicket end, cudaStream_t stream, CallName&& name,
+                                                std::vector<std::uint64_t>&& calls) {
   const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
-  if (rc != cudaSuccess) {
-    hand_back(end.slot);
-    RTD_CUDA_CHECK(*cuda_, rc, name.text() + ": recording its end");
-  }
-  if (capturing(stream, name)) {
+  if (rc != cudaSuccess) [[unlikely]]
+    throw_record_failed(rc, end, name);
+  if (captured_now(stream, name)) [[unlikely]] {
     mark_captured(name, calls);
     return true;
   }
   InFlight op{
       .end = end.slot, .stream = stream, .name = std::move(name), .calls = std::move(calls)};
-  if (++watched_ % kQueryEvery != 0 && launched_.push(std::move(op))) return false;
-  // Every kQueryEvery-th call (or with the ring full, which that prevents).
+  if (++watched_ % kQueryEvery != 0 && launched_.push(std::move(op))) [[likely]]
+    return false;
+  query_newest(std::move(op));
+  return false;
+}
+
+RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, CallName name) {
+  EndTicket end = take_end();
+  end.captured = record_taken(end, stream, std::move(name), {});
+  return end;
+}
+
+RTD_HOT bool CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
+                                   std::vector<std::uint64_t> calls) {
+  return record_taken(end, stream, std::move(name), std::move(calls));
+}
+
+// Every kQueryEvery-th call (or with the ring full, which that prevents).
+void CommState::query_newest(InFlight&& op) {
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   op.deadline = drain_locked();
-  StreamOps& list = list_locked(stream);
+  StreamOps& list = list_locked(op.stream);
   // The newest before this one (this one was recorded just now: not done),
   // asked in the relaxed capture mode: this thread may be capturing on another
   // stream, or another thread anywhere.
@@ -111,7 +140,6 @@ RTD_HOT bool CommState::record_end(EndTicket end, cudaStream_t stream, CallName 
   }
   list.ops.push_back(std::move(op));
   refill_locked(false);  // what this and the watchdog's retiring freed, for the next calls
-  return false;
 }
 
 RTD_COLD void CommState::mark_captured(const CallName& name,
@@ -149,6 +177,10 @@ CommState::StreamOps& CommState::list_locked(cudaStream_t stream) {
                          [&](const StreamOps& s) { return s.stream == stream; });
   if (it == in_flight_.end()) it = in_flight_.insert(in_flight_.end(), StreamOps{.stream = stream});
   return *it;
+}
+
+RTD_COLD std::unique_ptr<const std::string> CallName::copy_text(const std::string& text) {
+  return std::make_unique<const std::string>(text);
 }
 
 RTD_COLD std::string CallName::text() const {

@@ -37,7 +37,8 @@ struct CallName {
   CallName(const char* op_, std::uint64_t recorded_, int rank_)
       : op(op_), recorded(recorded_), rank(rank_) {}
   CallName(const CallName& o) : op(o.op), recorded(o.recorded), rank(o.rank) {
-    if (o.spelled) spelled = std::make_unique<const std::string>(*o.spelled);
+    if (o.spelled) [[unlikely]]
+      spelled = copy_text(*o.spelled);
   }
   CallName& operator=(const CallName& o) {
     if (this != &o) *this = CallName(o);
@@ -52,6 +53,9 @@ struct CallName {
     return name;
   }
   std::string text() const;
+
+ private:
+  static std::unique_ptr<const std::string> copy_text(const std::string& text);
 };
 
 // An operation's end event as its Work holds it: a slot of the CommState's
@@ -115,7 +119,7 @@ class CommState {
   // and a group's calls. Returns the Work's ticket.
   // These, take_end and drop_end come from the communicator's caller (one
   // thread at a time, as every call on a communicator).
-  EndTicket record_end(cudaStream_t stream, CallName name, std::vector<std::uint64_t> calls = {});
+  EndTicket record_end(cudaStream_t stream, CallName name);
   // Whether stream is being captured into a CUDA graph; throws, naming what, if CUDA cannot say.
   bool capturing(cudaStream_t stream, const CallName& what);
   // A group's Work is made before its calls: its end slot is taken then
@@ -220,6 +224,13 @@ class CommState {
   };
   // The caller's side (no lock):
   void hand_back(EndSlot* end);  // a slot taken and never recorded: to the spare ones
+  void refill_spare();           // spare_ends_ is empty: takes the lock and refills it
+  bool captured_now(cudaStream_t stream, const CallName& what);  // capturing(), inlined
+  bool record_taken(EndTicket end, cudaStream_t stream, CallName&& name,
+                    std::vector<std::uint64_t>&& calls);  // both record_end()s
+  void query_newest(InFlight&& op);                       // record_end's every kQueryEvery-th call
+  [[noreturn]] void throw_cuda_failed(cudaError_t rc, const std::string& what);
+  [[noreturn]] void throw_record_failed(cudaError_t rc, EndTicket end, const CallName& name);
   // With in_flight_mu_ held:
   // The ring's operations into their lists, with their deadline (returned).
   std::chrono::steady_clock::time_point drain_locked();

@@ -10,6 +10,7 @@
 #include "collectives/nccl/nccl_check.h"
 #include "collectives/nccl/nccl_types.h"
 #include "collectives/nccl/nccl_work.h"
+#include "collectives/nccl/recycled_blocks.h"
 #include "collectives/validate.h"
 #include "rt_dist/trace.h"
 #include "runtime/core/hot_path.h"
@@ -301,11 +302,11 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint
   UnlaunchedCall unlaunched(state_->recorder(), recorded);
   // Collectives by their flight-recorder number (1-based, collectives only);
   // the name is spelled out only for an error.
-  const CallName name(op, recorded, rank_);
+  CallName name(op, recorded, rank_);
   // A failure already known refuses the call; NCCL's asynchronous error is
   // asked for on every kFailureQueryEvery-th call only (NCCL itself refuses a
   // call on a failed communicator, and throw_call_failed then names why).
-  if (state_->known_failed() || seq_ % kFailureQueryEvery == 0) {
+  if (state_->known_failed() || seq_ % kFailureQueryEvery == 0) [[unlikely]] {
     if (auto failure = state_->failure()) {
       throw Error(failure->category(), name.text() + ": " + failure->what(),
                   failure->backend_code());
@@ -320,7 +321,7 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint
   const bool on_caller = caller_stream != nullptr && !group_work_ && inline_bytes > 0 &&
                          bytes <= static_cast<std::size_t>(inline_bytes);
   cudaStream_t run_on = on_caller ? caller_stream : stream_;
-  if (recorded != 0 && trace::enabled()) {
+  if (recorded != 0 && state_->recorder()->traced()) [[unlikely]] {
     char note[96];
     std::snprintf(note, sizeof(note), "on stream %p after caller stream %p",
                   static_cast<void*>(run_on), static_cast<void*>(caller_stream));
@@ -337,23 +338,25 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint
     CallWatchdog::Scope scope(*watchdog_, op);
     rc = call(run_on);
   }
-  if (watchdog_->fired()) throw_call_failed(rc, name.text());
-  if (rc == ncclInProgress) {
+  if (watchdog_->fired()) [[unlikely]]
+    throw_call_failed(rc, name.text());
+  if (rc == ncclInProgress) [[unlikely]] {
     auto start = std::chrono::steady_clock::now();
     state_->settle(state_->comm(), name.text(), deadline_after(options_.timeout));
     ++in_progress_;
     settling_ += std::chrono::steady_clock::now() - start;
-  } else if (rc != ncclSuccess) {
+  } else if (rc != ncclSuccess) [[unlikely]] {
     throw_call_failed(rc, name.text());
   }
-  if (group_work_) {  // the group's end event completes it
+  if (group_work_) [[unlikely]] {  // the group's end event completes it
     if (recorded != 0) group_calls_.push_back(recorded);
     unlaunched.launched();
     return group_work_;
   }
   const EndTicket end = state_->record_end(run_on, name);
   unlaunched.launched();
-  return std::make_shared<NcclWork>(state_, end, name, on_caller ? caller_stream : nullptr);
+  return std::allocate_shared<NcclWork>(RecycledBlocks<NcclWork>(), state_, end, std::move(name),
+                                        on_caller ? caller_stream : nullptr);
 }
 
 RTD_HOT StagedCollectives::Slot* NcclCommunicator::staged_slot(StagedCollectives::Kind kind,

@@ -7,14 +7,6 @@
 #include "runtime/core/hot_path.h"
 
 namespace rtd::nccl {
-RTD_HOT NcclWork::NcclWork(std::shared_ptr<CommState> state, EndTicket end, CallName name,
-                           cudaStream_t ran_on)
-    : state_(std::move(state)),
-      end_(end),
-      name_(std::move(name)),
-      ran_on_(ran_on),
-      captured_(end.captured) {}
-
 RTD_HOT NcclWork::~NcclWork() {
   if (captured_) state_->release_captured(end_);
 }

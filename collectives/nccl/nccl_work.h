@@ -19,7 +19,12 @@ class NcclWork : public Work {
   // ran_on: the stream the operation ran on, when that was the caller's (a
   // wait on it is then already ordered); null otherwise.
   NcclWork(std::shared_ptr<CommState> state, EndTicket end, CallName name,
-           cudaStream_t ran_on = nullptr);
+           cudaStream_t ran_on = nullptr)
+      : state_(std::move(state)),
+        end_(end),
+        name_(std::move(name)),
+        ran_on_(ran_on),
+        captured_(end.captured) {}
   ~NcclWork() override;  // on the data path (hot_path.h)
   // [Capture] The operation was captured into a CUDA graph (end.captured,
   // or set_captured for a group, whose Work is made before its end is

@@ -3,13 +3,17 @@
 // that the path touches a few lines and pages of code: NCCL's own call, in
 // between, pushes ours out of the caches, and each line it needs again is a
 // miss. RTD_COLD marks what runs only on failure (naming an error), kept out
-// of the way of the path.
+// of the way of the path. RTD_INLINE makes a helper of the path part of each
+// caller (defined in the same file, before them): one stretch of code, not a
+// call to a line elsewhere.
 #pragma once
 
 #if defined(__GNUC__) || defined(__clang__)
 #define RTD_HOT __attribute__((hot))
 #define RTD_COLD __attribute__((cold, noinline))
+#define RTD_INLINE __attribute__((always_inline)) inline
 #else
 #define RTD_HOT
 #define RTD_COLD
+#define RTD_INLINE inline
 #endif

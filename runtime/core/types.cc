@@ -6,23 +6,6 @@
 
 namespace rtd {
 
-std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return 4;
-    case DType::kFloat64:
-      return 8;
-    case DType::kInt32:
-      return 4;
-    case DType::kInt64:
-      return 8;
-    case DType::kBFloat16:
-    case DType::kFloat16:
-      return 2;
-  }
-  return 0;
-}
-
 std::string_view to_string(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:

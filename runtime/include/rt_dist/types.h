@@ -12,7 +12,21 @@ enum class DType { kFloat32, kFloat64, kInt32, kInt64, kBFloat16, kFloat16 };
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 enum class DeviceType { kCpu, kCuda };
 
-std::size_t dtype_size(DType dtype);
+// Bytes per element (0 for a value outside the enum).
+constexpr std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kFloat64:
+    case DType::kInt64:
+      return 8;
+    case DType::kBFloat16:
+    case DType::kFloat16:
+      return 2;
+  }
+  return 0;
+}
 std::string_view to_string(DType dtype);
 std::string_view to_string(ReduceOp op);
 
