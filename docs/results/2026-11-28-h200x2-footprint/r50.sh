@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The tree after the capture review: what a stream marker costs (probe), the
+# ZeRO-3 deep run's memory (GPU 0's extra context), the paired small-message
+# bench (library of eb19f33 and the tree), then the C++ GPU suites.
+set -u
+b=$PWD/dist/gpu
+echo "rev $(cat dist/runs/REV)"; nvidia-smi -L
+mkdir -p /tmp/o
+timeout 60 dist/runs/memop_probe > /tmp/o/memop_probe.txt 2>&1; echo "== probe: exit $?"; cat /tmp/o/memop_probe.txt
+export NCCL_NVLS_ENABLE=0
+for l in base tree; do
+  d=$b/lib; [ $l = base ] && d=$PWD/dist/E
+  LD_LIBRARY_PATH=$d:$b/lib timeout 150 $b/bin/dtrun --nproc-per-node=2 --env RTD_LOG=warn $b/bin/ddp_step --hidden 2048 --layers 48 \
+    --shard zero3 --copy-engines 0,1 --reduce bf16 --steps 15 > /tmp/o/zero3_${l}.txt 2>&1
+  echo "== zero3 $l: exit $?"; grep -E "^\[rank [01]\]: zero3" /tmp/o/zero3_${l}.txt | cut -c1-200
+done
+P="--mode paired --ops all_reduce,all_gather,reduce_scatter --dtypes float32 --min-bytes 4 --max-bytes 1M --factor 4 --iters 200 --blocks 21"
+for i in 1 2; do
+  for lib in E tree; do
+    l=$b/lib; [ $lib = E ] && l=$PWD/dist/E:$b/lib
+    LD_LIBRARY_PATH=$l timeout 120 $b/bin/dtrun --nproc-per-node=2 $b/bin/collective_bench $P > /tmp/o/ab_${lib}_$i.txt 2>&1
+    echo "== paired $lib $i: exit $?"
+  done
+done
+t=$SECONDS
+RTD_REQUIRE_GPU=1 tests/gpu/run_all.sh $b > /tmp/o/run_all.txt 2>&1
+echo "== run_all: exit $? in $((SECONDS - t)) s"; grep "== " /tmp/o/run_all.txt
+cp /tmp/run_all_*.log /tmp/o/ 2>/dev/null
+tar czf $OUT/call1.tgz -C /tmp o
