@@ -28,8 +28,11 @@ int main() {
   cuDeviceGet(&d, 0);
   cuDeviceGetAttribute(&attr, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, d);
   std::printf("64-bit stream memops: %d\n", attr);
-  const char* names[] = {"launch only", "launch+cuEventRecord", "launch+cudaEventRecord",
-                         "launch+writeValue64 host", "launch+writeValue64 dev",
+  const char* names[] = {"launch only",
+                         "launch+cuEventRecord",
+                         "launch+cudaEventRecord",
+                         "launch+writeValue64 host",
+                         "launch+writeValue64 dev",
                          "launch+writeValue32 host"};
   constexpr int kModes = 6, kIters = 200, kBlocks = 41;
   std::vector<double> per[kModes];
@@ -42,23 +45,35 @@ int main() {
         empty<<<1, 32, 0, s>>>();
         ++seq;
         switch (m) {
-          case 1: cuEventRecord(ev[i & 255], s); break;
-          case 2: cudaEventRecord(ev[i & 255], s); break;
-          case 3: cuStreamWriteValue64(s, host_dev, seq, 0); break;
-          case 4: cuStreamWriteValue64(s, dev, seq, 0); break;
-          case 5: cuStreamWriteValue32(s, host_dev + 8, (cuuint32_t)seq, 0); break;
+          case 1:
+            cuEventRecord(ev[i & 255], s);
+            break;
+          case 2:
+            cudaEventRecord(ev[i & 255], s);
+            break;
+          case 3:
+            cuStreamWriteValue64(s, host_dev, seq, 0);
+            break;
+          case 4:
+            cuStreamWriteValue64(s, dev, seq, 0);
+            break;
+          case 5:
+            cuStreamWriteValue32(s, host_dev + 8, (cuuint32_t)seq, 0);
+            break;
         }
       }
       auto t1 = std::chrono::steady_clock::now();
-      if (b > 0) per[m].push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / kIters);
+      if (b > 0)
+        per[m].push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / kIters);
     }
   }
   cudaStreamSynchronize(s);
   std::printf("last host value %llu (written %llu)\n", host[0], seq);
   for (int m = 0; m < kModes; ++m) {
     std::sort(per[m].begin(), per[m].end());
-    std::printf("%-28s median %7.1f ns  p10 %7.1f  p90 %7.1f\n", names[m], per[m][per[m].size() / 2],
-                per[m][per[m].size() / 10], per[m][per[m].size() * 9 / 10]);
+    std::printf("%-28s median %7.1f ns  p10 %7.1f  p90 %7.1f\n", names[m],
+                per[m][per[m].size() / 2], per[m][per[m].size() / 10],
+                per[m][per[m].size() * 9 / 10]);
   }
   std::printf("errors: %s\n", cudaGetErrorName(cudaGetLastError()));
   return 0;
