@@ -71,22 +71,15 @@ RTD_HOT EndTicket CommState::take_end() {
 
 void CommState::drop_end(EndTicket end) { hand_back(end.slot); }
 
-RTD_COLD void CommState::throw_cuda_failed(cudaError_t rc, const std::string& what) {
-  throw Error(ErrorCategory::kBackend, what + ": CUDA error " + cuda_->error_string(rc),
-              static_cast<int>(rc));
-}
-
 RTD_COLD void CommState::throw_record_failed(cudaError_t rc, EndTicket end, const CallName& name) {
   hand_back(end.slot);
-  throw_cuda_failed(rc, name.text() + ": recording its end");
+  throw_cuda_error(*cuda_, rc, name.text() + ": recording its end");
 }
 
 RTD_HOT RTD_INLINE bool CommState::captured_now(cudaStream_t stream, const CallName& what) {
   bool captured = false;
-  const cudaError_t rc = cuda_->stream_capturing(stream, &captured);
-  if (rc != cudaSuccess) [[unlikely]]
-    throw_cuda_failed(rc,
-                      what.text() + ": asking whether the stream is captured into a CUDA graph");
+  RTD_CUDA_CHECK(*cuda_, cuda_->stream_capturing(stream, &captured),
+                 what.text() + ": asking whether the stream is captured into a CUDA graph");
   return captured;
 }
 

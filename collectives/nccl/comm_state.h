@@ -229,7 +229,6 @@ class CommState {
   bool record_taken(EndTicket end, cudaStream_t stream, CallName&& name,
                     std::vector<std::uint64_t>&& calls);  // both record_end()s
   void query_newest(InFlight&& op);                       // record_end's every kQueryEvery-th call
-  [[noreturn]] void throw_cuda_failed(cudaError_t rc, const std::string& what);
   [[noreturn]] void throw_record_failed(cudaError_t rc, EndTicket end, const CallName& name);
   // With in_flight_mu_ held:
   // The ring's operations into their lists, with their deadline (returned).
