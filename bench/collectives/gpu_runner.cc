@@ -7,7 +7,9 @@
 // layer does on the device, without the rest of our layer: "raw_end" an end
 // event recorded after each call (what a call on the caller's stream adds),
 // "raw_end_drv" the same event recorded through the driver's cuEventRecord
-// rather than the runtime's cudaEventRecord, and "raw_fork" the call on a
+// rather than the runtime's cudaEventRecord, "raw_end_cap" that and the
+// driver's answer whether the stream is being captured into a CUDA graph
+// (what our layer asks after each call), and "raw_fork" the call on a
 // second stream ordered after the benchmark's by an event and the
 // benchmark's after it by another (what the default adds for calls above
 // RTD_NCCL_INLINE_BYTES); with --host-delay-ns, "raw_delay" is raw_end_drv
@@ -40,7 +42,7 @@ class GpuRunner : public Runner {
         raw_init_(raw_init),
         host_delay_(host_delay_ns) {
     if (paired_) {
-      rows_ = {kRaw, kRawEnd, kRawEndDriver, kRawFork};
+      rows_ = {kRaw, kRawEnd, kRawEndDriver, kRawEndCapture, kRawFork};
       if (host_delay_ns > 0) rows_.push_back(kRawDelay);
       rows_.push_back(kOurs);  // last: the host sampler's default
     }
@@ -59,6 +61,8 @@ class GpuRunner : public Runner {
       }
       if (!nccl::driver_api().event_record)
         throw std::runtime_error("raw_end_drv: the driver has no cuEventRecord");
+      if (!nccl::driver_api().stream_is_capturing)
+        throw std::runtime_error("raw_end_cap: the driver has no cuStreamIsCapturing");
     }
   }
   ~GpuRunner() override {
@@ -70,7 +74,8 @@ class GpuRunner : public Runner {
   std::string describe() const override {
     if (paired_) {
       return "raw NCCL, raw NCCL with an end event recorded by the runtime (raw_end) or the "
-             "driver (raw_end_drv) or on a second stream ordered by events (raw_fork), and our "
+             "driver (raw_end_drv), that and the driver's capture question (raw_end_cap), or "
+             "on a second stream ordered by events (raw_fork), and our "
              "NCCL communicator, alternating blocks";
     }
     return variant_ == kRaw ? "raw NCCL (ncclAllReduce etc. on one stream)"
@@ -78,7 +83,7 @@ class GpuRunner : public Runner {
   }
   std::vector<std::string> variants() const override {
     if (!paired_) return {""};
-    static const char* const kNames[] = {"raw",      "raw_end",   "raw_end_drv",
+    static const char* const kNames[] = {"raw",      "raw_end",   "raw_end_drv", "raw_end_cap",
                                          "raw_fork", "raw_delay", "ours"};
     std::vector<std::string> names;
     for (Variant v : rows_) names.emplace_back(kNames[v]);
@@ -125,6 +130,15 @@ class GpuRunner : public Runner {
           raw_issue(op, b, stream_);
           record_through_driver(mark);
           break;
+        case kRawEndCapture: {
+          raw_issue(op, b, stream_);
+          record_through_driver(mark);
+          CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+          if (nccl::driver_api().stream_is_capturing(stream_, &status) != CUDA_SUCCESS ||
+              status != CU_STREAM_CAPTURE_STATUS_NONE)
+            throw std::runtime_error("cuStreamIsCapturing failed or answered capturing");
+          break;
+        }
         case kRawDelay: {
           raw_issue(op, b, stream_);
           record_through_driver(mark);
@@ -240,7 +254,7 @@ class GpuRunner : public Runner {
     }
   }
 
-  enum Variant { kRaw, kRawEnd, kRawEndDriver, kRawFork, kRawDelay, kOurs };
+  enum Variant { kRaw, kRawEnd, kRawEndDriver, kRawEndCapture, kRawFork, kRawDelay, kOurs };
   std::vector<Variant> rows_;            // paired mode's rows, in order
   Variant variant_;                      // what time() runs
   bool paired_;                          // every variant, chosen by select()
