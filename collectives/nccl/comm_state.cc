@@ -51,6 +51,22 @@ void CommState::free_end_locked(EndSlot* end) {
   free_ends_.push_back(end);
 }
 
+// The caller's side of the state, held for one call: the caller takes it
+// with one exchange (nobody else wants it but for a moment a watchdog poll or
+// a Work that needs its pending end recorded).
+class CommState::CallerSide {
+ public:
+  explicit CallerSide(CommState& s) : held_(s.caller_side_) {
+    while (held_.exchange(true, std::memory_order_acquire)) [[unlikely]] std::this_thread::yield();
+  }
+  ~CallerSide() { held_.store(false, std::memory_order_release); }
+  CallerSide(const CallerSide&) = delete;
+  CallerSide& operator=(const CallerSide&) = delete;
+
+ private:
+  std::atomic<bool>& held_;
+};
+
 void CommState::hand_back(EndSlot* end) {
   end->pass_on();  // its ticket's Work (a group's that never launched) is done
   spare_ends_.push_back(end);
@@ -61,7 +77,7 @@ RTD_COLD void CommState::refill_spare() {
   refill_locked(true);
 }
 
-RTD_HOT EndTicket CommState::take_end() {
+RTD_HOT RTD_INLINE EndTicket CommState::take_end_held() {
   if (spare_ends_.empty()) [[unlikely]]
     refill_spare();
   EndSlot* slot = spare_ends_.back();
@@ -69,7 +85,19 @@ RTD_HOT EndTicket CommState::take_end() {
   return EndTicket{slot, slot->generation.load(std::memory_order_relaxed)};
 }
 
-void CommState::drop_end(EndTicket end) { hand_back(end.slot); }
+EndTicket CommState::take_end() {
+  CallerSide held(*this);
+  if (pending_ != nullptr) {  // the group's end comes after them: theirs first
+    if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess)
+      throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
+  }
+  return take_end_held();
+}
+
+void CommState::drop_end(EndTicket end) {
+  CallerSide held(*this);
+  hand_back(end.slot);
+}
 
 RTD_COLD void CommState::throw_record_failed(cudaError_t rc, EndTicket end, const CallName& name) {
   hand_back(end.slot);
@@ -87,6 +115,51 @@ RTD_HOT bool CommState::capturing(cudaStream_t stream, const CallName& what) {
   return captured_now(stream, what);
 }
 
+RTD_HOT RTD_INLINE void CommState::watch(InFlight&& op) {
+  if (++watched_ % kQueryEvery != 0 && launched_.push(std::move(op))) [[likely]]
+    return;
+  query_newest(std::move(op));
+}
+
+cudaError_t CommState::flush_pending(bool ask) {
+  EndSlot* p = pending_;
+  if (ask) {
+    bool captured = false;
+    if (cuda_->stream_capturing(p->stream, &captured) == cudaSuccess && captured) {
+      set_aside_pending();
+      return cudaSuccess;
+    }
+  }
+  const cudaError_t rc = cuda_->event_record(p->event, p->stream);
+  if (rc != cudaSuccess) return rc;
+  pending_ = nullptr;
+  p->recorded.store(true, std::memory_order_release);
+  watch(InFlight{.end = p, .stream = p->stream, .name = std::move(pending_name_)});
+  return cudaSuccess;
+}
+
+// The pending calls were made before their stream began a capture, and the
+// stream cannot take a record outside the capture until it ends. Their end
+// is recorded into the capture (a Work's wait orders a stream of the capture
+// after it), and they are watched no further: nothing waits for the capture
+// to end to mark them. The slot stays out of circulation (its Works hold it).
+RTD_COLD void CommState::set_aside_pending() {
+  EndSlot* p = pending_;
+  (void)cuda_->event_record(p->event, p->stream);
+  pending_ = nullptr;
+  p->captured.store(true, std::memory_order_release);
+  p->recorded.store(true, std::memory_order_release);
+  if (!recorder_) return;
+  std::vector<std::uint64_t> numbers(p->later_calls, p->later_calls + p->later);
+  if (pending_name_.recorded != 0) numbers.push_back(pending_name_.recorded);
+  for (std::uint64_t call : numbers) {
+    recorder_->annotate(call,
+                        "its stream began capturing a CUDA graph before its end was recorded: "
+                        "not watched after that");
+  }
+  recorder_->completed(numbers);
+}
+
 // Both record_end()s, one body: on the data path every call runs it, so it is
 // inlined into them (one stretch of code, not three calls).
 RTD_HOT RTD_INLINE bool CommState::record_taken(EndTicket end, cudaStream_t stream, CallName&& name,
@@ -98,23 +171,75 @@ RTD_HOT RTD_INLINE bool CommState::record_taken(EndTicket end, cudaStream_t stre
     mark_captured(name, calls);
     return true;
   }
-  InFlight op{
-      .end = end.slot, .stream = stream, .name = std::move(name), .calls = std::move(calls)};
-  if (++watched_ % kQueryEvery != 0 && launched_.push(std::move(op))) [[likely]]
-    return false;
-  query_newest(std::move(op));
+  watch(InFlight{
+      .end = end.slot, .stream = stream, .name = std::move(name), .calls = std::move(calls)});
   return false;
 }
 
-RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, CallName name) {
-  EndTicket end = take_end();
+// A call on the caller's stream: covered by the pending end, which it starts
+// if there is none (or the pending one is another stream's), and records
+// when it is the kEndCovers-th.
+RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, CallName&& name) {
+  if (captured_now(stream, name)) [[unlikely]]
+    return EndTicket{};  // the caller records its own end, as for any captured call
+  ++covered_;
+  EndSlot* p = pending_;
+  if (p == nullptr || p->stream != stream) [[unlikely]] {
+    if (p != nullptr) {
+      if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess) [[unlikely]]
+        throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
+    }
+    p = take_end_held().slot;
+    p->recorded.store(false, std::memory_order_relaxed);
+    p->stream = stream;
+    p->calls = 0;
+    p->later = 0;
+    pending_ = p;
+    pending_name_ = name;
+  } else if (name.recorded != 0) {
+    p->later_calls[p->later++] = name.recorded;
+  }
+  // Pending, the slot is in no list: its generation stays until it is recorded.
+  const EndTicket ticket{p, p->generation.load(std::memory_order_relaxed)};
+  if (++p->calls == kEndCovers) {
+    if (const cudaError_t rc = flush_pending(false); rc != cudaSuccess) [[unlikely]]
+      throw_cuda_error(*cuda_, rc, name.text() + ": recording its end");
+  }
+  return ticket;
+}
+
+RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, CallName name, bool covered) {
+  CallerSide held(*this);
+  if (covered) {
+    if (EndTicket ticket = cover(stream, std::move(name)); ticket.slot != nullptr) [[likely]]
+      return ticket;
+  }
+  if (pending_ != nullptr) [[unlikely]] {  // this end comes after them
+    if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess)
+      throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
+  }
+  EndTicket end = take_end_held();
   end.captured = record_taken(end, stream, std::move(name), {});
   return end;
 }
 
 RTD_HOT bool CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
                                    std::vector<std::uint64_t> calls) {
+  CallerSide held(*this);
+  if (pending_ != nullptr) [[unlikely]] {
+    if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess) {
+      hand_back(end.slot);
+      throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
+    }
+  }
   return record_taken(end, stream, std::move(name), std::move(calls));
+}
+
+void CommState::record_pending(const EndTicket& end) {
+  CallerSide held(*this);
+  if (pending_ != end.slot || end.retired()) return;  // recorded meanwhile
+  if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess)
+    throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
 }
 
 // Every kQueryEvery-th call (or with the ring full, which that prevents).
@@ -186,6 +311,8 @@ void CommState::mark_completed(const InFlight& op) {
   if (!recorder_) return;
   if (op.name.recorded != 0) recorder_->completed(op.name.recorded);
   for (std::uint64_t call : op.calls) recorder_->completed(call);
+  const EndSlot& end = *op.end;
+  for (std::uint32_t i = 0; i < end.later; ++i) recorder_->completed(end.later_calls[i]);
 }
 
 void CommState::mark_completed(const StreamOps& list) {
@@ -196,6 +323,7 @@ void CommState::mark_completed(const StreamOps& list) {
     const InFlight& op = list.ops[i];
     if (op.name.recorded != 0) calls.push_back(op.name.recorded);
     calls.insert(calls.end(), op.calls.begin(), op.calls.end());
+    calls.insert(calls.end(), op.end->later_calls, op.end->later_calls + op.end->later);
   }
   recorder_->completed(calls);  // one lock for them all
 }
@@ -231,6 +359,18 @@ std::optional<std::string> CommState::overdue() {
     return false;
   }();
   (void)relaxed;
+  // Calls left pending by a caller that made none for a whole poll (it
+  // paused, or waits on the host for them): recorded now, so that they are
+  // watched too. Not while the caller records, nor into a capture.
+  if (!caller_side_.exchange(true, std::memory_order_acquire)) {
+    bool captured = true;
+    if (pending_ != nullptr && covered_ == covered_at_poll_ &&
+        cuda_->stream_capturing(pending_->stream, &captured) == cudaSuccess && !captured) {
+      (void)flush_pending(false);  // a failed record stays pending: the next poll tries again
+    }
+    covered_at_poll_ = covered_;
+    caller_side_.store(false, std::memory_order_release);
+  }
   std::optional<std::pair<std::string, std::uint64_t>> late;  // what, call
   {
     std::lock_guard<std::mutex> lock(in_flight_mu_);
@@ -238,7 +378,10 @@ std::optional<std::string> CommState::overdue() {
     for (StreamOps& list : in_flight_) {
       while (!late && !list.empty()) {
         InFlight& oldest = list.ops[list.head];
-        const cudaError_t rc = cuda_->event_query(oldest.end->event);
+        cudaError_t rc = cuda_->event_query(oldest.end->event);
+        // A record that a capture begun meanwhile took in: its calls came
+        // before the capture, and are not watched after that.
+        if (rc == cudaErrorCapturedEvent) rc = cudaSuccess;
         if (rc == cudaErrorNotReady) {
           if (std::chrono::steady_clock::now() >= oldest.deadline)
             late.emplace(oldest.name.text(), oldest.diagnosed());

@@ -58,6 +58,12 @@ struct CallName {
   static std::unique_ptr<const std::string> copy_text(const std::string& text);
 };
 
+// The calls one end event covers at most: a small call on the caller's stream
+// records no end event of its own; the next call on that stream that does
+// (every kEndCovers-th, or the first after a pause, on another stream or one
+// captured into a CUDA graph) covers it, since the stream runs them in order.
+inline constexpr std::uint32_t kEndCovers = 8;
+
 // An operation's end event as its Work holds it: a slot of the CommState's
 // and the slot's generation when the operation took it. The in-flight list
 // hands a slot on to a later operation only after it saw this one complete,
@@ -66,6 +72,13 @@ struct CallName {
 struct EndSlot {
   cudaEvent_t event = nullptr;
   std::atomic<std::uint32_t> generation{0};
+  // False while the slot waits for its event to be recorded after the calls
+  // it covers (CommState's pending end); a Work that needs the event then
+  // asks CommState::record_pending.
+  std::atomic<bool> recorded{true};
+  // Its record was captured into a CUDA graph after calls made before the
+  // capture had taken it: kept out of circulation, its Works done at once.
+  std::atomic<bool> captured{false};
   // Its operation is over (completed, or never launched): tickets of this
   // generation read as retired. Only the slot's holder of the moment calls
   // it (the in-flight list's lock holder, or the caller for a spare slot): a
@@ -74,6 +87,13 @@ struct EndSlot {
   void pass_on() {
     generation.store(generation.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
+  // A pending end's calls: the stream, how many calls, and the
+  // flight-recorder numbers of those after the first (whose number is in the
+  // in-flight entry's name).
+  cudaStream_t stream = nullptr;
+  std::uint32_t calls = 0;
+  std::uint32_t later = 0;
+  std::uint64_t later_calls[kEndCovers - 1] = {};
 };
 struct EndTicket {
   EndSlot* slot = nullptr;
@@ -83,6 +103,8 @@ struct EndTicket {
   bool captured = false;
   // The operation completed and the slot went on (or is free again).
   bool retired() const { return slot->generation.load(std::memory_order_acquire) != generation; }
+  // Its end is still to be recorded (CommState::record_pending records it).
+  bool pending() const { return !slot->recorded.load(std::memory_order_acquire); }
 };
 
 class CommState {
@@ -119,7 +141,19 @@ class CommState {
   // and a group's calls. Returns the Work's ticket.
   // These, take_end and drop_end come from the communicator's caller (one
   // thread at a time, as every call on a communicator).
-  EndTicket record_end(cudaStream_t stream, CallName name);
+  // [Coalesced] With covered (a call on the caller's stream), the end event may
+  // be left to a later call (kEndCovers): the ticket is then the pending
+  // end's, recorded by the kEndCovers-th call, by the first call on another
+  // stream or captured, by the watchdog once the caller made no such call
+  // for a whole poll (overdue: a tenth of the timeout, at most 100 ms),
+  // or by a Work that needs it
+  // (record_pending). The caller's side of the state (the spare slots, the
+  // pending end, the ring's producer end) is held by whoever records, under
+  // a flag the caller takes with one exchange (CallerSide).
+  EndTicket record_end(cudaStream_t stream, CallName name, bool covered = false);
+  // A Work whose end is pending needs its event now (a wait or a query):
+  // records it, unless another thread just did.
+  void record_pending(const EndTicket& end);
   // Whether stream is being captured into a CUDA graph; throws, naming what, if CUDA cannot say.
   bool capturing(cudaStream_t stream, const CallName& what);
   // A group's Work is made before its calls: its end slot is taken then
@@ -222,12 +256,27 @@ class CommState {
     std::size_t head = 0;  // ops before it have retired
     bool empty() const { return head == ops.size(); }
   };
-  // The caller's side (no lock):
+  // The caller's side (under CallerSide):
+  class CallerSide;
+  std::atomic<bool> caller_side_{false};  // held (CallerSide)
+  EndSlot* pending_ = nullptr;            // the calls since the last end recorded on its stream
+  CallName pending_name_;                 // its first call's name
+  std::uint64_t covered_ = 0;             // calls covered so far
+  std::uint64_t covered_at_poll_ = 0;     // covered_ at the watchdog's last poll
+  EndTicket take_end_held();
   void hand_back(EndSlot* end);  // a slot taken and never recorded: to the spare ones
   void refill_spare();           // spare_ends_ is empty: takes the lock and refills it
+  // Records the pending end on its stream and hands it to the watchdog; with
+  // ask, first asks whether its stream is captured now (then its calls were
+  // made before the capture: set_aside_pending). A failed record (returned)
+  // leaves it pending.
+  cudaError_t flush_pending(bool ask);
+  void set_aside_pending();   // its stream is captured: recorded in the capture, watched no further
+  void watch(InFlight&& op);  // to the ring, or the in-flight list every kQueryEvery-th
   bool captured_now(cudaStream_t stream, const CallName& what);  // capturing(), inlined
   bool record_taken(EndTicket end, cudaStream_t stream, CallName&& name,
                     std::vector<std::uint64_t>&& calls);  // both record_end()s
+  EndTicket cover(cudaStream_t stream, CallName&& name);  // record_end with cover
   void query_newest(InFlight&& op);                       // record_end's every kQueryEvery-th call
   [[noreturn]] void throw_record_failed(cudaError_t rc, EndTicket end, const CallName& name);
   // With in_flight_mu_ held:

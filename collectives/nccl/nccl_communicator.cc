@@ -353,7 +353,8 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint
     unlaunched.launched();
     return group_work_;
   }
-  const EndTicket end = state_->record_end(run_on, name);
+  // A call on the caller's stream may leave its end to a later one (covered).
+  const EndTicket end = state_->record_end(run_on, name, on_caller);
   unlaunched.launched();
   return std::allocate_shared<NcclWork>(RecycledBlocks<NcclWork>(), state_, end, std::move(name),
                                         on_caller ? caller_stream : nullptr);

@@ -12,7 +12,7 @@ RTD_HOT NcclWork::~NcclWork() {
 }
 
 bool NcclWork::done() const {
-  if (captured_) return true;
+  if (captured_ || end_.slot->captured.load(std::memory_order_acquire)) return true;
   std::lock_guard<std::mutex> lock(mu_);
   if (complete_ || error_) return true;
   // An abort fails every operation not yet seen complete: after it, an end
@@ -28,12 +28,15 @@ bool NcclWork::done() const {
     complete_ = true;
     return true;
   }
+  if (end_.pending()) state_->record_pending(end_);  // covered by a later call's end: not yet
   cudaError_t rc;
   {
     RelaxedCapture relaxed(state_->cuda());  // another thread may be capturing
     rc = state_->cuda().event_query(end_.slot->event);
   }
-  if (rc == cudaSuccess || end_.retired()) {
+  // cudaErrorCapturedEvent: recorded after it into a capture begun meanwhile
+  // (CommState::overdue), which cannot say more.
+  if (rc == cudaSuccess || rc == cudaErrorCapturedEvent || end_.retired()) {
     complete_ = true;
     return true;
   }
@@ -77,14 +80,16 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
 
 RTD_HOT void NcclWork::wait(StreamRef stream) {
   if (ran_on_ != nullptr && stream.cuda_stream == ran_on_) return;  // already after it
-  if (!captured_ && end_.retired()) return;                         // complete
+  const bool captured = captured_ || end_.slot->captured.load(std::memory_order_acquire);
+  if (!captured && end_.retired()) return;  // complete
+  if (!captured && end_.pending()) state_->record_pending(end_);
   // Should the slot go on to a later operation meanwhile, the stream waits
   // for that one too: later than needed, never earlier.
   const cudaError_t rc = state_->cuda().stream_wait_event(
       static_cast<cudaStream_t>(stream.cuda_stream), end_.slot->event);
   // Once its capture is over, an event the capture recorded orders nothing
   // (CUDA answers cudaErrorInvalidValue): the operation runs with the graph.
-  if (captured_ && rc == cudaErrorInvalidValue) return;
+  if (captured && rc == cudaErrorInvalidValue) return;
   RTD_CUDA_CHECK(state_->cuda(), rc, name_.text() + ": ordering a stream after it");
 }
 
