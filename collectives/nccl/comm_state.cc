@@ -125,11 +125,15 @@ cudaError_t CommState::flush_pending(bool ask) {
   EndSlot* p = pending_;
   if (ask) {
     bool captured = false;
-    if (cuda_->stream_capturing(p->stream, &captured) == cudaSuccess && captured) {
+    if (const cudaError_t rc = cuda_->stream_capturing(p->stream, &captured); rc != cudaSuccess)
+      return rc;
+    if (captured) [[unlikely]] {
       set_aside_pending();
       return cudaSuccess;
     }
   }
+  if (!set_aside_.empty()) [[unlikely]]
+    reclaim_set_aside(p->stream);
   const cudaError_t rc = cuda_->event_record(p->event, p->stream);
   if (rc != cudaSuccess) return rc;
   pending_ = nullptr;
@@ -138,26 +142,39 @@ cudaError_t CommState::flush_pending(bool ask) {
   return cudaSuccess;
 }
 
-// The pending calls were made before their stream began a capture, and the
-// stream cannot take a record outside the capture until it ends. Their end
-// is recorded into the capture (a Work's wait orders a stream of the capture
-// after it), and they are watched no further: nothing waits for the capture
-// to end to mark them. The slot stays out of circulation (its Works hold it).
+// The pending end's stream is being captured into a CUDA graph: the calls it
+// covers were captured (those since the capture began) or made just before
+// (and the stream takes no record outside the capture until it ends). Their
+// end is recorded into the capture, so that a Work's wait can order another
+// stream of the capture after them; their Works are done at once, as a
+// captured call's, and they are watched no further. The slot is set aside
+// until its stream is seen out of the capture (reclaim_set_aside).
 RTD_COLD void CommState::set_aside_pending() {
   EndSlot* p = pending_;
   (void)cuda_->event_record(p->event, p->stream);
   pending_ = nullptr;
   p->captured.store(true, std::memory_order_release);
   p->recorded.store(true, std::memory_order_release);
-  if (!recorder_) return;
-  std::vector<std::uint64_t> numbers(p->later_calls, p->later_calls + p->later);
-  if (pending_name_.recorded != 0) numbers.push_back(pending_name_.recorded);
-  for (std::uint64_t call : numbers) {
-    recorder_->annotate(call,
-                        "its stream began capturing a CUDA graph before its end was recorded: "
-                        "not watched after that");
+  set_aside_.push_back(p);
+  mark_captured(pending_name_,
+                std::vector<std::uint64_t>(p->later_calls, p->later_calls + p->later), p->calls);
+}
+
+// The stream's capture is over: its set-aside ends go back to the spare ones.
+// Their Works read as done (retired), as a captured call's do once its
+// capture is over (its end then orders nothing).
+RTD_COLD void CommState::reclaim_set_aside(cudaStream_t stream) {
+  auto kept = set_aside_.begin();
+  for (EndSlot* slot : set_aside_) {
+    if (slot->stream != stream) {
+      *kept++ = slot;
+      continue;
+    }
+    slot->pass_on();
+    slot->captured.store(false, std::memory_order_relaxed);
+    spare_ends_.push_back(slot);
   }
-  recorder_->completed(numbers);
+  set_aside_.erase(kept, set_aside_.end());
 }
 
 // Both record_end()s, one body: on the data path every call runs it, so it is
@@ -180,8 +197,6 @@ RTD_HOT RTD_INLINE bool CommState::record_taken(EndTicket end, cudaStream_t stre
 // if there is none (or the pending one is another stream's), and records
 // when it is the kEndCovers-th.
 RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, CallName&& name) {
-  if (captured_now(stream, name)) [[unlikely]]
-    return EndTicket{};  // the caller records its own end, as for any captured call
   ++covered_;
   EndSlot* p = pending_;
   if (p == nullptr || p->stream != stream) [[unlikely]] {
@@ -202,7 +217,7 @@ RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, CallName&& na
   // Pending, the slot is in no list: its generation stays until it is recorded.
   const EndTicket ticket{p, p->generation.load(std::memory_order_relaxed)};
   if (++p->calls == kEndCovers) {
-    if (const cudaError_t rc = flush_pending(false); rc != cudaSuccess) [[unlikely]]
+    if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess) [[unlikely]]
       throw_cuda_error(*cuda_, rc, name.text() + ": recording its end");
   }
   return ticket;
@@ -210,10 +225,8 @@ RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, CallName&& na
 
 RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, CallName name, bool covered) {
   CallerSide held(*this);
-  if (covered) {
-    if (EndTicket ticket = cover(stream, std::move(name)); ticket.slot != nullptr) [[likely]]
-      return ticket;
-  }
+  if (covered) [[likely]]
+    return cover(stream, std::move(name));
   if (pending_ != nullptr) [[unlikely]] {  // this end comes after them
     if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess)
       throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
@@ -261,8 +274,9 @@ void CommState::query_newest(InFlight&& op) {
 }
 
 RTD_COLD void CommState::mark_captured(const CallName& name,
-                                       const std::vector<std::uint64_t>& calls) {
-  captured_.fetch_add(1, std::memory_order_relaxed);
+                                       const std::vector<std::uint64_t>& calls,
+                                       std::uint64_t count) {
+  captured_.fetch_add(count, std::memory_order_relaxed);
   if (!recorder_) return;
   std::vector<std::uint64_t> numbers = calls;
   if (name.recorded != 0) numbers.push_back(name.recorded);
@@ -367,7 +381,7 @@ std::optional<std::string> CommState::overdue() {
     if (pending_ != nullptr && covered_ == covered_at_poll_ &&
         cuda_->stream_capturing(pending_->stream, &captured) == cudaSuccess && !captured) {
       (void)flush_pending(false);  // a failed record stays pending: the next poll tries again
-    }
+    }  // (while captured, the caller's next call or Work sets it aside: not into its capture)
     covered_at_poll_ = covered_;
     caller_side_.store(false, std::memory_order_release);
   }

@@ -59,9 +59,10 @@ struct CallName {
 };
 
 // The calls one end event covers at most: a small call on the caller's stream
-// records no end event of its own; the next call on that stream that does
-// (every kEndCovers-th, or the first after a pause, on another stream or one
-// captured into a CUDA graph) covers it, since the stream runs them in order.
+// records no end event of its own; the end recorded after a later one on that
+// stream covers it (the stream runs them in order): every kEndCovers-th call
+// records one, and so do a call on another stream, a Work that needs its
+// end, and the watchdog after a pause (CommState::record_end).
 inline constexpr std::uint32_t kEndCovers = 8;
 
 // An operation's end event as its Work holds it: a slot of the CommState's
@@ -76,8 +77,9 @@ struct EndSlot {
   // it covers (CommState's pending end); a Work that needs the event then
   // asks CommState::record_pending.
   std::atomic<bool> recorded{true};
-  // Its record was captured into a CUDA graph after calls made before the
-  // capture had taken it: kept out of circulation, its Works done at once.
+  // Set aside: recorded into a CUDA graph's capture with the calls it
+  // covers (CommState::set_aside_pending); its Works are done at once. Back
+  // in circulation (a new generation) once its stream is out of the capture.
   std::atomic<bool> captured{false};
   // Its operation is over (completed, or never launched): tickets of this
   // generation read as retired. Only the slot's holder of the moment calls
@@ -141,15 +143,16 @@ class CommState {
   // and a group's calls. Returns the Work's ticket.
   // These, take_end and drop_end come from the communicator's caller (one
   // thread at a time, as every call on a communicator).
-  // [Coalesced] With covered (a call on the caller's stream), the end event may
-  // be left to a later call (kEndCovers): the ticket is then the pending
-  // end's, recorded by the kEndCovers-th call, by the first call on another
-  // stream or captured, by the watchdog once the caller made no such call
-  // for a whole poll (overdue: a tenth of the timeout, at most 100 ms),
-  // or by a Work that needs it
-  // (record_pending). The caller's side of the state (the spare slots, the
-  // pending end, the ring's producer end) is held by whoever records, under
-  // a flag the caller takes with one exchange (CallerSide).
+  // [Covered] With covered (a call on the caller's stream), the end is left
+  // to later calls (kEndCovers): the ticket is the pending end's, recorded
+  // by the kEndCovers-th call, by the first call on another stream or with
+  // its own end, by a Work that needs it (record_pending), or by the
+  // watchdog once the caller made no covered call for a whole poll (overdue:
+  // a tenth of the timeout, at most 100 ms; not while the stream is
+  // captured). Whether the stream is captured is asked once an end, as it is
+  // recorded (set_aside_pending). The caller's side of the state (the spare
+  // slots, the pending end, the ring's producer end) is held by whoever
+  // records, under a flag the caller takes with one exchange (CallerSide).
   EndTicket record_end(cudaStream_t stream, CallName name, bool covered = false);
   // A Work whose end is pending needs its event now (a wait or a query):
   // records it, unless another thread just did.
@@ -167,19 +170,21 @@ class CommState {
   // [Capture] An operation captured into a CUDA graph runs only when the
   // graph is launched, as often as it is: there is nothing to watch now, and
   // a query of an event recorded during the capture breaks the capture.
-  // record_end asks whether the stream is captured (after the record, once a
-  // call: a stream the caller's capture forked into is captured too); if so,
+  // record_end asks whether the stream is captured (after the record, once an
+  // end: a stream the caller's capture forked into is captured too); if so,
   // the end event stays recorded (another stream may be ordered after it, and
   // a forked capture joins back through it) but is neither queried nor
   // watched, the flight recorder marks the calls completed with a note, the
   // ticket says captured, and the Work holds the slot and gives it back
-  // (release_captured, any thread).
+  // (release_captured, any thread). A covered calls' end found captured is
+  // set aside alike (set_aside_pending).
   void release_captured(EndTicket end);
-  // Retires completed operations from the oldest end of each stream; names the
+  // Records an end the caller left pending for a whole poll; retires
+  // completed operations from the oldest end of each stream; names the
   // oldest one still running past its deadline, if any, with the flight
   // recorder's diagnosis (the watchdog thread calls this a few times per timeout).
   std::optional<std::string> overdue();
-  std::size_t in_flight();
+  std::size_t in_flight();  // ends watched (not those pending)
 
   // The flight recorder of the communicator's calls, and its diagnosis of one
   // (empty without a recorder).
@@ -267,11 +272,12 @@ class CommState {
   void hand_back(EndSlot* end);  // a slot taken and never recorded: to the spare ones
   void refill_spare();           // spare_ends_ is empty: takes the lock and refills it
   // Records the pending end on its stream and hands it to the watchdog; with
-  // ask, first asks whether its stream is captured now (then its calls were
-  // made before the capture: set_aside_pending). A failed record (returned)
-  // leaves it pending.
+  // ask, first asks whether its stream is captured now (then
+  // set_aside_pending). A failed record or question (returned) leaves it pending.
   cudaError_t flush_pending(bool ask);
-  void set_aside_pending();   // its stream is captured: recorded in the capture, watched no further
+  void set_aside_pending();  // its stream is captured: recorded in the capture, watched no further
+  void reclaim_set_aside(cudaStream_t stream);  // that stream is out of its capture
+  std::vector<EndSlot*> set_aside_;             // set_aside_pending's, until then
   void watch(InFlight&& op);  // to the ring, or the in-flight list every kQueryEvery-th
   bool captured_now(cudaStream_t stream, const CallName& what);  // capturing(), inlined
   bool record_taken(EndTicket end, cudaStream_t stream, CallName&& name,
@@ -302,7 +308,9 @@ class CommState {
   std::vector<EndSlot*> spare_ends_;
   std::uint64_t watched_ = 0;
   std::atomic<std::uint64_t> captured_{0};  // operations captured into CUDA graphs
-  void mark_captured(const CallName& name, const std::vector<std::uint64_t>& calls);
+  // count: how many calls of the communicator that is (name's, calls' and any not recorded).
+  void mark_captured(const CallName& name, const std::vector<std::uint64_t>& calls,
+                     std::uint64_t count = 1);
   std::atomic<bool> aborted_{false};
   std::atomic<bool> failed_{false};  // failure_ is set
   bool gone_ = false;                // the handle was destroyed or aborted

@@ -12,7 +12,7 @@ RTD_HOT NcclWork::~NcclWork() {
 }
 
 bool NcclWork::done() const {
-  if (captured_ || end_.slot->captured.load(std::memory_order_acquire)) return true;
+  if (captured_) return true;
   std::lock_guard<std::mutex> lock(mu_);
   if (complete_ || error_) return true;
   // An abort fails every operation not yet seen complete: after it, an end
@@ -28,7 +28,13 @@ bool NcclWork::done() const {
     complete_ = true;
     return true;
   }
-  if (end_.pending()) state_->record_pending(end_);  // covered by a later call's end: not yet
+  // Covered by an end still to be recorded (record_pending records it, or
+  // sets it aside into a capture: then done as a captured call is).
+  if (end_.pending()) state_->record_pending(end_);
+  if (end_.slot->captured.load(std::memory_order_acquire) || end_.retired()) {
+    complete_ = true;
+    return true;
+  }
   cudaError_t rc;
   {
     RelaxedCapture relaxed(state_->cuda());  // another thread may be capturing
@@ -80,9 +86,10 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
 
 RTD_HOT void NcclWork::wait(StreamRef stream) {
   if (ran_on_ != nullptr && stream.cuda_stream == ran_on_) return;  // already after it
-  const bool captured = captured_ || end_.slot->captured.load(std::memory_order_acquire);
+  if (!captured_ && end_.pending()) state_->record_pending(end_);
+  const bool captured =
+      captured_ || (end_.slot->captured.load(std::memory_order_acquire) && !end_.retired());
   if (!captured && end_.retired()) return;  // complete
-  if (!captured && end_.pending()) state_->record_pending(end_);
   // Should the slot go on to a later operation meanwhile, the stream waits
   // for that one too: later than needed, never earlier.
   const cudaError_t rc = state_->cuda().stream_wait_event(
