@@ -82,6 +82,7 @@ RTD_HOT RTD_INLINE EndTicket CommState::take_end_held() {
     refill_spare();
   EndSlot* slot = spare_ends_.back();
   spare_ends_.pop_back();
+  slot->later = 0;  // no calls of an earlier use's (mark_completed reads them)
   return EndTicket{slot, slot->generation.load(std::memory_order_relaxed)};
 }
 
@@ -208,7 +209,6 @@ RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, CallName&& na
     p->recorded.store(false, std::memory_order_relaxed);
     p->stream = stream;
     p->calls = 0;
-    p->later = 0;
     pending_ = p;
     pending_name_ = name;
   } else if (name.recorded != 0) {

@@ -29,9 +29,16 @@ class RealCudaApi : public CudaApi {
   // runtime makes current), so that an error is the runtime's. The driver's
   // entry point is looked up at the first record: a machine without a GPU
   // never asks for it.
+  // A covered call's end may be recorded on another thread (the watchdog's,
+  // or one whose Work waits: CommState::record_pending), which may have no
+  // current context: it records in the stream's own, as stream_capturing asks.
   RTD_HOT cudaError_t event_record(cudaEvent_t event, cudaStream_t stream) override {
-    static const auto record = driver_api().event_record;
-    if (record != nullptr && record(event, stream) == CUDA_SUCCESS) return cudaSuccess;
+    static const DriverApi& api = driver_api();
+    if (api.event_record != nullptr) {
+      if (api.event_record(event, stream) == CUDA_SUCCESS) [[likely]]
+        return cudaSuccess;
+      if (record_in_own_context(api, event, stream)) return cudaSuccess;
+    }
     return cudaEventRecord(event, stream);
   }
   cudaError_t event_query(cudaEvent_t event) override { return cudaEventQuery(event); }
@@ -80,20 +87,41 @@ class RealCudaApi : public CudaApi {
     *capturing = status != cudaStreamCaptureStatusNone;
     return rc;
   }
-  RTD_COLD static cudaError_t ask_in_own_context(const DriverApi& api, cudaStream_t stream,
-                                                 bool* capturing) {
-    *capturing = false;
-    if (stream == nullptr || stream == cudaStreamLegacy) return cudaSuccess;
+  // Pushes the stream's context for one call (fn(): whether it succeeded);
+  // false where the stream has none of its own (the legacy and per-thread
+  // handles) or the driver refuses.
+  template <typename Fn>
+  RTD_COLD static bool in_own_context(const DriverApi& api, cudaStream_t stream, Fn fn) {
+    if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
+      return false;
     CUcontext context = nullptr;
     if (api.stream_get_ctx == nullptr || api.ctx_push_current == nullptr ||
         api.ctx_pop_current == nullptr || api.stream_get_ctx(stream, &context) != CUDA_SUCCESS ||
         api.ctx_push_current(context) != CUDA_SUCCESS) {
-      return runtime_capturing(stream, capturing);  // the runtime's error, then
+      return false;
     }
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    const CUresult rc = api.stream_is_capturing(stream, &status);
+    const bool ok = fn();
     CUcontext popped = nullptr;
     api.ctx_pop_current(&popped);
+    return ok;
+  }
+  RTD_COLD static bool record_in_own_context(const DriverApi& api, cudaEvent_t event,
+                                             cudaStream_t stream) {
+    return in_own_context(api, stream,
+                          [&] { return api.event_record(event, stream) == CUDA_SUCCESS; });
+  }
+  RTD_COLD static cudaError_t ask_in_own_context(const DriverApi& api, cudaStream_t stream,
+                                                 bool* capturing) {
+    *capturing = false;
+    if (stream == nullptr || stream == cudaStreamLegacy) return cudaSuccess;
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult rc = CUDA_ERROR_UNKNOWN;
+    if (!in_own_context(api, stream, [&] {
+          rc = api.stream_is_capturing(stream, &status);
+          return true;
+        })) {
+      return runtime_capturing(stream, capturing);  // the runtime's error, then
+    }
     *capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
     return rc == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidResourceHandle;
   }

@@ -353,8 +353,12 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint
     unlaunched.launched();
     return group_work_;
   }
-  // A call on the caller's stream may leave its end to a later one (covered).
-  const EndTicket end = state_->record_end(run_on, name, on_caller);
+  // A call on the caller's stream may leave its end to a later one (covered):
+  // not on the legacy or a per-thread default stream, which another thread
+  // (the watchdog's, a Work's) cannot name for a record.
+  const bool covered =
+      on_caller && caller_stream != cudaStreamLegacy && caller_stream != cudaStreamPerThread;
+  const EndTicket end = state_->record_end(run_on, name, covered);
   unlaunched.launched();
   return std::allocate_shared<NcclWork>(RecycledBlocks<NcclWork>(), state_, end, std::move(name),
                                         on_caller ? caller_stream : nullptr);

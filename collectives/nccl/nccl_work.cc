@@ -30,7 +30,14 @@ bool NcclWork::done() const {
   }
   // Covered by an end still to be recorded (record_pending records it, or
   // sets it aside into a capture: then done as a captured call is).
-  if (end_.pending()) state_->record_pending(end_);
+  if (end_.pending()) {
+    try {
+      state_->record_pending(end_);
+    } catch (const Error& e) {
+      error_ = e;
+      return true;
+    }
+  }
   if (end_.slot->captured.load(std::memory_order_acquire) || end_.retired()) {
     complete_ = true;
     return true;

@@ -185,6 +185,18 @@ TEST_F(CoveredEnds, CallsCoveredByAnEndPendingInACaptureAreSetAside) {
   EXPECT_TRUE(eventually([&] { return comm->in_flight() == 0; }));
 }
 
+// The legacy and per-thread default streams are not covered: another
+// thread's record there would go to its own stream (per-thread) or context.
+TEST_F(CoveredEnds, CallsOnADefaultStreamRecordTheirOwnEnds) {
+  auto comm = make_inline();
+  for (cudaStream_t stream : {cudaStreamPerThread, cudaStreamLegacy}) {
+    log_.clear();
+    call(*comm, stream);
+    call(*comm, stream);
+    EXPECT_EQ(records_on(testing_util::handle_name(stream, 's')), 2);
+  }
+}
+
 // The watchdog leaves an end pending while its stream is captured: a record
 // there would join the capture.
 TEST_F(CoveredEnds, TheWatchdogRecordsNothingIntoACapture) {
