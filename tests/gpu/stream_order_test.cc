@@ -2,13 +2,16 @@
 // and Work::wait(stream) orders another stream without blocking the host; a
 // small one, which runs on the caller's stream, is done only once it ran,
 // also when called from a thread that never used CUDA before.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <thread>
 #include <vector>
 
+#include "collectives/nccl/nccl_communicator.h"
 #include "tests/gpu/spin_kernel.h"
 #include "tests/multiproc/world.h"
 
@@ -80,6 +83,74 @@ TEST_F(StreamOrder, SmallCallFromAFreshThreadIsDoneOnlyAfterItRan) {
   buf.pull();
   EXPECT_EQ(buf.host.get(0), 2.0 * comm().size());
   EXPECT_EQ(buf.host.get(1023), 2.0 * comm().size());
+  cudaStreamDestroy(caller);
+}
+
+// Which other GPUs' primary contexts this process holds (the driver's
+// cuDevicePrimaryCtxGetState, found through the runtime).
+std::vector<bool> other_contexts_active() {
+  using GetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  int devices = 0, mine = 0;
+  cudaGetDeviceCount(&devices);
+  cudaGetDevice(&mine);
+  std::vector<bool> active(devices, false);
+  if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    ADD_FAILURE() << "the driver has no cuDevicePrimaryCtxGetState";
+    return active;
+  }
+  for (int d = 0; d < devices; ++d) {
+    unsigned int flags = 0;
+    int on = 0;
+    if (d != mine && reinterpret_cast<GetState>(fn)(d, &flags, &on) == CUDA_SUCCESS)
+      active[d] = on != 0;
+  }
+  return active;
+}
+
+// Small calls on the caller's stream share an end event (covered ends); the
+// last few before a pause are left pending until the watchdog's thread, a
+// thread that never chose a device, records their end a poll or two later.
+// It records in the stream's own context: no context opens on another GPU
+// (the runtime's record would open device 0's), and the end it recorded is
+// watched (in flight behind a spin, then retired).
+TEST_F(StreamOrder, CallsLeftPendingAreRecordedFromTheWatchdogsThread) {
+  auto* nccl = dynamic_cast<nccl::NcclCommunicator*>(&comm());
+  ASSERT_NE(nccl, nullptr);
+  cudaStream_t caller = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), cudaSuccess);
+  Placed buf(DType::kFloat32, 256);
+  for (std::size_t i = 0; i < buf.host.count; ++i) buf.host.set(i, 1.0);
+  buf.push();
+  comm().all_reduce(buf.view(), ReduceOp::kSum, StreamRef{caller})->wait();
+  ASSERT_EQ(cudaStreamSynchronize(caller), cudaSuccess);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (nccl->in_flight() != 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(nccl->in_flight(), 0u);
+  const std::vector<bool> before = other_contexts_active();
+
+  launch_spin(caller, 2'000'000'000LL);  // about a second ahead of the calls
+  for (std::uint32_t i = 0; i + 1 < nccl::kEndCovers; ++i)
+    comm().all_reduce(buf.view(), ReduceOp::kSum, StreamRef{caller});  // Works dropped
+  EXPECT_EQ(nccl->in_flight(), 0u) << "their end is pending";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // polls every 100 ms at most
+  EXPECT_GE(nccl->in_flight(), 1u) << "the watchdog recorded their end: in flight behind the spin";
+  const std::vector<bool> after = other_contexts_active();
+  for (std::size_t d = 0; d < after.size(); ++d) {
+    EXPECT_FALSE(after[d] && !before[d]) << "a context opened on GPU " << d;
+  }
+  ASSERT_EQ(cudaStreamSynchronize(caller), cudaSuccess);
+  const auto retired = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (nccl->in_flight() != 0 && std::chrono::steady_clock::now() < retired)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(nccl->in_flight(), 0u) << "retired once complete";
+  EXPECT_FALSE(comm().failure().has_value());
+  buf.pull();
+  EXPECT_EQ(buf.host.get(0), std::pow(static_cast<double>(comm().size()), nccl::kEndCovers));
   cudaStreamDestroy(caller);
 }
 
