@@ -3,6 +3,7 @@
 // on its own stream ordered after the caller's stream ([Stream order], work.h).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -73,6 +74,8 @@ class NcclCommunicator : public Communicator {
   StreamRef stream() const override { return StreamRef{stream_}; }
   // Operations launched and not yet seen complete (for tests).
   std::size_t in_flight() const { return state_->in_flight(); }
+  // The largest call that runs on the caller's stream (settings.inline_bytes; 0: none).
+  long long inline_bytes() const { return std::max(options_.settings.inline_bytes, 0LL); }
   // NCCL's communicator under this one (a benchmark times raw NCCL calls on it).
   ncclComm_t native_comm() const { return state_->comm(); }
 
