@@ -67,6 +67,11 @@ class CommState::CallerSide {
   std::atomic<bool>& held_;
 };
 
+RTD_HOT RTD_INLINE void CommState::flush_or_throw() {
+  if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess) [[unlikely]]
+    throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
+}
+
 void CommState::hand_back(EndSlot* end) {
   end->pass_on();  // its ticket's Work (a group's that never launched) is done
   spare_ends_.push_back(end);
@@ -88,10 +93,7 @@ RTD_HOT RTD_INLINE EndTicket CommState::take_end_held() {
 
 EndTicket CommState::take_end() {
   CallerSide held(*this);
-  if (pending_ != nullptr) {  // the group's end comes after them: theirs first
-    if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess)
-      throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
-  }
+  if (pending_ != nullptr) flush_or_throw();  // the group's end comes after them: theirs first
   return take_end_held();
 }
 
@@ -201,10 +203,7 @@ RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, CallName&& na
   ++covered_;
   EndSlot* p = pending_;
   if (p == nullptr || p->stream != stream) [[unlikely]] {
-    if (p != nullptr) {
-      if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess) [[unlikely]]
-        throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
-    }
+    if (p != nullptr) flush_or_throw();
     p = take_end_held().slot;
     p->recorded.store(false, std::memory_order_relaxed);
     p->stream = stream;
@@ -216,10 +215,7 @@ RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, CallName&& na
   }
   // Pending, the slot is in no list: its generation stays until it is recorded.
   const EndTicket ticket{p, p->generation.load(std::memory_order_relaxed)};
-  if (++p->calls == kEndCovers) {
-    if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess) [[unlikely]]
-      throw_cuda_error(*cuda_, rc, name.text() + ": recording its end");
-  }
+  if (++p->calls == kEndCovers) flush_or_throw();
   return ticket;
 }
 
@@ -227,10 +223,8 @@ RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, CallName name, bool
   CallerSide held(*this);
   if (covered) [[likely]]
     return cover(stream, std::move(name));
-  if (pending_ != nullptr) [[unlikely]] {  // this end comes after them
-    if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess)
-      throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
-  }
+  if (pending_ != nullptr) [[unlikely]]
+    flush_or_throw();  // this end comes after them
   EndTicket end = take_end_held();
   end.captured = record_taken(end, stream, std::move(name), {});
   return end;
@@ -251,8 +245,7 @@ RTD_HOT bool CommState::record_end(EndTicket end, cudaStream_t stream, CallName 
 void CommState::record_pending(const EndTicket& end) {
   CallerSide held(*this);
   if (pending_ != end.slot || end.retired()) return;  // recorded meanwhile
-  if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess)
-    throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
+  flush_or_throw();
 }
 
 // Every kQueryEvery-th call (or with the ring full, which that prevents).

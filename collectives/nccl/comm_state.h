@@ -275,6 +275,8 @@ class CommState {
   // ask, first asks whether its stream is captured now (then
   // set_aside_pending). A failed record or question (returned) leaves it pending.
   cudaError_t flush_pending(bool ask);
+  void
+  flush_or_throw();  // flush_pending(true); a failure thrown, naming the pending end's first call
   void set_aside_pending();  // its stream is captured: recorded in the capture, watched no further
   void reclaim_set_aside(cudaStream_t stream);  // that stream is out of its capture
   std::vector<EndSlot*> set_aside_;             // set_aside_pending's, until then
