@@ -107,6 +107,8 @@ struct EndTicket {
   bool retired() const { return slot->generation.load(std::memory_order_acquire) != generation; }
   // Its end is still to be recorded (CommState::record_pending records it).
   bool pending() const { return !slot->recorded.load(std::memory_order_acquire); }
+  // Its end was set aside into a capture (EndSlot::captured) and not yet reclaimed.
+  bool set_aside() const { return slot->captured.load(std::memory_order_acquire) && !retired(); }
 };
 
 class CommState {

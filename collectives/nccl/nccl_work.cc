@@ -38,7 +38,7 @@ bool NcclWork::done() const {
       return true;
     }
   }
-  if (end_.slot->captured.load(std::memory_order_acquire) || end_.retired()) {
+  if (end_.set_aside() || end_.retired()) {
     complete_ = true;
     return true;
   }
@@ -94,8 +94,7 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
 RTD_HOT void NcclWork::wait(StreamRef stream) {
   if (ran_on_ != nullptr && stream.cuda_stream == ran_on_) return;  // already after it
   if (!captured_ && end_.pending()) state_->record_pending(end_);
-  const bool captured =
-      captured_ || (end_.slot->captured.load(std::memory_order_acquire) && !end_.retired());
+  const bool captured = captured_ || end_.set_aside();
   if (!captured && end_.retired()) return;  // complete
   // Should the slot go on to a later operation meanwhile, the stream waits
   // for that one too: later than needed, never earlier.
