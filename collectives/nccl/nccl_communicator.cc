@@ -364,11 +364,11 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint
                                         on_caller ? caller_stream : nullptr);
 }
 
-RTD_HOT StagedCollectives::Slot* NcclCommunicator::staged_slot(StagedCollectives::Kind kind,
-                                                               const BufferView& in, ReduceOp op,
-                                                               std::size_t moved_bytes,
-                                                               StreamRef stream) {
-  if (!staged_ || group_work_ || moved_bytes < StagedCollectives::kMinBytes) return nullptr;
+StagedCollectives::Slot* NcclCommunicator::staged_slot_for(StagedCollectives::Kind kind,
+                                                           const BufferView& in, ReduceOp op,
+                                                           std::size_t moved_bytes,
+                                                           StreamRef stream) {
+  if (group_work_ || moved_bytes < StagedCollectives::kMinBytes) return nullptr;
   const CallName name("staged collective", 0, rank_);
   if (state_->capturing(static_cast<cudaStream_t>(stream.cuda_stream), name)) return nullptr;
   return staged_->slot_for(kind, in, op, moved_bytes);

@@ -99,8 +99,16 @@ class NcclCommunicator : public Communicator {
   // group, below StagedCollectives::kMinBytes, or captured into a CUDA graph
   // (the copy engines' flags count calls on the host, which a replay of the
   // graph would not).
+  // Inline: without staged collectives (the usual case) a call pays one test,
+  // not a call into another stretch of code.
   StagedCollectives::Slot* staged_slot(StagedCollectives::Kind kind, const BufferView& in,
-                                       ReduceOp op, std::size_t moved_bytes, StreamRef stream);
+                                       ReduceOp op, std::size_t moved_bytes, StreamRef stream) {
+    if (!staged_) [[likely]]
+      return nullptr;
+    return staged_slot_for(kind, in, op, moved_bytes, stream);
+  }
+  StagedCollectives::Slot* staged_slot_for(StagedCollectives::Kind kind, const BufferView& in,
+                                           ReduceOp op, std::size_t moved_bytes, StreamRef stream);
   // launch() of a staged copy-engine collective (StagedCollectives::run).
   std::shared_ptr<Work> launch_staged(const char* op, std::uint64_t recorded, StreamRef caller,
                                       StagedCollectives::Slot& slot, const BufferView& in,
