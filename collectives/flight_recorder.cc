@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "rt_dist/trace.h"
-#include "runtime/core/coarse_clock.h"
 #include "runtime/core/hot_path.h"
 #include "runtime/core/log.h"
 
@@ -188,8 +187,8 @@ RTD_HOT RTD_INLINE FlightRecorder::Entry& FlightRecorder::begin_entry(std::uint6
   // Readers that see any field below see the 0 above (store-store order).
   std::atomic_thread_fence(std::memory_order_release);
   e.op.store(nullptr, std::memory_order_relaxed);
-  e.has_texts.store(false, std::memory_order_relaxed);          // the texts' storage stays
-  e.at_ms.store(coarse::unix_ms(), std::memory_order_relaxed);  // for ages in seconds
+  e.has_texts.store(false, std::memory_order_relaxed);               // the texts' storage stays
+  e.at_stamp.store(StampClock::stamp(), std::memory_order_relaxed);  // for ages in seconds
   return e;
 }
 
@@ -242,7 +241,7 @@ std::optional<FlightRecorder::Call> FlightRecorder::read(std::uint64_t seq) cons
   if (e.state.load(std::memory_order_acquire) >> 1 != seq) return std::nullopt;
   const char* op = e.op.load(std::memory_order_relaxed);
   const CallArgs args = e.args();
-  const std::int64_t at_ms = e.at_ms.load(std::memory_order_relaxed);
+  const std::uint64_t at_stamp = e.at_stamp.load(std::memory_order_relaxed);
   const bool has_texts = e.has_texts.load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   const std::uint64_t state = e.state.load(std::memory_order_relaxed);
@@ -257,7 +256,7 @@ std::optional<FlightRecorder::Call> FlightRecorder::read(std::uint64_t seq) cons
               .args = op != nullptr ? args.text()
                       : t           ? t->args_text
                                     : std::string(),
-              .at_ms = at_ms,
+              .at_ms = clock_.unix_ms(at_stamp),
               .done = (state & 1) != 0,
               .at_us = t ? t->at_us : 0,
               .trace_note = t ? t->trace_note : std::string()};
