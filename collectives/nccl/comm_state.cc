@@ -199,7 +199,7 @@ RTD_HOT RTD_INLINE bool CommState::record_taken(EndTicket end, cudaStream_t stre
 // A call on the caller's stream: covered by the pending end, which it starts
 // if there is none (or the pending one is another stream's), and records
 // when it is the kEndCovers-th.
-RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, CallName&& name) {
+RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, const CallName& name) {
   ++covered_;
   EndSlot* p = pending_;
   if (p == nullptr || p->stream != stream) [[unlikely]] {
@@ -219,14 +219,14 @@ RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, CallName&& na
   return ticket;
 }
 
-RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, CallName name, bool covered) {
+RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, const CallName& name, bool covered) {
   CallerSide held(*this);
   if (covered) [[likely]]
-    return cover(stream, std::move(name));
+    return cover(stream, name);
   if (pending_ != nullptr) [[unlikely]]
     flush_or_throw();  // this end comes after them
   EndTicket end = take_end_held();
-  end.captured = record_taken(end, stream, std::move(name), {});
+  end.captured = record_taken(end, stream, CallName(name), {});
   return end;
 }
 

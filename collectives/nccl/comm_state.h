@@ -155,7 +155,9 @@ class CommState {
   // recorded (set_aside_pending). The caller's side of the state (the spare
   // slots, the pending end, the ring's producer end) is held by whoever
   // records, under a flag the caller takes with one exchange (CallerSide).
-  EndTicket record_end(cudaStream_t stream, CallName name, bool covered = false);
+  // name is copied only where kept (an end recorded or begun): most covered
+  // calls keep only its number.
+  EndTicket record_end(cudaStream_t stream, const CallName& name, bool covered = false);
   // A Work whose end is pending needs its event now (a wait or a query):
   // records it, unless another thread just did.
   void record_pending(const EndTicket& end);
@@ -285,9 +287,9 @@ class CommState {
   void watch(InFlight&& op);  // to the ring, or the in-flight list every kQueryEvery-th
   bool captured_now(cudaStream_t stream, const CallName& what);  // capturing(), inlined
   bool record_taken(EndTicket end, cudaStream_t stream, CallName&& name,
-                    std::vector<std::uint64_t>&& calls);  // both record_end()s
-  EndTicket cover(cudaStream_t stream, CallName&& name);  // record_end with cover
-  void query_newest(InFlight&& op);                       // record_end's every kQueryEvery-th call
+                    std::vector<std::uint64_t>&& calls);       // both record_end()s
+  EndTicket cover(cudaStream_t stream, const CallName& name);  // record_end with cover
+  void query_newest(InFlight&& op);  // record_end's every kQueryEvery-th call
   [[noreturn]] void throw_record_failed(cudaError_t rc, EndTicket end, const CallName& name);
   // With in_flight_mu_ held:
   // The ring's operations into their lists, with their deadline (returned).
