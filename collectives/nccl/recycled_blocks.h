@@ -4,11 +4,19 @@
 // thread's blocks go around a short list of its own, with none of the
 // general allocator's bookkeeping (which, run on caches NCCL's call has just
 // emptied, costs a small call about as much as the rest of our layer's
-// bookkeeping). A block freed on another thread goes to that thread's list,
-// or back to the general allocator once the list is full.
+// bookkeeping). A thread finds its list by its thread pointer (a register),
+// not as a thread-local: in a shared library every thread-local lookup is a
+// call to __tls_get_addr, which reads several more cache lines. A block freed
+// on another thread goes to that thread's list, or back to the general
+// allocator once the list is full, when two threads would share a list, or
+// as the thread ends.
 #pragma once
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <new>
 
 namespace rtd::nccl {
@@ -28,39 +36,82 @@ void delete_block(void* block) noexcept {
   }
 }
 
+// The calling thread, as its thread pointer: unique among live threads, read
+// from a register.
+inline std::uintptr_t this_thread_key() {
+#if defined(__x86_64__) || defined(__aarch64__)
+  return reinterpret_cast<std::uintptr_t>(__builtin_thread_pointer());
+#else
+  return static_cast<std::uintptr_t>(pthread_self());
+#endif
+}
+
 template <std::size_t Size, std::size_t Align>
 class BlockShelf {
  public:
-  static constexpr int kKept = 32;
+  static constexpr int kKept = 6;  // a thread's list is one cache line
+  static constexpr std::size_t kLists = 64;
 
   // A kept block, or nullptr.
   static void* take() {
-    Shelf& s = shelf();
-    return s.count > 0 ? s.blocks[--s.count] : nullptr;
+    const std::uintptr_t me = this_thread_key();
+    List& l = list_of(me);
+    if (l.owner.load(std::memory_order_relaxed) != me || l.count == 0) return nullptr;
+    return l.blocks[--l.count];
   }
-  // Keeps block; false (keeping nothing) when the shelf is full or its
-  // thread is ending (a Work dropped by another thread-local's destructor).
+  // Keeps block; false (keeping nothing) when the thread's list is full,
+  // another thread's, or the thread is ending (a Work dropped by another
+  // thread-local's destructor).
   static bool keep(void* block) {
-    Shelf& s = shelf();
-    if (s.count == kKept || s.closed) return false;
-    s.blocks[s.count++] = block;
+    const std::uintptr_t me = this_thread_key();
+    List& l = list_of(me);
+    if (l.owner.load(std::memory_order_relaxed) != me && !claim(l, me)) return false;
+    if (l.count == kKept) return false;
+    l.blocks[l.count++] = block;
     return true;
   }
 
  private:
-  struct Shelf {
-    void* blocks[kKept];
+  // Only its owner reads or writes count and blocks; a list changes owner
+  // only free (owner 0, stored with release after its blocks went back).
+  struct alignas(64) List {
+    std::atomic<std::uintptr_t> owner{0};  // the thread's key, or 0: free
     int count = 0;
-    bool closed = false;
-    ~Shelf() {  // the thread ends: its blocks go back, and no more are kept
-      while (count > 0) delete_block<Align>(blocks[--count]);
-      closed = true;
-    }
+    void* blocks[kKept] = {};
   };
-  static Shelf& shelf() {
-    thread_local Shelf s;
-    return s;
+  static_assert(sizeof(List) == 64, "a thread's list is one cache line");
+
+  static List& list_of(std::uintptr_t key) {
+    return lists_[(key * 0x9E3779B97F4A7C15ull) >> 58];  // the top 6 bits: kLists lists
   }
+  // The thread's first block to keep: takes its list if free, and gives it
+  // back (its blocks to the general allocator) as the thread ends.
+  [[gnu::noinline]] static bool claim(List& l, std::uintptr_t me) {
+    struct Release {
+      List* list = nullptr;
+      ~Release() {
+        ending() = true;
+        if (list == nullptr) return;
+        while (list->count > 0) delete_block<Align>(list->blocks[--list->count]);
+        list->owner.store(0, std::memory_order_release);
+      }
+    };
+    thread_local Release release;
+    if (ending() || release.list != nullptr) return false;
+    std::uintptr_t free_list = 0;
+    if (!l.owner.compare_exchange_strong(free_list, me, std::memory_order_acquire)) return false;
+    release.list = &l;
+    return true;
+  }
+  // Set as the thread's list goes back; a plain flag, readable to the end.
+  static bool& ending() {
+    thread_local bool flag = false;
+    return flag;
+  }
+
+  static_assert(kLists == 64, "list_of keeps the top 6 bits of the hash");
+  // Hidden: each module its own lists, reached without the GOT.
+  alignas(64) inline static List lists_[kLists] __attribute__((visibility("hidden")));
 };
 
 template <typename T>
