@@ -14,7 +14,6 @@
 #include "runtime/core/coarse_clock.h"
 
 #if defined(__x86_64__)
-#include <x86intrin.h>
 #define RTD_STAMP_COUNTER 1
 #elif defined(__aarch64__)
 #define RTD_STAMP_COUNTER 1
@@ -30,7 +29,7 @@ class StampClock {
 
   static std::uint64_t stamp() {
 #if defined(__x86_64__)
-    return __rdtsc();
+    return __builtin_ia32_rdtsc();  // the intrinsic's own builtin, without its header
 #elif defined(__aarch64__)
     std::uint64_t ticks;
     asm volatile("mrs %0, cntvct_el0" : "=r"(ticks));
