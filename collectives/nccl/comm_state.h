@@ -246,7 +246,8 @@ class CommState {
   ncclComm_t comm_ = nullptr;
   // What every call reads or writes, together after the handles above (the
   // object's first two cache lines), where the caches NCCL's call left find
-  // them in as few lines as may be.
+  // them in as few lines as may be. caller_side_ to covered_ are the caller's
+  // side (under CallerSide), as are the fields after class CallerSide below.
   std::shared_ptr<FlightRecorder> recorder_;
   std::atomic<bool> failed_{false};       // failure_ is set
   std::atomic<bool> caller_side_{false};  // held (CallerSide)
@@ -284,8 +285,8 @@ class CommState {
   // ask, first asks whether its stream is captured now (then
   // set_aside_pending). A failed record or question (returned) leaves it pending.
   cudaError_t flush_pending(bool ask);
-  void
-  flush_or_throw();  // flush_pending(true); a failure thrown, naming the pending end's first call
+  // flush_pending(true); a failure thrown, naming the pending end's first call.
+  void flush_or_throw();
   void set_aside_pending();  // its stream is captured: recorded in the capture, watched no further
   void reclaim_set_aside(cudaStream_t stream);  // that stream is out of its capture
   std::vector<EndSlot*> set_aside_;             // set_aside_pending's, until then
