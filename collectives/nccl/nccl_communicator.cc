@@ -89,7 +89,10 @@ void NcclCommunicator::start_watchdog() {
 // communicator, polled against the deadline and aborted there, and the
 // blocking one is split off it (0.6 s more on 2 GPUs, docs/benchmarks.md).
 NcclCommunicator::NcclCommunicator(NcclOptions options)
-    : options_(std::move(options)), rank_(options_.rank), size_(options_.size) {
+    : rank_(options.rank),
+      size_(options.size),
+      inline_bytes_(std::max(options.settings.inline_bytes, 0LL)),
+      options_(std::move(options)) {
   if (!options_.nccl) options_.nccl = real_nccl_api();
   if (!options_.cuda) options_.cuda = real_cuda_api();
   validate::rank_in_range("nccl init", "rank", rank_, size_);
@@ -208,7 +211,10 @@ void NcclCommunicator::init_directly(const ncclUniqueId& id, const std::string& 
 
 NcclCommunicator::NcclCommunicator(FromSplit, const NcclOptions& options, ncclComm_t comm, int rank,
                                    int size)
-    : options_(options), rank_(rank), size_(size) {
+    : rank_(rank),
+      size_(size),
+      inline_bytes_(std::max(options.settings.inline_bytes, 0LL)),
+      options_(options) {
   state_ = std::make_shared<CommState>(options_.nccl, options_.cuda, rank_, options_.timeout);
   state_->set_comm(comm);
   create_stream_and_scratch();
@@ -294,6 +300,45 @@ ncclRedOp_t NcclCommunicator::reduction(ReduceOp op) const {
   return size_ == 1 && op == ReduceOp::kAvg ? ncclSum : to_nccl(op);
 }
 
+// What launch() does off its usual path, each out of line so that the path
+// itself is one short stretch of code (every line of it is a miss after
+// NCCL's call).
+RTD_COLD void NcclCommunicator::refuse_if_failed(const CallName& name) {
+  if (auto failure = state_->failure()) {
+    throw Error(failure->category(), name.text() + ": " + failure->what(), failure->backend_code());
+  }
+}
+
+RTD_COLD void NcclCommunicator::annotate_streams(std::uint64_t recorded, cudaStream_t run_on,
+                                                 cudaStream_t caller_stream) {
+  char note[96];
+  std::snprintf(note, sizeof(note), "on stream %p after caller stream %p",
+                static_cast<void*>(run_on), static_cast<void*>(caller_stream));
+  state_->recorder()->annotate(recorded, note);
+}
+
+RTD_NOINLINE void NcclCommunicator::order_after_caller(cudaStream_t caller_stream,
+                                                       const CallName& name) {
+  CudaApi& cuda = state_->cuda();
+  RTD_CUDA_CHECK(cuda, cuda.event_record(start_, caller_stream),
+                 name.text() + ": recording on the caller's stream");
+  RTD_CUDA_CHECK(cuda, cuda.stream_wait_event(stream_, start_),
+                 name.text() + ": ordering after the caller");
+}
+
+RTD_COLD void NcclCommunicator::settle_or_throw(ncclResult_t rc, const CallName& name) {
+  if (watchdog_->fired() || rc != ncclInProgress) throw_call_failed(rc, name.text());
+  auto start = std::chrono::steady_clock::now();
+  state_->settle(state_->comm(), name.text(), deadline_after(options_.timeout));
+  ++in_progress_;
+  settling_ += std::chrono::steady_clock::now() - start;
+}
+
+RTD_NOINLINE std::shared_ptr<Work> NcclCommunicator::join_group(std::uint64_t recorded) {
+  if (recorded != 0) group_calls_.push_back(recorded);
+  return group_work_;
+}
+
 template <typename Call>
 RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t recorded,
                                                        StreamRef caller, std::size_t bytes,
@@ -306,52 +351,30 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint
   // A failure already known refuses the call; NCCL's asynchronous error is
   // asked for on every kFailureQueryEvery-th call only (NCCL itself refuses a
   // call on a failed communicator, and throw_call_failed then names why).
-  if (state_->known_failed() || seq_ % kFailureQueryEvery == 0) [[unlikely]] {
-    if (auto failure = state_->failure()) {
-      throw Error(failure->category(), name.text() + ": " + failure->what(),
-                  failure->backend_code());
-    }
-  }
-  CudaApi& cuda = state_->cuda();
+  if (state_->known_failed() || seq_ % kFailureQueryEvery == 0) [[unlikely]]
+    refuse_if_failed(name);
   auto caller_stream = static_cast<cudaStream_t>(caller.cuda_stream);
-  // A small call runs on the caller's stream itself (settings.inline_bytes):
-  // no events between the two streams, at the price of the caller's later
-  // work waiting for it.
-  const long long inline_bytes = options_.settings.inline_bytes;
-  const bool on_caller = caller_stream != nullptr && !group_work_ && inline_bytes > 0 &&
-                         bytes <= static_cast<std::size_t>(inline_bytes);
+  // A small call runs on the caller's stream itself (inline_bytes_): no
+  // events between the two streams, at the price of the caller's later work
+  // waiting for it.
+  const bool on_caller =
+      caller_stream != nullptr && !group_work_ && inline_bytes_ != 0 && bytes <= inline_bytes_;
   cudaStream_t run_on = on_caller ? caller_stream : stream_;
-  if (recorded != 0 && state_->recorder()->traced()) [[unlikely]] {
-    char note[96];
-    std::snprintf(note, sizeof(note), "on stream %p after caller stream %p",
-                  static_cast<void*>(run_on), static_cast<void*>(caller_stream));
-    state_->recorder()->annotate(recorded, note);
-  }
-  if (!on_caller) {
-    RTD_CUDA_CHECK(cuda, cuda.event_record(start_, caller_stream),
-                   name.text() + ": recording on the caller's stream");
-    RTD_CUDA_CHECK(cuda, cuda.stream_wait_event(stream_, start_),
-                   name.text() + ": ordering after the caller");
-  }
+  if (recorded != 0 && state_->recorder()->traced()) [[unlikely]]
+    annotate_streams(recorded, run_on, caller_stream);
+  if (!on_caller) order_after_caller(caller_stream, name);
   ncclResult_t rc;
   {
     CallWatchdog::Scope scope(*watchdog_, op);
     rc = call(run_on);
   }
-  if (watchdog_->fired()) [[unlikely]]
-    throw_call_failed(rc, name.text());
-  if (rc == ncclInProgress) [[unlikely]] {
-    auto start = std::chrono::steady_clock::now();
-    state_->settle(state_->comm(), name.text(), deadline_after(options_.timeout));
-    ++in_progress_;
-    settling_ += std::chrono::steady_clock::now() - start;
-  } else if (rc != ncclSuccess) [[unlikely]] {
-    throw_call_failed(rc, name.text());
-  }
+  // ncclInProgress is settled there; any other failure, or the watchdog's
+  // cut-off, throws.
+  if (rc != ncclSuccess || watchdog_->fired()) [[unlikely]]
+    settle_or_throw(rc, name);
   if (group_work_) [[unlikely]] {  // the group's end event completes it
-    if (recorded != 0) group_calls_.push_back(recorded);
     unlaunched.launched();
-    return group_work_;
+    return join_group(recorded);
   }
   // A call on the caller's stream may leave its end to a later one (covered):
   // not on the legacy or a per-thread default stream, which another thread
@@ -374,10 +397,9 @@ StagedCollectives::Slot* NcclCommunicator::staged_slot_for(StagedCollectives::Ki
   return staged_->slot_for(kind, in, op, moved_bytes);
 }
 
-std::shared_ptr<Work> NcclCommunicator::launch_staged(const char* op, std::uint64_t recorded,
-                                                      StreamRef caller,
-                                                      StagedCollectives::Slot& slot,
-                                                      const BufferView& in, const BufferView& out) {
+RTD_NOINLINE std::shared_ptr<Work> NcclCommunicator::launch_staged(
+    const char* op, std::uint64_t recorded, StreamRef caller, StagedCollectives::Slot& slot,
+    const BufferView& in, const BufferView& out) {
   return launch(op, recorded, caller, kNever, [&](cudaStream_t s) {
     StagedCollectives::run(slot, in, out, StreamRef{s});
     return ncclSuccess;

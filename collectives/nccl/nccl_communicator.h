@@ -30,7 +30,9 @@ struct NcclOptions {
   std::shared_ptr<CudaApi> cuda;
 };
 
-class NcclCommunicator : public Communicator {
+// 64-byte aligned, so that what every call reads of it (below) fills the
+// line of its vtable pointer and one more.
+class alignas(64) NcclCommunicator : public Communicator {
  public:
   // Collective: every rank constructs it with the same store and size. Fails
   // with kTimeout (and aborts) if the communicator is not ready within timeout.
@@ -75,7 +77,7 @@ class NcclCommunicator : public Communicator {
   // Operations launched and not yet seen complete (for tests).
   std::size_t in_flight() const { return state_->in_flight(); }
   // The largest call that runs on the caller's stream (settings.inline_bytes; 0: none).
-  long long inline_bytes() const { return std::max(options_.settings.inline_bytes, 0LL); }
+  long long inline_bytes() const { return static_cast<long long>(inline_bytes_); }
   // NCCL's communicator under this one (a benchmark times raw NCCL calls on it).
   ncclComm_t native_comm() const { return state_->comm(); }
 
@@ -113,6 +115,16 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> launch_staged(const char* op, std::uint64_t recorded, StreamRef caller,
                                       StagedCollectives::Slot& slot, const BufferView& in,
                                       const BufferView& out);
+  // launch()'s paths off the usual one (out of line): refuse the call if the
+  // communicator failed; note both streams in the flight recorder (traced);
+  // order the communicator's stream after the caller's; settle an
+  // ncclInProgress answer, or throw for any other failure; add the call to
+  // the group and return the group's Work.
+  void refuse_if_failed(const CallName& name);
+  void annotate_streams(std::uint64_t recorded, cudaStream_t run_on, cudaStream_t caller_stream);
+  void order_after_caller(cudaStream_t caller_stream, const CallName& name);
+  void settle_or_throw(ncclResult_t rc, const CallName& name);
+  std::shared_ptr<Work> join_group(std::uint64_t recorded);
   std::uint64_t record(const CallDescription& call) { return state_->record(call); }
   CeSetup ce_setup(std::vector<BufferView> buffers, ReduceOp op, Store* store) const;
   std::unique_ptr<PersistentShardCollective> persistent_shard_collective(
@@ -134,25 +146,29 @@ class NcclCommunicator : public Communicator {
   void start_recorder();  // the flight recorder, kept in state_ (its Works diagnose through it)
   [[noreturn]] void throw_call_failed(ncclResult_t rc, const std::string& what);
 
-  NcclOptions options_;
+  // What every call reads, first: after NCCL's call each cache line the
+  // path touches again is a miss.
+  std::shared_ptr<CommState> state_;
+  std::uint64_t seq_ = 0;
   int rank_;
   int size_;
-  std::shared_ptr<CommState> state_;
-  std::unique_ptr<CallWatchdog> watchdog_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr;  // recorded on the caller's stream before each call
-  void* scratch_ = nullptr;      // 4 bytes for barrier()
-  std::uint64_t seq_ = 0;
-  int split_seq_ = 0;                     // splits so far (store scopes)
-  int persistent_seq_ = 0;                // persistent collectives set up so far (store scopes)
-  std::uint64_t in_progress_ = 0;         // calls answered ncclInProgress (then settled)
-  std::chrono::nanoseconds settling_{0};  // host time spent settling them
+  std::unique_ptr<CallWatchdog> watchdog_;
+  std::size_t inline_bytes_;  // settings.inline_bytes (0: none)
   // Inside group(): the group's Work, returned by every operation.
   std::shared_ptr<Work> group_work_;
-  std::vector<std::uint64_t> group_calls_;  // the group's recorded collectives
   // all_reduce, all_gather and reduce_scatter by copy engines through staging
   // buffers (settings.staged_copy_engines).
   std::unique_ptr<StagedCollectives> staged_;
+
+  NcclOptions options_;
+  void* scratch_ = nullptr;                 // 4 bytes for barrier()
+  int split_seq_ = 0;                       // splits so far (store scopes)
+  int persistent_seq_ = 0;                  // persistent collectives set up so far (store scopes)
+  std::uint64_t in_progress_ = 0;           // calls answered ncclInProgress (then settled)
+  std::chrono::nanoseconds settling_{0};    // host time spent settling them
+  std::vector<std::uint64_t> group_calls_;  // the group's recorded collectives
 };
 
 }  // namespace rtd::nccl

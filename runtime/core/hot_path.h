@@ -5,15 +5,19 @@
 // miss. RTD_COLD marks what runs only on failure (naming an error), kept out
 // of the way of the path. RTD_INLINE makes a helper of the path part of each
 // caller (defined in the same file, before them): one stretch of code, not a
-// call to a line elsewhere.
+// call to a line elsewhere. RTD_NOINLINE keeps a branch the path takes
+// only sometimes (a large call's events, a group) out of that stretch,
+// without calling it cold.
 #pragma once
 
 #if defined(__GNUC__) || defined(__clang__)
 #define RTD_HOT __attribute__((hot))
 #define RTD_COLD __attribute__((cold, noinline))
 #define RTD_INLINE __attribute__((always_inline)) inline
+#define RTD_NOINLINE __attribute__((noinline))
 #else
 #define RTD_HOT
 #define RTD_COLD
 #define RTD_INLINE inline
+#define RTD_NOINLINE
 #endif
