@@ -8,24 +8,18 @@
 
 namespace rtd {
 
+// A new type goes at the end, its size into dtype_size's kSizes.
 enum class DType { kFloat32, kFloat64, kInt32, kInt64, kBFloat16, kFloat16 };
 enum class ReduceOp { kSum, kAvg, kMin, kMax };
 enum class DeviceType { kCpu, kCuda };
 
-// Bytes per element (0 for a value outside the enum).
+// Bytes per element (0 for a value outside the enum): four bits a type, in
+// the enum's order, read by a shift (no branch, no table: every collective
+// call asks it).
 constexpr std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-    case DType::kInt32:
-      return 4;
-    case DType::kFloat64:
-    case DType::kInt64:
-      return 8;
-    case DType::kBFloat16:
-    case DType::kFloat16:
-      return 2;
-  }
-  return 0;
+  constexpr std::uint32_t kSizes = 4u << 0 | 8u << 4 | 4u << 8 | 8u << 12 | 2u << 16 | 2u << 20;
+  const auto i = static_cast<std::uint32_t>(dtype);
+  return i < 6 ? (kSizes >> (4 * i)) & 0xF : 0;
 }
 std::string_view to_string(DType dtype);
 std::string_view to_string(ReduceOp op);

@@ -16,6 +16,11 @@ TEST(DType, SizesMatchTheirCTypes) {
   EXPECT_EQ(dtype_size(DType::kBFloat16), 2u);
   EXPECT_EQ(dtype_size(DType::kFloat16), 2u);
   EXPECT_EQ(to_string(DType::kFloat16), "float16");
+  // A value outside the enum (a corrupt header, a newer peer) has no size.
+  EXPECT_EQ(dtype_size(static_cast<DType>(6)), 0u);
+  EXPECT_EQ(dtype_size(static_cast<DType>(-1)), 0u);
+  EXPECT_EQ(dtype_size(static_cast<DType>(1000)), 0u);
+  static_assert(dtype_size(DType::kFloat64) == sizeof(double));
   float f[3];
   EXPECT_EQ(view(f, 3).bytes(), 12u);
 }
