@@ -11,6 +11,9 @@
 
 namespace rtd::nccl {
 
+// A Work is made and dropped on every call: with its shared_ptr's counts, in
+// a block of RecycledBlocks, two cache lines (its lock is the state's, by
+// its address).
 class NcclWork : public Work {
  public:
   // end: from state->record_end (or take_end).
@@ -40,12 +43,14 @@ class NcclWork : public Work {
   std::optional<Error> error() const override;
 
  private:
+  std::mutex& lock() const { return state_->work_lock(this); }
+  void fail(Error error) const { error_ = std::make_unique<const Error>(std::move(error)); }
   std::shared_ptr<CommState> state_;
   EndTicket end_;  // its end event, while the in-flight list has not passed it on
   CallName name_;
   cudaStream_t ran_on_;
-  mutable std::mutex mu_;
-  mutable std::optional<Error> error_;
+  // Under state_->work_lock(this):
+  mutable std::unique_ptr<const Error> error_;  // set once it failed
   mutable bool complete_ = false;
   bool captured_ = false;
 };

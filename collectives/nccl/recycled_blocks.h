@@ -127,11 +127,11 @@ class RecycledBlocks {
     if (n == 1) {
       if (void* block = Shelf::take()) return static_cast<T*>(block);
     }
-    return static_cast<T*>(new_block<alignof(T)>(n * sizeof(T)));
+    return static_cast<T*>(new_block<kAlign>(n * sizeof(T)));
   }
   void deallocate(T* block, std::size_t n) noexcept {
     if (n == 1 && Shelf::keep(block)) return;
-    delete_block<alignof(T)>(block);
+    delete_block<kAlign>(block);
   }
 
   template <typename U>
@@ -144,7 +144,10 @@ class RecycledBlocks {
   }
 
  private:
-  using Shelf = BlockShelf<sizeof(T), alignof(T)>;
+  // Blocks start on a cache line: a block of 128 bytes or less is then two
+  // lines, not three.
+  static constexpr std::size_t kAlign = alignof(T) > 64 ? alignof(T) : 64;
+  using Shelf = BlockShelf<sizeof(T), kAlign>;
 };
 
 }  // namespace rtd::nccl

@@ -36,6 +36,20 @@ TEST(RecycledBlocks, AFreedBlockIsHandedOutAgainOnItsThread) {
   EXPECT_EQ(again->value, 2);
 }
 
+TEST(RecycledBlocks, BlocksStartOnACacheLine) {
+  // The block holds the shared_ptr's counts and then the object: the block's
+  // start (not the object's) is on a 64-byte boundary, fresh or recycled.
+  std::vector<std::shared_ptr<Payload>> live;
+  for (int i = 0; i < 20; ++i) live.push_back(make(i));
+  live.erase(live.begin(), live.begin() + 10);
+  for (int i = 0; i < 10; ++i) live.push_back(make(i));
+  for (const auto& p : live) {
+    const auto offset = reinterpret_cast<std::uintptr_t>(p.get()) % 64;
+    EXPECT_EQ(offset, reinterpret_cast<std::uintptr_t>(live.front().get()) % 64);
+    EXPECT_LE(offset, 32u);  // just after the counts
+  }
+}
+
 TEST(RecycledBlocks, LiveObjectsNeverShareABlock) {
   std::vector<std::shared_ptr<Payload>> live;
   std::set<const Payload*> seen;
