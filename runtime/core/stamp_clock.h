@@ -13,9 +13,7 @@
 
 #include "runtime/core/coarse_clock.h"
 
-#if defined(__x86_64__)
-#define RTD_STAMP_COUNTER 1
-#elif defined(__aarch64__)
+#if defined(__x86_64__) || defined(__aarch64__)
 #define RTD_STAMP_COUNTER 1
 #else
 #define RTD_STAMP_COUNTER 0
