@@ -69,7 +69,25 @@ class CommState::CallerSide {
 
 RTD_HOT RTD_INLINE void CommState::flush_or_throw() {
   if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess) [[unlikely]]
-    throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
+    fail_record(rc, pending_name_);
+}
+
+// A pending end that could not be recorded: the calls it covers are watched
+// by nothing, and the caller may go on calling after catching the error; the
+// communicator is marked failed so that every later call is refused (and the
+// pending slot, full, takes no more calls).
+RTD_COLD void CommState::fail_record(cudaError_t rc, const CallName& name) {
+  const std::string what = name.text() + ": recording its end";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_) {
+      failure_ =
+          Error(ErrorCategory::kBackend, "NCCL communicator of rank " + std::to_string(rank_) +
+                                             " failed: " + what + ": " + cuda_->error_string(rc));
+    }
+    failed_.store(true, std::memory_order_release);
+  }
+  throw_cuda_error(*cuda_, rc, what);
 }
 
 void CommState::hand_back(EndSlot* end) {
@@ -104,7 +122,7 @@ void CommState::drop_end(EndTicket end) {
 
 RTD_COLD void CommState::throw_record_failed(cudaError_t rc, EndTicket end, const CallName& name) {
   hand_back(end.slot);
-  throw_cuda_error(*cuda_, rc, name.text() + ": recording its end");
+  fail_record(rc, name);  // the call launched, and nothing watches it
 }
 
 RTD_HOT RTD_INLINE bool CommState::captured_now(cudaStream_t stream, const CallName& what) {
@@ -210,12 +228,13 @@ RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, const CallNam
     p->calls = 0;
     pending_ = p;
     pending_name_ = name;
-  } else if (name.recorded != 0) {
+  } else if (name.recorded != 0 && p->later < kEndCovers - 1) {
+    // (Full only after a failed record: the communicator is failed then.)
     p->later_calls[p->later++] = name.recorded;
   }
   // Pending, the slot is in no list: its generation stays until it is recorded.
   const EndTicket ticket{p, p->generation.load(std::memory_order_relaxed)};
-  if (++p->calls == kEndCovers) flush_or_throw();
+  if (++p->calls >= kEndCovers) flush_or_throw();
   return ticket;
 }
 
@@ -236,7 +255,7 @@ RTD_HOT bool CommState::record_end(EndTicket end, cudaStream_t stream, CallName 
   if (pending_ != nullptr) [[unlikely]] {
     if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess) {
       hand_back(end.slot);
-      throw_cuda_error(*cuda_, rc, pending_name_.text() + ": recording its end");
+      fail_record(rc, pending_name_);
     }
   }
   return record_taken(end, stream, std::move(name), std::move(calls));

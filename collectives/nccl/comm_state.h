@@ -294,6 +294,8 @@ class CommState {
   cudaError_t flush_pending(bool ask);
   // flush_pending(true); a failure thrown, naming the pending end's first call.
   void flush_or_throw();
+  // A failed record of a pending end: the communicator marked failed, the error thrown.
+  [[noreturn]] void fail_record(cudaError_t rc, const CallName& name);
   void set_aside_pending();  // its stream is captured: recorded in the capture, watched no further
   void reclaim_set_aside(cudaStream_t stream);  // that stream is out of its capture
   std::vector<EndSlot*> set_aside_;             // set_aside_pending's, until then

@@ -65,6 +65,9 @@ class FakeCudaApi : public nccl::CudaApi {
  public:
   explicit FakeCudaApi(CallLog* log) : log_(log) {}
   std::atomic<bool> events_complete{true};  // what event_query answers
+  std::atomic<bool> records_fail{false};    // event_record answers an error
+  // With N >= 0: N more records succeed, then every one fails (-1: never).
+  std::atomic<int> records_before_failure{-1};
   // [Capture] The stream being captured into a CUDA graph (null: none). As
   // CUDA does: a stream that waits on an event the capture recorded joins it;
   // an event recorded on a captured stream is captured, and a query of it,
@@ -94,6 +97,8 @@ class FakeCudaApi : public nccl::CudaApi {
   cudaError_t event_destroy(cudaEvent_t) override { return cudaSuccess; }
   cudaError_t event_record(cudaEvent_t e, cudaStream_t s) override {
     log_->add("event_record " + handle_name(e, 'e') + " " + handle_name(s, 's'));
+    if (records_fail || records_before_failure == 0) return cudaErrorLaunchFailure;
+    if (records_before_failure > 0) --records_before_failure;
     std::lock_guard<std::mutex> lock(mu_);
     if (captured_locked(s)) {
       captured_.insert(e);

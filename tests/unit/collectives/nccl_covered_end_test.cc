@@ -228,5 +228,33 @@ TEST_F(CoveredEnds, WorksAskedFromAnotherThreadWhileTheCallerCalls) {
   EXPECT_FALSE(base(*comm).failure().has_value());
 }
 
+// A pending end whose record fails, caught by the caller, who calls on: the
+// communicator is failed, and every later call is refused (before, each
+// covered call appended to the full slot's list of later calls, past it).
+TEST_F(CoveredEnds, AFailedRecordFailsTheCommunicatorAndLaterCallsAreRefused) {
+  auto comm = make_inline();
+  for (std::uint32_t i = 0; i + 1 < kEndCovers; ++i) call(*comm);
+  cuda_->records_fail = true;
+  EXPECT_THROW(call(*comm), Error) << "the kEndCovers-th records the end, and fails";
+  ASSERT_TRUE(base(*comm).failure().has_value());
+  EXPECT_NE(std::string(base(*comm).failure()->what()).find("recording its end"), std::string::npos)
+      << base(*comm).failure()->what();
+  cuda_->records_fail = false;
+  for (std::uint32_t i = 0; i < 4 * kEndCovers; ++i) {
+    EXPECT_THROW(call(*comm), Error) << "call " << i << " after the failed record";
+  }
+}
+
+// A call with an end of its own whose record fails: failed alike.
+TEST_F(CoveredEnds, AFailedRecordOfACallsOwnEndFailsTheCommunicator) {
+  auto comm = make(std::chrono::seconds(5));  // calls on its stream, each with its own end
+  cuda_->records_before_failure = 1;          // the record that orders it after the caller's
+  EXPECT_THROW(base(*comm).all_reduce(device_view(4), ReduceOp::kSum, StreamRef{kCaller}), Error);
+  EXPECT_EQ(cuda_->records_before_failure, 0) << "the end's record failed";
+  cuda_->records_before_failure = -1;
+  EXPECT_TRUE(base(*comm).failure().has_value());
+  EXPECT_THROW(base(*comm).all_reduce(device_view(4), ReduceOp::kSum, StreamRef{kCaller}), Error);
+}
+
 }  // namespace
 }  // namespace rtd::nccl
