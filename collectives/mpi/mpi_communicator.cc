@@ -283,13 +283,16 @@ std::shared_ptr<Work> MpiCommunicator::enqueue(const char* op, std::uint64_t cal
 
 std::shared_ptr<Work> MpiCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                   StreamRef stream) {
+  // Averages and 16-bit floats are finished on the host (a division, a
+  // widening): device buffers of them are refused before anything else, on
+  // any Open MPI (the division once read the device pointer on the host).
+  if (in.device == DeviceType::kCuda && (is_half(in.dtype) || op == ReduceOp::kAvg))
+    throw Error(ErrorCategory::kInvalidArgument,
+                "all_reduce: the MPI backend reduces bfloat16, float16 and averages on the host "
+                "only; use RTD_BACKEND=nccl for device buffers of them (or sum, then divide)");
   const DeviceType where = placement("all_reduce", in, stream);
   validate::all_reduce(in, out, op, where);
   count_of("all_reduce", in.count);
-  if (is_half(in.dtype) && where == DeviceType::kCuda)
-    throw Error(ErrorCategory::kInvalidArgument,
-                "all_reduce: the MPI backend reduces bfloat16 and float16 on the host only; use "
-                "RTD_BACKEND=nccl for device buffers of them");
   auto task = std::make_shared<Task>();
   const int size = size_;
   if (is_half(in.dtype)) {
@@ -351,13 +354,13 @@ std::shared_ptr<Work> MpiCommunicator::all_gather(BufferView in, BufferView out,
 
 std::shared_ptr<Work> MpiCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
                                                       StreamRef stream) {
+  if (in.device == DeviceType::kCuda && (is_half(in.dtype) || op == ReduceOp::kAvg))
+    throw Error(ErrorCategory::kInvalidArgument,
+                "reduce_scatter: the MPI backend reduces bfloat16, float16 and averages on the "
+                "host only; use RTD_BACKEND=nccl for device buffers of them (or sum, then divide)");
   const DeviceType where = placement("reduce_scatter", in, stream);
   validate::reduce_scatter(in, out, op, size_, where);
   count_of("reduce_scatter", in.count);
-  if (where == DeviceType::kCuda && (is_half(in.dtype) || op == ReduceOp::kAvg))
-    throw Error(ErrorCategory::kInvalidArgument,
-                "reduce_scatter: the MPI backend reduces bfloat16, float16 and averages on the "
-                "host only; use RTD_BACKEND=nccl for device buffers of them");
   const int size = size_;
   auto task = std::make_shared<Task>();
   // The result lands apart from the input (which it may overlap), then in out.

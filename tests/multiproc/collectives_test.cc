@@ -344,6 +344,40 @@ TEST_F(BadArguments, WrongSizesAreRejectedBeforeAnythingIsSent) {
   comm().barrier()->wait();  // the communicator still works
 }
 
+// The MPI backend's device path: without CUDA-aware Open MPI a device buffer
+// is refused naming it; an average (or a 16-bit float) on device buffers is
+// refused on any Open MPI, before MPI or the host touch the buffer (the
+// average was once divided through the device pointer on the queue thread).
+TEST_F(BadArguments, MpiRefusesWhatItCannotDoOnDeviceBuffers) {
+  if (comm().backend() != "mpi") GTEST_SKIP() << "the MPI backend's checks";
+  // Never dereferenced: the checks come first.
+  BufferView device{reinterpret_cast<void*>(0x10), 8, DType::kFloat32, DeviceType::kCuda, 0};
+  auto message = [](auto&& fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kInvalidArgument) << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "expected rtd::Error";
+    return "";
+  };
+  for (auto* fn : {+[](Communicator&c, BufferView b) { c.all_reduce(b, ReduceOp::kAvg); },
+                   +[](Communicator&c, BufferView b) {
+                     BufferView out = b;
+                     out.count = b.count / static_cast<std::size_t>(c.size());
+                     c.reduce_scatter(b, out, ReduceOp::kAvg);
+                   }}) {
+    EXPECT_NE(message([&] { fn(comm(), device); }).find("averages on the host only"),
+              std::string::npos);
+  }
+  BufferView half = device;
+  half.dtype = DType::kBFloat16;
+  EXPECT_NE(message([&] { comm().all_reduce(half, ReduceOp::kSum); }).find("bfloat16"),
+            std::string::npos);
+  comm().barrier()->wait();  // the communicator still works
+}
+
 class Timeout : public WorldTest {
  protected:
   // A communicator of its own beside the test world's, with a short timeout.
