@@ -32,13 +32,17 @@ std::string span_detail(const std::string& what, const char* step, std::size_t b
 
 // Waits for work queued on stream without cuda*Synchronize (polls an event);
 // what failed, if anything did (the work itself, or the event).
-cudaError_t drain(cudaStream_t stream) {
+// Gives up with cudaErrorNotReady at deadline (a peer's flag that never came).
+cudaError_t drain(cudaStream_t stream, std::chrono::steady_clock::time_point deadline =
+                                           std::chrono::steady_clock::time_point::max()) {
   cudaEvent_t e = nullptr;
   cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
   if (rc != cudaSuccess) return rc;
   rc = cudaEventRecord(e, stream);
   if (rc == cudaSuccess) {
-    while ((rc = cudaEventQuery(e)) == cudaErrorNotReady) std::this_thread::yield();
+    while ((rc = cudaEventQuery(e)) == cudaErrorNotReady &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
   }
   cudaEventDestroy(e);
   return rc;
@@ -57,6 +61,17 @@ std::string reduce_refusal(const CeSetup& setup) {
 CePeers::~CePeers() {
   spans_.reset();  // hands the last calls' copies to the trace (waiting for them to end)
   cudaSetDevice(device_);
+  // The host may be far ahead of the GPU: copies still queued read and write
+  // the peers' memory through the mappings. Drained first (bounded by the
+  // timeout: a peer gone mid-call never raises its flag); where they cannot
+  // be drained the mappings are left open, not pulled from under them.
+  if (const cudaError_t rc = drain_all(); rc != cudaSuccess) {
+    log::get("nccl")->error(
+        "copy engines of rank {}: queued copies did not drain ({}); leaving the peers' "
+        "mappings open",
+        rank_, rc == cudaErrorNotReady ? "still running at the timeout" : cudaGetErrorString(rc));
+    opened_.clear();
+  }
   for (void* p : opened_) cudaIpcCloseMemHandle(p);
   if (flags_) cudaFree(flags_);
   if (scratch_) cudaFree(scratch_);
@@ -66,6 +81,20 @@ CePeers::~CePeers() {
   for (cudaStream_t p : copies_) cudaStreamDestroy(p);
   if (stream_) cudaStreamDestroy(stream_);
   if (release_stream_) cudaStreamDestroy(release_stream_);
+}
+
+cudaError_t CePeers::drain_all() {
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  cudaError_t first = cudaSuccess;
+  auto one = [&](cudaStream_t s) {
+    if (s == nullptr) return;
+    const cudaError_t rc = drain(s, deadline);
+    if (first == cudaSuccess) first = rc;
+  };
+  for (cudaStream_t s : copies_) one(s);
+  one(stream_);
+  one(release_stream_);
+  return first;
 }
 
 bool CePeers::buffers_unchanged() const {
@@ -107,6 +136,7 @@ std::shared_ptr<CePeers> CePeers::create(const CeSetup& setup, const std::string
   res->rank_ = setup.rank;
   res->size_ = setup.size;
   res->flag_slots_ = flag_slots;
+  res->timeout_ = setup.timeout;
   RankInfo mine;
   mine.ok = true;
   auto refuse = [&](const std::string& reason) {

@@ -73,8 +73,11 @@ class CePeers {
   friend class CeCall;
   CePeers() = default;
   void release_waits();
+  // Waits (up to the timeout) for every stream's queued copies; the first error.
+  cudaError_t drain_all();
 
   int device_ = 0, rank_ = 0, size_ = 1, flag_slots_ = 0;
+  std::chrono::milliseconds timeout_{300'000};
   cudaStream_t stream_ = nullptr;          // highest priority
   cudaStream_t release_stream_ = nullptr;  // for the abort hook's flag raise
   cudaEvent_t start_ = nullptr;            // recorded on the caller's stream

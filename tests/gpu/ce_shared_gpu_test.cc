@@ -20,6 +20,7 @@
 #include "collectives/nccl/ce_shard_collective.h"
 #include "rt_dist/rt_dist.h"
 #include "rt_dist/trace.h"
+#include "tests/gpu/spin_kernel.h"
 #include "tests/testing/gpu_required.h"
 
 namespace rtd::nccl {
@@ -198,6 +199,42 @@ TEST_F(CopyEnginesSharedGpu, AllReduceIn16BitsIsExact) {
     reducer.reset();
     cudaFree(buf);
   }
+}
+
+// A set-up freed while its copies are still queued (a DDP bucket set up
+// again, a parked FSDP2 slot that moved, released shard buffers): the host is
+// far ahead of the GPU, which spins before the call. The peers' mappings are
+// closed only once the queued copies ran: the sum is exact and the stream
+// reports no error (before, they were closed under the copies).
+TEST_F(CopyEnginesSharedGpu, ASetUpFreedWhileItsCopiesAreQueuedDrainsThemFirst) {
+  const std::size_t n = std::size_t(1) << 22;  // 16 MiB of float32
+  float* sum = nullptr;
+  ASSERT_EQ(cudaMalloc(&sum, n * sizeof(float)), cudaSuccess);
+  std::vector<float> host(n);
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t i = 0; i < n; ++i) host[i] = float(rank_ + 1) * float(i % 1000 + round);
+    ASSERT_EQ(cudaMemcpy(sum, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    std::string why;
+    auto reducer = CopyEngineAllReduce::create(
+        setup("freed/" + std::to_string(round), {floats(sum, n)}), &why);
+    ASSERT_TRUE(reducer) << "the copy-engine all-reduce refused: " << why;
+    launch_spin(stream_, 400'000'000);  // about 0.2 s at H200's clock
+    auto work = reducer->run(0, StreamRef{stream_});
+    const auto freed_at = std::chrono::steady_clock::now();
+    reducer.reset();  // the set-up goes, the copies still queued behind the spin
+    const auto freeing = std::chrono::steady_clock::now() - freed_at;
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    work.reset();
+    state_->overdue();
+    ASSERT_EQ(cudaMemcpy(host.data(), sum, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    const float ranks_sum = float(size_ * (size_ + 1) / 2);
+    for (std::size_t i = 0; i < n; i += 997)
+      ASSERT_EQ(host[i], ranks_sum * float(i % 1000 + round)) << "element " << i;
+    std::printf("rank %d round %d: freeing the set-up took %.1f ms (it drains the queued copies)\n",
+                rank_, round, std::chrono::duration<double, std::milli>(freeing).count());
+  }
+  cudaFree(sum);
 }
 
 }  // namespace
