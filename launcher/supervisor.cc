@@ -110,9 +110,19 @@ void Supervisor::spawn(const WorkerSpec& spec, LogMux& mux) {
   envp.push_back(nullptr);
 
   const pid_t parent = getpid();
+  // In-process recovery tells workers of a move by SIGUSR1, whose default
+  // action ends the process: a worker still starting (a replacement, say)
+  // ignores it until its trainer installs its handler (rtd::Recovery). An
+  // ignored signal stays ignored across exec; a handler does not.
+  const bool ignore_move_signal = static_cast<bool>(options_.replace);
   pid_t pid = RTD_SYS_CHECK(fork(), "fork");
   if (pid == 0) {
     // Child: only async-signal-safe calls from here to exec.
+    if (ignore_move_signal) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      sigaction(SIGUSR1, &ignore, nullptr);
+    }
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // a worker never outlives a killed dtrun
     if (getppid() != parent) _exit(127);
