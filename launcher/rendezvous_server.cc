@@ -369,7 +369,7 @@ RendezvousServer::RendezvousServer(const ServerOptions& o) : impl_(std::make_uni
   impl_->rendezvous = std::make_unique<RendezvousService>(o, impl_->store.get());
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(kMaxControlMessageBytes);
+  bound_control_server(builder);
   builder.AddListeningPort(join_host_port(o.bind_ip, o.port), server_credentials(o.tls),
                            &impl_->port);
   builder.RegisterService(impl_->store.get());

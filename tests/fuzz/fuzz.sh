@@ -6,7 +6,7 @@
 # size; a crash fails the run and names the input to keep as a regression.
 # The targets are fuzzed side by side, as many at once as there are cores.
 #   tests/fuzz/fuzz.sh BUILD_DIR [SECONDS=20] [NAME...]
-#   NAME: rendezvous manifest shard_header flags (default: all)
+#   NAME: rendezvous manifest shard_header flags store_service (default: all)
 # New inputs that grow coverage go to BUILD_DIR/corpus/<name>/; copy the
 # useful ones (`-merge=1`) into tests/fuzz/corpus/<name>/ to keep them.
 # Exits 77 (skipped) where clang or its libFuzzer runtime is not installed.
@@ -14,7 +14,7 @@ set -u
 build=${1:?usage: tests/fuzz/fuzz.sh BUILD_DIR [SECONDS] [NAME...]}
 secs=${2:-20}
 shift $(( $# < 2 ? $# : 2 ))
-names=${*:-rendezvous manifest shard_header flags}
+names=${*:-rendezvous manifest shard_header flags store_service}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 skip() { echo "SKIPPED: $*"; exit 77; }

@@ -22,7 +22,7 @@ StoreServer::StoreServer(const std::string& bind_ip, int port, const std::string
   impl_->service = std::make_unique<StoreService>(token);
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(kMaxControlMessageBytes);
+  bound_control_server(builder);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
   builder.RegisterService(impl_->service.get());
   impl_->server = builder.BuildAndStart();

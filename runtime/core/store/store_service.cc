@@ -2,6 +2,8 @@
 // waiting Gets held as entries, not threads (store_service.h).
 #include "runtime/core/store/store_service.h"
 
+#include <malloc.h>
+
 #include <vector>
 
 #include "runtime/core/store/grpc_status.h"
@@ -27,7 +29,21 @@ std::string shown(const std::string& key) {
   return "'" + key.substr(0, 64) + (key.size() > 64 ? "...'" : "'");
 }
 
+// "ipv4:10.0.0.2:41234" -> "ipv4:10.0.0.2", "ipv6:[::1]:5" -> "ipv6:[::1]".
+std::string peer_host(const std::string& peer) {
+  const std::size_t colon = peer.rfind(':');
+  if (colon == std::string::npos || peer.find(':') == colon) return peer;
+  return peer.substr(0, colon);
+}
+
 }  // namespace
+
+void bound_control_server(grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(kMaxControlMessageBytes);
+  grpc::ResourceQuota quota("rtd-control-plane");
+  quota.Resize(kControlServerMemory);
+  builder.SetResourceQuota(quota);
+}
 
 grpc::Status check_token(grpc::ServerContextBase* ctx, const std::string& token) {
   if (token.empty()) return grpc::Status::OK;  // an unauthenticated job (dtrun warned)
@@ -116,7 +132,16 @@ grpc::ServerUnaryReactor* StoreService::CompareSet(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* StoreService::Delete(grpc::CallbackServerContext* ctx,
                                                const proto::DeleteRequest* req,
                                                proto::DeleteResponse* resp) {
+  if (grpc::Status refused = key_refusal(req->key()); !refused.ok()) return finish(ctx, refused);
   return write(ctx, req->key(), [&] { resp->set_deleted(store_.remove(req->key())); });
+}
+
+grpc::Status StoreService::key_refusal(const std::string& key) const {
+  if (key.size() <= limits_.store.max_key_bytes) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      "store: a key of " + std::to_string(key.size()) + " bytes (" + shown(key) +
+                          "), more than the " + std::to_string(limits_.store.max_key_bytes) +
+                          " a key may have");
 }
 
 grpc::ServerUnaryReactor* StoreService::Check(grpc::CallbackServerContext* ctx,
@@ -128,6 +153,10 @@ grpc::ServerUnaryReactor* StoreService::Check(grpc::CallbackServerContext* ctx,
                           "store check of " + std::to_string(req->keys_size()) +
                               " keys, more than the " + std::to_string(limits_.max_check_keys) +
                               " one call may name");
+  }
+  for (const std::string& key : req->keys()) {
+    if (!status.ok()) break;
+    status = key_refusal(key);
   }
   if (status.ok()) {
     status = status_of([&] {
@@ -142,6 +171,7 @@ grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* ctx,
                                             const proto::GetRequest* req,
                                             proto::GetResponse* resp) {
   grpc::Status status = check_token(ctx, token_);
+  if (status.ok()) status = key_refusal(req->key());
   if (!status.ok()) return finish(ctx, status);
   if (auto value = store_.try_get(req->key())) {
     resp->set_value(*value);
@@ -158,16 +188,13 @@ grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* ctx,
                                     "store: key " + shown(req->key()) + " is not set"));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   {
+    Waiter waiter{ctx, reactor, resp, req->key(), peer_host(ctx->peer()), now, now + wait};
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) {
-      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the store is shutting down");
-    } else if (waiters_.size() >= limits_.max_waiters) {
-      status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                            "store: " + std::to_string(waiters_.size()) +
-                                " calls already wait for keys, the most the store holds; "
-                                "retry, or wait for fewer keys at once");
-    } else {
-      waiters_.emplace(req->key(), Waiter{ctx, reactor, resp, req->key(), now, now + wait});
+    status = admit_waiter_locked(waiter);
+    if (status.ok()) {
+      waiter_bytes_ += waiter.weight();
+      ++by_peer_[waiter.peer];
+      waiters_.emplace(req->key(), std::move(waiter));
     }
   }
   if (!status.ok()) {
@@ -179,12 +206,45 @@ grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
+grpc::Status StoreService::admit_waiter_locked(const Waiter& w) const {
+  if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the store is shutting down");
+  auto exhausted = [](const std::string& why) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "store: " + why + "; retry, or wait for fewer keys at once");
+  };
+  if (waiters_.size() >= limits_.max_waiters)
+    return exhausted(std::to_string(waiters_.size()) +
+                     " calls already wait for keys, the most the store holds");
+  if (waiter_bytes_ + w.weight() > limits_.max_waiter_bytes)
+    return exhausted("the calls waiting for keys already hold " + std::to_string(waiter_bytes_) +
+                     " bytes, the most the store gives them");
+  const auto it = by_peer_.find(w.peer);
+  if (it != by_peer_.end() && it->second >= limits_.max_waiters_per_peer)
+    return exhausted(std::to_string(it->second) + " calls from " + w.peer +
+                     " already wait for keys, the most one host may have waiting");
+  return grpc::Status::OK;
+}
+
+void StoreService::forget_waiter_locked(const Waiter& w) {
+  waiter_bytes_ -= w.weight();
+  auto it = by_peer_.find(w.peer);
+  if (it != by_peer_.end() && --it->second == 0) by_peer_.erase(it);
+}
+
+void StoreService::trim_after(std::size_t released) {
+  // Thousands of cancelled waits leave their memory in malloc's free lists.
+  if (released >= 1024) malloc_trim(0);
+}
+
 void StoreService::wake(const std::string& key) {
   std::vector<Waiter> ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto [first, last] = waiters_.equal_range(key);
-    for (auto it = first; it != last; ++it) ready.push_back(it->second);
+    for (auto it = first; it != last; ++it) {
+      forget_waiter_locked(it->second);
+      ready.push_back(it->second);
+    }
     waiters_.erase(first, last);
   }
   if (ready.empty()) return;
@@ -208,6 +268,7 @@ void StoreService::expire() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = waiters_.begin(); it != waiters_.end();) {
       if (it->second.until <= now || it->second.ctx->IsCancelled()) {
+        forget_waiter_locked(it->second);
         due.push_back(it->second);
         it = waiters_.erase(it);
       } else {
@@ -220,6 +281,9 @@ void StoreService::expire() {
                                    "store: key " + shown(w.key) + " did not appear within " +
                                        std::to_string(ms_since(w.since)) + " ms"));
   }
+  const std::size_t released = due.size();
+  due.clear();
+  trim_after(released);
 }
 
 void StoreService::cancel_waits() {
@@ -228,6 +292,8 @@ void StoreService::cancel_waits() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
     all.swap(waiters_);
+    waiter_bytes_ = 0;
+    by_peer_.clear();
   }
   cv_.notify_all();
   for (auto& [key, w] : all)

@@ -325,5 +325,121 @@ TEST_F(RendezvousDoorTest, AHeartbeatNamingTooManyKeysIsRefused) {
   EXPECT_EQ(stub_->Heartbeat(&ctx, r, &out).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// Every request that names a key is held to the store's key limit, and
+// waiting Gets are counted and weighed, in all and per peer host: a client
+// cannot grow the host by gigabytes of waits (66,000 of them once did), and
+// a refused one is refused for its caller alone.
+TEST_F(RendezvousDoorTest, WaitingGetsAreWeighedAndBoundedAndLongKeysRefused) {
+  StoreServiceLimits limits;
+  limits.store.max_key_bytes = 64;
+  limits.max_waiters_per_peer = 30;
+  start(1, 1, limits);
+  auto stub =
+      proto::Store::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  const std::string long_key(65, 'k');
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(kTokenMetadataKey, kToken);
+    proto::GetRequest req;
+    req.set_key(long_key);
+    req.set_timeout_ms(60000);
+    proto::GetResponse out;
+    const grpc::Status s = stub->Get(&ctx, req, &out);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(kTokenMetadataKey, kToken);
+    proto::CheckRequest req;
+    req.add_keys("short");
+    req.add_keys(long_key);
+    proto::CheckResponse out;
+    EXPECT_EQ(stub->Check(&ctx, req, &out).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(kTokenMetadataKey, kToken);
+    proto::DeleteRequest req;
+    req.set_key(long_key);
+    proto::DeleteResponse out;
+    EXPECT_EQ(stub->Delete(&ctx, req, &out).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  struct Call {
+    grpc::ClientContext ctx;
+    grpc::Status status;
+    proto::GetResponse response;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<proto::GetResponse>> reader;
+  };
+  constexpr int kCalls = 45;
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int i = 0; i < kCalls; ++i) {
+    auto c = std::make_unique<Call>();
+    c->ctx.AddMetadata(kTokenMetadataKey, kToken);
+    c->ctx.set_deadline(std::chrono::system_clock::now() + seconds(30));
+    proto::GetRequest req;
+    req.set_key("late");
+    req.set_timeout_ms(20000);
+    c->reader = stub->AsyncGet(&c->ctx, req, &cq);
+    c->reader->Finish(&c->response, &c->status, c.get());
+    calls.push_back(std::move(c));
+  }
+  // The 15 past the peer's 30 are refused at once, saying why.
+  int exhausted = 0;
+  for (int i = 0; i < kCalls - 30; ++i) {
+    void* tag = nullptr;
+    bool ok = false;
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    auto* c = static_cast<Call*>(tag);
+    EXPECT_EQ(c->status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << c->status.error_message();
+    if (c->status.error_message().find("the most one host may have waiting") != std::string::npos)
+      ++exhausted;
+  }
+  EXPECT_EQ(exhausted, kCalls - 30);
+  // The store still answers everything else, and the 30 when their key comes.
+  auto store = make_grpc_store(address_, kToken);
+  store->set("other", "v");
+  EXPECT_EQ(store->get("other", seconds(1)), "v");
+  store->set("late", "here");
+  for (int i = 0; i < 30; ++i) {
+    void* tag = nullptr;
+    bool ok = false;
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    auto* c = static_cast<Call*>(tag);
+    EXPECT_TRUE(c->status.ok()) << c->status.error_message();
+  }
+  // Their places are given back: 30 more may wait.
+  std::vector<std::future<std::string>> more;
+  for (int i = 0; i < 30; ++i)
+    more.push_back(
+        std::async(std::launch::async, [&] { return store->get("later", seconds(10)); }));
+  std::this_thread::sleep_for(milliseconds(300));
+  store->set("later", "ok");
+  for (auto& f : more) EXPECT_EQ(f.get(), "ok");
+}
+
+// Weighed: each waiter counts its key and gRPC's share (kWaiterCost) against
+// the waiters' bytes.
+TEST_F(RendezvousDoorTest, WaitersPastTheirBytesAreRefused) {
+  StoreServiceLimits limits;
+  limits.max_waiter_bytes = 3 * StoreServiceLimits::kWaiterCost + 100;
+  start(1, 1, limits);
+  auto store = make_grpc_store(address_, kToken);
+  std::vector<std::future<std::string>> waiting;
+  for (int i = 0; i < 3; ++i)
+    waiting.push_back(std::async(std::launch::async, [&] { return store->get("k", seconds(10)); }));
+  std::this_thread::sleep_for(milliseconds(300));
+  try {
+    store->get("k", seconds(5));
+    ADD_FAILURE() << "a fourth waiter was taken in past the waiters' bytes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bytes, the most the store gives them"), std::string::npos)
+        << e.what();
+  }
+  store->set("k", "v");
+  for (auto& f : waiting) EXPECT_EQ(f.get(), "v");
+}
+
 }  // namespace
 }  // namespace rtd::launcher
