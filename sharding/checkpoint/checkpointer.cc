@@ -128,12 +128,14 @@ struct Checkpointer::Impl {
   void prepare_dir() {
     if (!lock) {
       create_dirs_durably(options.dir);
+      refuse_links(options.dir);
       lock = std::make_unique<DirLock>(options.dir);
       if (!lock->taken_over().empty())
         log::get("checkpoint")
             ->info("took over {}: its lock was left by a job that ended ({})", options.dir,
                    lock->taken_over());
     }
+    refuse_links(options.dir);  // every save: a link planted meanwhile is refused too
     for (const auto& entry : fs::directory_iterator(options.dir)) {
       const std::string name = entry.path().filename().string();
       if (name.rfind("step_", 0) != 0 || entry.path().extension() != ".old") continue;

@@ -27,8 +27,14 @@ namespace {
 
 }  // namespace
 
+// A checkpoint directory may be shared or restored from elsewhere: a link
+// planted in it must not make the trainer (often root) write or read another
+// file. Files are made anew (a name already there, link or not, is removed
+// first: unlink removes the link, not what it points to) and opened with
+// O_EXCL and O_NOFOLLOW; reads refuse a link too.
 FileWriter::FileWriter(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) fail("cannot replace", path);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot create", path);
 }
 
@@ -95,6 +101,17 @@ bool exchange_entries(const std::string& a, const std::string& b) {
   fail("cannot exchange " + a + " and", b);
 }
 
+void refuse_links(const std::string& dir) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.is_symlink())
+      throw Error(ErrorCategory::kConfig,
+                  "checkpoint directory " + dir + " holds a symbolic link, " +
+                      entry.path().filename().string() +
+                      ": a checkpoint directory holds none (it may have been tampered with); "
+                      "remove it, or use another directory");
+  }
+}
+
 std::uint64_t free_bytes(const std::string& path) {
   struct statvfs s {};
   if (::statvfs(path.c_str(), &s) != 0) return 0;
@@ -114,8 +131,25 @@ std::string holder_line() {
 
 DirLock::DirLock(const std::string& dir) {
   const std::string path = dir + "/.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("cannot open the lock", path);
+  // Never through a link, never a file with another name too (a hard link
+  // to a file elsewhere), never anything but a plain file: the lock is
+  // truncated and written.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    if (errno == ELOOP)
+      throw Error(ErrorCategory::kConfig, "checkpoint directory " + dir +
+                                              ": its .lock is a symbolic link; remove it (the "
+                                              "directory may have been tampered with)");
+    fail("cannot open the lock", path);
+  }
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(ErrorCategory::kConfig, "checkpoint directory " + dir +
+                                            ": its .lock is not a plain file of its own (a "
+                                            "device, a pipe or a hard link); remove it");
+  }
   std::string before;
   char text[512];
   const ssize_t n = ::pread(fd_, text, sizeof(text) - 1, 0);
@@ -164,8 +198,8 @@ std::string read_file(const std::string& path) {
 }
 
 FileReader::FileReader(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail("cannot open", path);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd_ < 0) fail(errno == ELOOP ? "refusing a symbolic link:" : "cannot open", path);
   struct stat st {};
   if (::fstat(fd_, &st) != 0) fail("cannot stat", path);
   size_ = static_cast<std::size_t>(st.st_size);

@@ -9,8 +9,9 @@
 
 namespace rtd::ckpt {
 
-// An open file written sequentially (write) or at offsets (write_at, from
-// several threads at once); close() fsyncs it.
+// A file made anew (whatever was under its name removed first; never through
+// a symbolic link), written sequentially (write) or at offsets (write_at,
+// from several threads at once); close() fsyncs it.
 class FileWriter {
  public:
   explicit FileWriter(const std::string& path);
@@ -34,6 +35,8 @@ void create_dirs_durably(const std::string& dir);
 // Swaps two directory entries at once (renameat2's RENAME_EXCHANGE): false
 // where the filesystem cannot (then nothing moved).
 bool exchange_entries(const std::string& a, const std::string& b);
+// Throws rtd::Error(kConfig) naming the first entry of dir that is a symbolic link.
+void refuse_links(const std::string& dir);
 // Bytes free for an unprivileged writer on the filesystem of `path`; 0 when unknown.
 std::uint64_t free_bytes(const std::string& path);
 

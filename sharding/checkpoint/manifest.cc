@@ -5,7 +5,11 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <set>
+#include <utility>
 
 #include "rt_dist/error.h"
 #include "sharding/checkpoint/crc32c.h"
@@ -56,8 +60,10 @@ void check_values(const proto::CheckpointManifest& m, const std::string& path) {
       bad("file name '" + n.substr(0, 64) + "' is not a plain file name");
     if (f.bytes() > kMaxBytes) bad("file " + n + " claims " + std::to_string(f.bytes()) + " bytes");
   }
+  std::set<std::string> names;
   for (const auto& t : m.tensors()) {
     const std::string where = "tensor '" + t.name().substr(0, 64) + "'";
+    if (!names.insert(t.name()).second) bad(where + " is listed twice");
     const std::uint64_t esize = dtype_size(dtype_from_name(t.dtype(), "manifest " + path));
     std::uint64_t elements = 1;
     for (std::int64_t d : t.shape()) {
@@ -82,7 +88,55 @@ void check_values(const proto::CheckpointManifest& m, const std::string& path) {
   }
 }
 
+// The manifest of step_<S>/ is step S's: a directory renamed (or swapped
+// with another) would otherwise resume as the step it is named for from
+// another step's state. Directories not named step_<N> are not checked.
+void check_step(const proto::CheckpointManifest& m, const std::string& dir,
+                const std::string& path) {
+  const std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
+  const std::string base =
+      name.empty() ? std::filesystem::path(dir).parent_path().filename().string() : name;
+  if (base.rfind("step_", 0) != 0 || base.size() == 5 ||
+      base.find_first_not_of("0123456789", 5) != std::string::npos)
+    return;
+  if (base != step_dir_name(m.step()))
+    throw Error(ErrorCategory::kConfig,
+                "manifest " + path + " is of step " + std::to_string(m.step()) +
+                    ", but its directory is " + base +
+                    ": the step directories were renamed or swapped; put them back under their "
+                    "own names (the manifest's step is the truth)");
+}
+
+// A manifest no checkpoint comes near (a million tensors is about 200 MB of JSON).
+constexpr std::size_t kMaxManifestBytes = std::size_t{1} << 30;
+
 }  // namespace
+
+std::string whole_tensor_refusal(const proto::CheckpointManifest& m,
+                                 const proto::CheckpointTensor& tensor) {
+  const std::string where = "tensor '" + tensor.name().substr(0, 64) + "'";
+  const std::uint64_t bytes =
+      element_count(tensor) * dtype_size(dtype_from_name(tensor.dtype(), where));
+  std::uint64_t file_bytes = 0;
+  for (const auto& f : m.files()) file_bytes += f.bytes();  // each below 2^56: no overflow
+  if (bytes > file_bytes)
+    return where + " holds " + std::to_string(bytes) + " bytes, more than all its files' " +
+           std::to_string(file_bytes);
+  // Ranks that hold the same elements may each have saved them: pieces may overlap.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;  // [first, end)
+  for (const auto& p : tensor.pieces()) spans.emplace_back(p.first(), p.first() + p.count());
+  std::sort(spans.begin(), spans.end());
+  std::uint64_t covered = 0;
+  for (const auto& [first, end] : spans) {
+    if (first > covered) break;
+    covered = std::max(covered, end);
+  }
+  const std::uint64_t elements = element_count(tensor);
+  if (covered < elements)
+    return where + " element " + std::to_string(covered) + " of " + std::to_string(elements) +
+           " is in no piece";
+  return "";
+}
 
 std::string step_dir_name(std::int64_t step) {
   char text[32];
@@ -126,7 +180,16 @@ std::string manifest_to_json(const proto::CheckpointManifest& manifest) {
 
 proto::CheckpointManifest read_manifest(const std::string& dir) {
   const std::string path = dir + "/" + kManifestName;
-  const std::string json = read_file(path);
+  std::string json;
+  {
+    FileReader reader(path);
+    if (reader.size() > kMaxManifestBytes)
+      throw Error(ErrorCategory::kConfig, "manifest " + path + " is " +
+                                              std::to_string(reader.size()) +
+                                              " bytes, more than any checkpoint's");
+    json.resize(reader.size());
+    reader.read(0, json.data(), json.size());
+  }
   proto::CheckpointManifest manifest;
   auto status = google::protobuf::util::JsonStringToMessage(json, &manifest);
   if (!status.ok()) {
@@ -155,6 +218,7 @@ proto::CheckpointManifest read_manifest(const std::string& dir) {
                                             hex(manifest.crc32c()) + ": the file is corrupted");
   }
   check_values(manifest, path);
+  check_step(manifest, dir, path);
   return manifest;
 }
 

@@ -29,9 +29,17 @@ std::string manifest_to_json(const proto::CheckpointManifest& manifest);
 // Throws rtd::Error naming `dir` when the manifest is missing, malformed,
 // fails its CRC-32C, is from a newer format version, or holds values no
 // checkpoint has (negative or overflowing sizes, pieces outside their tensor
-// or file, file names that leave the directory): checked before anything is
-// allocated from it.
+// or file, file names that leave the directory, a tensor named twice), or
+// is of another step than its directory step_<S> is named for: checked
+// before anything is allocated from it.
 proto::CheckpointManifest read_manifest(const std::string& dir);
+
+// Why `tensor` cannot be assembled whole from the manifest's pieces (empty:
+// it can), checked before its memory is allocated: larger than all the
+// files together, or elements in no piece. A checkpoint may hold tensors
+// that no rank saved whole; a load fills only the ranges asked for.
+std::string whole_tensor_refusal(const proto::CheckpointManifest& manifest,
+                                 const proto::CheckpointTensor& tensor);
 
 // The `latest` file: the step's directory name, then its CRC-32C.
 std::string latest_text(std::int64_t step);

@@ -29,9 +29,12 @@ std::string resolve(const std::string& path) {
 }
 
 // The whole of `tensor` into out, every piece read and checked; throws
-// naming the elements that no piece holds.
+// naming the elements that no piece holds, before allocating anything.
 void assemble(PieceReader& reader, const rtd::proto::CheckpointTensor& tensor,
-              const std::string& dir, std::vector<char>& out) {
+              const rtd::proto::CheckpointManifest& manifest, const std::string& dir,
+              std::vector<char>& out) {
+  if (const std::string why = whole_tensor_refusal(manifest, tensor); !why.empty())
+    throw rtd::Error(rtd::ErrorCategory::kConfig, dir + "/" + kManifestName + ": " + why);
   const std::size_t esize = rtd::dtype_size(dtype_from_name(tensor.dtype(), dir));
   const std::size_t n = element_count(tensor);
   out.assign(n * esize, 0);
@@ -83,7 +86,7 @@ int verify(const std::string& path) {
   std::vector<char> data;
   std::size_t bytes = 0;
   for (const auto& t : m.tensors()) {
-    assemble(reader, t, dir, data);
+    assemble(reader, t, m, dir, data);
     bytes += data.size();
   }
   std::printf("%s: step %lld, %d tensors, %zu bytes, every checksum matches\n", dir.c_str(),
@@ -102,7 +105,7 @@ int consolidate(const std::string& path, const std::string& out) {
   std::map<std::string, std::string> meta(m.meta().begin(), m.meta().end());
   meta["step"] = std::to_string(m.step());
   write_safetensors(out, entries, meta, [&](std::size_t i, std::vector<char>& data) {
-    assemble(reader, m.tensors(static_cast<int>(i)), dir, data);
+    assemble(reader, m.tensors(static_cast<int>(i)), m, dir, data);
   });
   std::printf("%s: %d tensors of step %lld written to %s\n", dir.c_str(), m.tensors_size(),
               static_cast<long long>(m.step()), out.c_str());

@@ -159,6 +159,80 @@ TEST_F(CheckpointTest, ImpossibleSizesInAManifestAreRefused) {
           "past the end");
   refused([](auto& m) { m.mutable_files(0)->set_name("../../etc/passwd"); }, "plain file name");
   refused([](auto& m) { m.set_world_size(-1); }, "world_size");
+  refused([](auto& m) { *m.add_tensors() = m.tensors(0); }, "listed twice");
+  // What cannot be assembled whole is said before its memory is allocated
+  // (rtd-ckpt once allocated a 2^55-byte shape: a bare std::bad_alloc; and
+  // 4 GB before it found elements that no piece holds).
+  proto::CheckpointManifest m = good;
+  EXPECT_EQ(whole_tensor_refusal(m, m.tensors(0)), "");
+  m.mutable_tensors(0)->clear_shape();
+  m.mutable_tensors(0)->add_shape(std::int64_t{1} << 53);
+  EXPECT_NE(whole_tensor_refusal(m, m.tensors(0)).find("more than all its files'"),
+            std::string::npos);
+  m = good;
+  m.mutable_tensors(0)->mutable_pieces(0)->set_count(3);
+  EXPECT_NE(whole_tensor_refusal(m, m.tensors(0)).find("is in no piece"), std::string::npos);
+}
+
+// Step directories swapped (or renamed): each manifest says its own step,
+// and a directory named for another is refused, naming both.
+TEST_F(CheckpointTest, SwappedStepDirectoriesAreRefused) {
+  save(1, 1, options());
+  save(1, 2, options());
+  fs::rename(dir_ / "step_00000001", dir_ / "swap");
+  fs::rename(dir_ / "step_00000002", dir_ / "step_00000001");
+  fs::rename(dir_ / "swap", dir_ / "step_00000002");
+  try {
+    read_manifest((dir_ / "step_00000002").string());
+    ADD_FAILURE() << "a swapped step directory was read as its name's step";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is of step 1, but its directory is step_00000002"),
+              std::string::npos)
+        << e.what();
+  }
+  const std::string error = load_error(1, true);
+  EXPECT_NE(error.find("renamed or swapped"), std::string::npos) << error;
+}
+
+// Links planted in a checkpoint directory (shared, or restored from an
+// archive) never make a save write through them: the lock, `latest`'s
+// temporary and a step's files are refused or replaced, never followed.
+TEST_F(CheckpointTest, LinksPlantedInTheDirectoryAreNeverWrittenThrough) {
+  fs::create_directories(dir_);
+  const fs::path victim = dir_.string() + "_victim";
+  std::ofstream(victim) << "precious\n";
+  auto victim_intact = [&] {
+    std::ifstream in(victim);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text == "precious\n";
+  };
+  std::vector<float> w(70, 1.0f);
+  for (const char* planted : {".lock", "latest.tmp", "latest"}) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    fs::create_symlink(victim, dir_ / planted);
+    try {
+      Checkpointer(*make_memory_store(), 0, 1, options()).save(1, one_tensor(w));
+      ADD_FAILURE() << "saved into a directory holding a link " << planted;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("symbolic link"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(victim_intact()) << "written through " << planted;
+  }
+  // A file made anew replaces a link left under its name, never follows it.
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  fs::create_symlink(victim, dir_ / "file.tmp");
+  replace_file((dir_ / "file").string(), "new");
+  EXPECT_TRUE(victim_intact());
+  EXPECT_FALSE(fs::is_symlink(dir_ / "file"));
+  // A hard link as the lock: refused (the lock is truncated and written).
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  fs::create_hard_link(victim, dir_ / ".lock");
+  EXPECT_THROW(Checkpointer(*make_memory_store(), 0, 1, options()).save(1, one_tensor(w)), Error);
+  EXPECT_TRUE(victim_intact());
+  fs::remove(victim);
 }
 
 // A load whose checkpoint fails its check leaves every range as it was,
