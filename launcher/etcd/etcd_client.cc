@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "etcd.grpc.pb.h"
+#include "launcher/net.h"
 #include "rt_dist/error.h"
+#include "runtime/core/log.h"
 #include "runtime/core/store/tls.h"
 
 namespace rtd::launcher {
@@ -45,6 +47,10 @@ bool try_another(const grpc::Status& s) {
   }
 }
 
+// Where put_if's receipts live: outside every job's keys; each is deleted
+// once its call returned (or goes with its lease).
+constexpr const char* kReceipts = "/dtrun-receipts/";
+
 EtcdKv to_kv(const etcdserverpb::KeyValue& kv) {
   return EtcdKv{kv.key(), kv.value(), kv.mod_revision(), kv.lease()};
 }
@@ -60,7 +66,7 @@ struct EtcdClient::Stubs {
 
 EtcdClient::EtcdClient(std::vector<std::string> endpoints, const TlsFiles& tls,
                        std::chrono::milliseconds timeout)
-    : endpoints_(std::move(endpoints)), timeout_(timeout) {
+    : endpoints_(std::move(endpoints)), timeout_(timeout), client_id_(random_token()) {
   if (endpoints_.empty()) throw Error(ErrorCategory::kConfig, "etcd: no member given");
   grpc::ChannelArguments args;
   // A member that comes back is tried again within a second.
@@ -84,8 +90,12 @@ std::string EtcdClient::describe() const {
   return s;
 }
 
+std::string EtcdClient::next_receipt() {
+  return kReceipts + client_id_ + "/" + std::to_string(receipts_.fetch_add(1) + 1);
+}
+
 template <typename Call>
-auto EtcdClient::with_member(const std::string& what, Call&& call) {
+void EtcdClient::with_member(const std::string& what, Call&& call, bool* uncertain) {
   const auto until = Clock::now() + timeout_;
   // Each member gets its share of the time, at least 300 ms, so that one
   // that hangs (partitioned, or without a leader) leaves time for the others.
@@ -101,6 +111,8 @@ auto EtcdClient::with_member(const std::string& what, Call&& call) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::min(until, Clock::now() + share));
     last = call(*stubs_[member], ctx);
+    if (last.ok() && fault_hook_ && fault_hook_(what))
+      last = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "reply dropped (fault hook)");
     if (last.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       current_ = member;
@@ -109,6 +121,9 @@ auto EtcdClient::with_member(const std::string& what, Call&& call) {
     if (!try_another(last))
       throw Error(ErrorCategory::kConfig, describe() + ": " + what + " was refused by member " +
                                               endpoints_[member] + ": " + last.error_message());
+    // Anything but a refusal may have reached the cluster and committed
+    // (a deadline, a connection lost after the request was sent).
+    if (uncertain) *uncertain = true;
     if (Clock::now() >= until) break;
     member = (member + 1) % stubs_.size();
     // Every member refused at once (all down): wait a little before the next pass.
@@ -177,10 +192,31 @@ bool EtcdClient::put_if(const std::string& key, const std::optional<std::string>
   put->set_key(key);
   put->set_value(value);
   put->set_lease(lease);
+  // The receipt: written with the key, in the same transaction. A try that
+  // follows one whose reply was lost finds its comparison failing against
+  // its own write; the receipt tells it so (a value alone cannot: another
+  // writer may have written the same one, or written after it).
+  const std::string receipt = next_receipt();
+  auto* mark = req.add_success()->mutable_request_put();
+  mark->set_key(receipt);
+  mark->set_value(key);
+  mark->set_lease(lease);
   etcdserverpb::TxnResponse resp;
-  with_member("writing '" + key + "'",
-              [&](Stubs& s, grpc::ClientContext& ctx) { return s.kv->Txn(&ctx, req, &resp); });
-  return resp.succeeded();
+  bool uncertain = false;
+  with_member(
+      "writing '" + key + "'",
+      [&](Stubs& s, grpc::ClientContext& ctx) { return s.kv->Txn(&ctx, req, &resp); }, &uncertain);
+  bool succeeded = resp.succeeded();
+  if (!succeeded && uncertain && get(receipt).has_value()) succeeded = true;
+  if (succeeded) {
+    try {
+      remove(receipt);
+    } catch (const Error& e) {  // the write stands; only its receipt is left behind
+      log::get("etcd")->warn("{}: could not delete the receipt {}: {}", describe(), receipt,
+                             e.what());
+    }
+  }
+  return succeeded;
 }
 
 bool EtcdClient::remove_if(const std::string& key, const std::string& value) {

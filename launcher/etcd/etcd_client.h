@@ -6,8 +6,10 @@
 // A cluster that lost its quorum answers nothing: its calls time out.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,7 +43,10 @@ class EtcdClient {
   // Creates the key when it does not exist; returns whether it did.
   bool create(const std::string& key, const std::string& value, std::int64_t lease = 0);
   // Writes the key when its value is `expected` (nullopt: when it does not
-  // exist); returns whether it did.
+  // exist); returns whether it did. Exactly once, though a reply is lost
+  // after the write committed (a deadline, a member lost) and the call is
+  // tried again: the transaction also writes a receipt of its own, which
+  // the try after an uncertain one looks for when its comparison fails.
   bool put_if(const std::string& key, const std::optional<std::string>& expected,
               const std::string& value, std::int64_t lease = 0);
   // Deletes the key when its value is still `value`; returns whether it did.
@@ -61,19 +66,33 @@ class EtcdClient {
   bool wait_change(const std::string& key, std::int64_t revision,
                    std::chrono::system_clock::time_point until);
 
+  // For tests: asked after each call that succeeded, with what it did
+  // ("writing '<key>'"); true drops its reply, as a reply lost after the
+  // commit (the caller sees a deadline and tries again).
+  void set_fault_hook(std::function<bool(const std::string& what)> hook) {
+    fault_hook_ = std::move(hook);
+  }
+
   const std::vector<std::string>& endpoints() const { return endpoints_; }
   std::string describe() const;  // "etcd at h1:2379,h2:2379"
 
  private:
   struct Stubs;
+  // Runs call on a member, trying the others (and it again) until the
+  // timeout; *uncertain (when given) says whether a failed try may have
+  // been applied all the same (its reply was lost).
   template <typename Call>
-  auto with_member(const std::string& what, Call&& call);
+  void with_member(const std::string& what, Call&& call, bool* uncertain = nullptr);
+  std::string next_receipt();  // a key no other call of any client writes
 
   std::vector<std::string> endpoints_;
   std::chrono::milliseconds timeout_;
   std::vector<std::unique_ptr<Stubs>> stubs_;
   std::mutex mu_;
   std::size_t current_ = 0;  // the member that answered last
+  const std::string client_id_;
+  std::atomic<std::uint64_t> receipts_{0};
+  std::function<bool(const std::string&)> fault_hook_;
 };
 
 }  // namespace rtd::launcher

@@ -65,6 +65,8 @@ class EtcdHosting {
   // Empty while this agent's lease holds; else how it was lost.
   std::string lost();
   std::string describe() const;
+  // Its client (tests set its fault hook).
+  EtcdClient& client() { return *client_; }
 
  private:
   std::optional<ResumeFrom> resume_point();

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
@@ -273,6 +274,61 @@ std::unique_ptr<RendezvousServer> test_server(const std::optional<ResumeFrom>& r
 // The first agent is elected, the second finds it; when the first goes (its
 // lease revoked), the second is elected and takes its recorded round over,
 // the first named lost.
+// A transaction that committed and whose reply was lost (a deadline, a
+// leader change) is tried again: its receipt makes it count once. Before,
+// the retry's comparison failed against its own write: an add counted
+// twice, and a create said the key was another's.
+TEST_F(EtcdTest, ACommittedWriteWhoseReplyIsLostCountsOnce) {
+  auto client = shared_client(etcd_->endpoint());
+  std::atomic<int> dropped{0};
+  std::atomic<bool> drop_next{true};
+  client->set_fault_hook([&](const std::string& what) {
+    if (what.find(prefix_) == std::string::npos || !drop_next.exchange(false)) return false;
+    ++dropped;
+    return true;
+  });
+  auto store = make_etcd_store(client, prefix_ + "store/");
+  EXPECT_EQ(store->add("count", 1), 1);
+  EXPECT_EQ(dropped, 1) << "the first write's reply was dropped";
+  drop_next = true;
+  EXPECT_EQ(store->add("count", 1), 2);
+  EXPECT_EQ(store->add("count", 0), 2);
+  drop_next = true;
+  EXPECT_EQ(store->compare_set("cas", "", "mine"), "mine");
+  drop_next = true;
+  EXPECT_TRUE(client->create(prefix_ + "claimed", "electing me"));
+  EXPECT_FALSE(client->create(prefix_ + "claimed", "electing another"))
+      << "a create of a key that was there before is still refused";
+  EXPECT_EQ(dropped, 4);
+  EXPECT_TRUE(client_->get_prefix("/dtrun-receipts/").empty()) << "every receipt deleted";
+}
+
+// The host's election with the reply of the winning create lost: the
+// retrying agent knows its own claim and hosts at once (before, every agent
+// waited until --rdzv-timeout for a host that never came).
+TEST_F(EtcdTest, AnElectionWhoseClaimsReplyIsLostIsWon) {
+  const std::string job = "job-" + random_token().substr(0, 8);
+  EtcdHosting hosting(EtcdHostingOptions{.endpoints = {etcd_->endpoint()},
+                                         .job = job,
+                                         .ttl = seconds(5),
+                                         .node_id = "only",
+                                         .node_addr = "127.0.0.1"});
+  std::atomic<bool> drop_next{true};
+  hosting.client().set_fault_hook([&](const std::string& what) {
+    return what.find("/host'") != std::string::npos && drop_next.exchange(false);
+  });
+  std::optional<ResumeFrom> seen;
+  std::unique_ptr<RendezvousServer> server;
+  const auto until = Clock::now() + seconds(8);
+  auto start = [&](const std::optional<ResumeFrom>& r) { return test_server(r, &seen); };
+  const auto began = Clock::now();
+  const std::string host = hosting.find_host("", until, start, &server);
+  EXPECT_FALSE(drop_next) << "the claim's reply was dropped";
+  ASSERT_NE(server, nullptr) << "the agent whose claim committed hosts";
+  EXPECT_LT(Clock::now() - began, seconds(5));
+  EXPECT_EQ(host, "127.0.0.1:" + std::to_string(server->port()));
+}
+
 TEST_F(EtcdTest, AnAgentIsElectedAndASurvivorTakesOver) {
   const std::string job = "job-" + random_token().substr(0, 8);
   auto options = [&](const std::string& id) {
