@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <future>
+#include <optional>
 
 #include "rt_dist/error.h"
 
@@ -102,11 +103,19 @@ void Round::note_refusal_locked(const std::string& why) {
 void Round::close_locked(std::vector<Answer>* answers) {
   const int nnodes = static_cast<int>(joined_.size());
   std::vector<bool> taken(nnodes, false);
+  // The restarts spent so far: the hosting agent's count, where it joined
+  // (it is the authority: a stranger's Join could otherwise claim the
+  // budget spent); without a host (or before it joined), the most any
+  // member counted.
   int restarts = 0;
+  std::optional<int> host_restarts;
   for (const Joined& j : joined_) {
     if (j.request.node_rank() >= 0) taken[j.request.node_rank()] = true;
     restarts = std::max(restarts, j.request.restarts());
+    if (!config_.host_node_id.empty() && j.request.node_id() == config_.host_node_id)
+      host_restarts = j.request.restarts();
   }
+  if (host_restarts) restarts = *host_restarts;
   // Nodes without --node-rank take the free ranks in a stable order: the
   // previous round's members in their order, then by address, then arrival.
   auto order = [this](const Joined* j) {

@@ -316,5 +316,21 @@ TEST(Round, RestartsAreTheMostAnyMemberCounted) {
   EXPECT_EQ(second.get().restarts(), 2);
 }
 
+// With a hosting agent, its count is the job's: a Join that claims more
+// (up to 2^20 passes the door) does not spend the budget.
+TEST(Round, TheHostsRestartsAreTheJobsWhateverAJoinClaims) {
+  RoundConfig c = config();
+  c.host_node_id = "id-a";
+  Round round(c);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  proto::JoinRequest b = request("b", -1);
+  b.set_restarts(1 << 20);
+  auto second = std::async(std::launch::async, [&] { return round.join(b, deadline); });
+  proto::JoinRequest a = request("a", 0);
+  a.set_restarts(1);
+  EXPECT_EQ(round.join(a, deadline).restarts(), 1);
+  EXPECT_EQ(second.get().restarts(), 1);
+}
+
 }  // namespace
 }  // namespace rtd::launcher
