@@ -247,12 +247,35 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
       // once if its dtrun dies (its held call closes), whatever it does then.
       peers.check(round, node_rank, NodeState::kRunning);
       std::string error;
+      bool silent = false;  // a node joined and never said its settings
       try {
         error = check_settings_across_nodes(*store, round, node_rank, nnodes, settings,
                                             p.server != nullptr, limit)
                     .error;
       } catch (const Error& e) {
         error = std::string("could not compare the nodes' settings: ") + e.what();
+        silent = e.category() == ErrorCategory::kTimeout;
+      }
+      // In an elastic job a node that joined and went silent is the host's
+      // to drop, within its heartbeat timeout, which the wait above may end
+      // just before: a stranger's Join must not end the job. The round
+      // forms again without it (workers kept from the round before, under
+      // in-process recovery, cannot follow this way: the job fails as before).
+      if (!error.empty() && silent && o.min_nodes < o.nnodes && !kept) {
+        std::optional<Outcome> news = peers.wait_for_news(round, node_rank, limit + kLossWait);
+        if (news && news->rejoin) {
+          logger->warn("{}; {}: rejoining without it", error, news->reason);
+          try {
+            if (news->host_lost) {
+              find_etcd_host(o, p, p.store_addr);
+              connect();
+            }
+            p.layout = join(o, p, round, restarts);
+            continue;
+          } catch (const Error& e) {
+            error += std::string("; could not rejoin for the next round: ") + e.what();
+          }
+        }
       }
       if (!error.empty()) {
         logger->error("job failed: {}", error);

@@ -71,6 +71,36 @@ done
 echo "ok: the job finished on every node"
 rm -f "$out/finish"
 
+# 4b. A node joins the running job and goes silent at once (stopped while
+# its Join waits for the round to close): the others wait for its settings
+# in vain, and the host drops it within --heartbeat-timeout; the job goes on
+# in a world of 2 (it once failed: "could not compare the nodes' settings").
+silent() {  # namespace, log; a last call long enough to stop the joiner in
+  nsenter --net=/run/netns/"$1" "$dtrun" --nproc-per-node=1 --nnodes=2:3 --rdzv=10.213.8.1:29504 \
+    --token=t --heartbeat-timeout=3 --rdzv-last-call=3 --rdzv-timeout=60 --max-restarts=0 \
+    sh -c "$show" >"$2" 2>&1 &
+}
+silent "$a" "$out/sa"; pa=$!
+silent "$b" "$out/sb"; pb=$!
+pids="$pids $pa $pb"
+wait_for "round=0 world=2" "$out/sa" "$out/sb"
+silent "$c" "$out/sc"; pc=$!
+pids="$pids $pc"
+sleep 1
+kill -STOP $pc
+wait_for "round=2 world=2" "$out/sa" "$out/sb"
+if grep -q "job failed" "$out/sa" "$out/sb"; then
+  echo "FAILED: a silent newcomer ended the job"; grep "job failed" "$out/sa" "$out/sb"; fail=1
+else
+  echo "ok: a newcomer that went silent is dropped, and the job goes on"
+fi
+kill -9 $pc 2>/dev/null; wait $pc 2>/dev/null
+touch "$out/finish"
+for p in $pa $pb; do
+  wait $p || { echo "FAILED: a node of the job a silent newcomer joined exited $?"; fail=1; }
+done
+rm -f "$out/finish"
+
 # 5. A node lost below the minimum fails the job, with the reason.
 elastic "$a" "$out/la" 29501; pa=$!
 elastic "$b" "$out/lb" 29501; pb=$!
