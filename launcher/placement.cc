@@ -2,6 +2,8 @@
 #include "launcher/placement.h"
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 
 #include "launcher/net.h"
 #include "launcher/rendezvous_client.h"
@@ -11,9 +13,29 @@
 namespace rtd::launcher {
 namespace {
 
+// What every node of one job agrees on. The program and its arguments are
+// in it (the program's name, and a hash of the whole command line as typed):
+// an unrelated job sent to the same rendezvous port, elastic or not, is
+// another job and is refused, not merged into this one.
 std::string fingerprint(const LaunchOptions& o) {
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits
+  auto mix = [&](const std::string& text) {
+    for (char c : text) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    hash = (hash ^ 0xffu) * 1099511628211ull;  // a separator no argument holds
+  };
+  mix(o.program);
+  for (const std::string& a : o.args) mix(a);
+  std::string name =
+      o.program.substr(o.program.rfind('/') == std::string::npos ? 0 : o.program.rfind('/') + 1);
+  if (name.size() > 64) name = name.substr(0, 64);
+  for (char& c : name) {
+    if (c < 0x20 || c > 0x7e) c = '?';  // the fingerprint is printable
+  }
+  char command[24];
+  std::snprintf(command, sizeof(command), "%016llx", static_cast<unsigned long long>(hash));
   return "max_restarts=" + std::to_string(o.max_restarts) +
-         (o.rdzv_id.empty() ? "" : ", rdzv_id=" + o.rdzv_id);
+         (o.rdzv_id.empty() ? "" : ", rdzv_id=" + o.rdzv_id) + ", program=" + name + ", command " +
+         command;
 }
 
 StoreServiceLimits store_limits(const LaunchOptions& o) {

@@ -372,6 +372,27 @@ TEST(Dtrun, ANodeThatDisagreesOnNnodesIsRefusedAndTheHostSaysWhy) {
   EXPECT_TRUE(contains(r.output, "--nnodes=3 but node rank 0 with --nnodes=2")) << r.output;
 }
 
+// Two unrelated elastic jobs sent to one rendezvous port: the second runs
+// another program, so it is another job and is refused, naming the
+// difference; the first is not merged with it and runs alone.
+TEST(Dtrun, AnotherProgramOnTheSameElasticRendezvousIsRefused) {
+  int port = unused_port();
+  std::string rdzv = " --rdzv=127.0.0.1:" + std::to_string(port) +
+                     " --token=t --rdzv-timeout=6 --rdzv-last-call=1 --nnodes=1:2 ";
+  auto r = run_command(
+      dtrun(rdzv + "sh -c \"echo first world \\$WORLD_SIZE; sleep 3\"") +
+          " > /tmp/e0.$$ 2>&1 & p0=$!; sleep 1.5; " +
+          dtrun(rdzv + "sh -c \"echo second world \\$WORLD_SIZE\"") +
+          "; echo second_rc=$?; wait $p0; echo first_rc=$?; cat /tmp/e0.$$; rm -f /tmp/e0.$$",
+      60);
+  EXPECT_TRUE(contains(r.output, "second_rc=1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "first_rc=0")) << r.output;
+  EXPECT_TRUE(contains(r.output, "runs a different configuration")) << r.output;
+  EXPECT_TRUE(contains(r.output, "program=sh, command ")) << r.output;
+  EXPECT_FALSE(contains(r.output, "second world")) << r.output;
+  EXPECT_FALSE(contains(r.output, "first world 2")) << "merged\n" << r.output;
+}
+
 TEST(Dtrun, NodeWithTheWrongTokenIsRejected) {
   auto r = run_command(
       two_nodes("--nproc-per-node=1 --rdzv-timeout=3 --token=right true",
