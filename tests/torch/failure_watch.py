@@ -1,7 +1,8 @@
 """The failure watch (rt_dist/torch/_failure_watch.py) without a GPU: a
 communicator that fails after its call returned is raised in the main thread
 once, with its message, while that thread runs Python code that calls nothing
-of ours; a failure nobody saw is reported at exit; with the raise turned off
+of ours (with RTD_TORCH_ASYNC_ERRORS=1; by default nothing is raised there
+and the failure waits for the next call or the exit); a failure nobody saw is reported at exit; with the raise turned off
 nothing is raised and the failure waits for the exit; at exit the watch asks
 librt_dist to call no more Python.
     dtrun --nproc-per-node=1 python tests/torch/failure_watch.py
@@ -47,7 +48,16 @@ def busy(seconds):
         time.sleep(0.01)
 
 
+d = FakeComm()
+os.environ.pop("RTD_TORCH_ASYNC_ERRORS", None)
+fw.watch(d)
+assert d.listener is None, "by default nothing is raised in the main thread"
+d.fail("rtd group of 2 cuda on rank 0 of 2: a failure left to the next call")
+busy(0.3)
+assert fw.exit_status() == 1, "by default a failure nobody asked for still fails the exit"
+
 a = FakeComm()
+os.environ["RTD_TORCH_ASYNC_ERRORS"] = "1"  # the immediate raise, opt-in
 fw.watch(a)
 busy(0.3)  # healthy: nothing raised
 a.fail("rtd group of 2 cuda on rank 0 of 2: nccl all_reduce #2 ... rank 1 has not called it")

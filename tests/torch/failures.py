@@ -5,8 +5,9 @@ with an exception naming rank 1 (on CUDA, whose calls return before they
 run: at the latest its next call). mismatch: the ranks reduce different
 sizes; every rank's call fails with an exception. Each rank prints what it
 caught and exits 3, so that the caller can tell this from a crash.
-CUDA only: late: as missing, but rank 0 calls nothing more; the failure
-must be raised in its main thread all the same (the failure watch). exit:
+CUDA only: late: as missing, but rank 0 calls nothing more; with
+RTD_TORCH_ASYNC_ERRORS=1 the failure must be raised in its main thread all
+the same (the failure watch). exit:
 as late, with that raise turned off (RTD_TORCH_ASYNC_ERRORS=0) and rank 0
 ending its script: the process must still exit 1, naming the failure.
 dropped: rank 0 drops an all_reduce's Work unwaited, rank 1 never calls it,

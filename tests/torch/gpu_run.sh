@@ -44,7 +44,7 @@ step test_failure_missing 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure missi
 step test_failure_mismatch 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure mismatch \
   "ranks disagree" RTD_CHECK_COLLECTIVES=1
 step test_failure_late 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure late \
-  "rank 1 has not called it"
+  "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=1
 step test_failure_exit 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure exit \
   "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=0
 grep -hE "checks passed|stream order|cuda graph|train:|ddp_auto_hook:|fsdp_features:|^ok:|FAILED|Error" "$out"/test_*.log | head -30

@@ -12,15 +12,20 @@ and exit 0. ProcessGroupNCCL ends the process then. Here, instead:
   a tenth of the group's timeout (100 ms at most) and calls into Python
   once, which raises it in the main thread (as Ctrl-C raises
   KeyboardInterrupt there), as a CommunicatorFailed naming the rank and the
-  collective, unless a call of the group has already raised it;
-- the group's next call raises it too (the communicator refuses work);
+  collective, unless a call of the group has already raised it -- only
+  with RTD_TORCH_ASYNC_ERRORS=1;
+- the group's next call (or a Work's wait()) raises it (the communicator
+  refuses work): the default;
 - a process that reaches its exit with a failure nobody saw prints it and
   exits 1, so that no launcher counts the run a success.
 
-RTD_TORCH_ASYNC_ERRORS=0 turns the raise in the main thread off (the other
-two stay). While nothing fails, the watch runs no Python: a Python thread
-that woke every 50 ms to ask slowed steps bound by the host's Python
-(docs/benchmarks.md, "The failure watch without a Python thread").
+The raise in the main thread is opt-in (RTD_TORCH_ASYNC_ERRORS=1): an
+asynchronous exception can land anywhere in the main thread -- inside a
+``finally`` or ``__exit__``, half-way through an optimizer step -- and is not
+delivered while that thread blocks in C. By default (0) the failure is
+raised where the script asks the group for something. While nothing fails,
+the watch runs no Python: a Python thread that woke every 50 ms to ask
+slowed steps bound by the host's Python.
 """
 
 import ctypes
@@ -86,7 +91,7 @@ _watch = _Watch()
 
 def watch(comm):
     """Watches comm (a CUDA _Comm) from now until it is freed."""
-    value = os.environ.get("RTD_TORCH_ASYNC_ERRORS", "1")
+    value = os.environ.get("RTD_TORCH_ASYNC_ERRORS", "0")
     if value not in ("0", "1"):
         raise ValueError(f"RTD_TORCH_ASYNC_ERRORS={value!r}: use 0 or 1")
     _watch.add(comm, value == "1")
