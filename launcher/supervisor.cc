@@ -106,6 +106,8 @@ void Supervisor::spawn(const WorkerSpec& spec, LogMux& mux) {
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_copy = spec.env;
+  // What the worker starts carries the guard's tag: found however it leaves (orphan_guard.h).
+  if (options_.guard) env_copy.emplace_back(options_.guard->tag_entry());
   for (auto& e : env_copy) envp.push_back(e.data());
   envp.push_back(nullptr);
 

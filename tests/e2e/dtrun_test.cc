@@ -596,6 +596,39 @@ TEST(Dtrun, NothingAWorkerStartedOutlivesAKilledDtrun) {
   EXPECT_TRUE(contains(r.output, "sleeper_gone")) << r.output;
 }
 
+// A worker's descendant that left its process group and session (setsid)
+// dies with a dtrun killed by SIGKILL too: the guard finds it by the tag in
+// its environment. And so does one whose parent ended (orphaned).
+TEST(Dtrun, ADescendantThatCalledSetsidDiesWithAKilledDtrun) {
+  const std::string base = ::testing::TempDir() + "setsid_" + std::to_string(getpid());
+  const std::string pidfile = base + ".pids", script = base + ".sh";
+  std::ofstream(script) << "setsid sleep 300 &\n"
+                           "echo $! > "
+                        << pidfile << ".tmp\n"
+                        << "sh -c 'sleep 300 & echo $! >> " << pidfile << ".tmp'\n"
+                        << "mv " << pidfile << ".tmp " << pidfile << "\n"
+                        << "sleep 300\n";
+  auto r = run_command(
+      "rm -f " + pidfile + "; " + dtrun("--nproc-per-node=1 sh " + script) +
+          " > /dev/null 2>&1 & p=$!; "
+          "for i in $(seq 100); do [ -s " +
+          pidfile + " ] && break; sleep 0.1; done; a=$(sed -n 1p " + pidfile + "); b=$(sed -n 2p " +
+          pidfile +
+          "); kill -0 $a && kill -0 $b && echo sleepers_started; "
+          "[ \"$(ps -o sid= -p $a)\" != \"$(ps -o sid= -p $p)\" ] && echo own_session; "
+          "kill -9 $p; "
+          "for i in $(seq 30); do kill -0 $a 2>/dev/null || kill -0 $b 2>/dev/null || break; "
+          "sleep 0.1; done; "
+          "for s in $a $b; do if kill -0 $s 2>/dev/null; then echo alive_$s; kill -9 $s; fi; done; "
+          "echo checked; rm -f " +
+          pidfile + " " + script,
+      60);
+  EXPECT_TRUE(contains(r.output, "sleepers_started")) << r.output;
+  EXPECT_TRUE(contains(r.output, "own_session")) << r.output;
+  EXPECT_TRUE(contains(r.output, "checked")) << r.output;
+  EXPECT_FALSE(contains(r.output, "alive_")) << r.output;
+}
+
 // A stopped worker is woken with the SIGTERM, so that the grace period is
 // its to use (it handles the signal and exits 0, not SIGKILL after 5 s).
 TEST(Dtrun, AStoppedWorkerGetsSigcontWithSigterm) {
