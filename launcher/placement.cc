@@ -133,7 +133,9 @@ Placement rendezvous(const LaunchOptions& o) {
     find_etcd_host(o, p, "");
     p.layout = join(o, p, -1, 0);
     p.job_store = p.etcd->job_store(p.layout.run_id());
-    p.relay = std::make_unique<StoreRelay>(p.node_addr, p.job_store, o.token, o.tls);
+    EtcdHosting* etcd = p.etcd.get();
+    p.relay = std::make_unique<StoreRelay>(p.node_addr, p.job_store, o.token, o.tls,
+                                           [etcd] { return etcd->lost(); });
     p.job_store_addr = join_host_port(p.node_addr, p.relay->port());
     return p;
   }

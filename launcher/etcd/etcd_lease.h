@@ -28,7 +28,8 @@ class EtcdLease {
 
   std::int64_t id() const { return id_; }
   // Empty while the lease holds; else how it was lost (etcd said it expired,
-  // or no member renewed it for the whole TTL).
+  // or no member renewed it for the whole TTL: said from the moment the TTL
+  // is over, not only once a renewal attempt gives up).
   std::string lost();
 
  private:
@@ -41,6 +42,7 @@ class EtcdLease {
   std::condition_variable cv_;
   bool stop_ = false;
   std::string lost_;
+  std::chrono::steady_clock::time_point held_until_;  // the last renewal's TTL, from then
   std::thread thread_;
 };
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <thread>
 
 #include "launcher/net.h"
 #include "rendezvous.grpc.pb.h"
@@ -29,17 +30,19 @@ grpc::Status too_large(const char* what, std::size_t bytes, std::size_t limit) {
               " bytes with the etcd backend"};
 }
 
+constexpr std::chrono::milliseconds kRetryPause{200};
+
 class RelayService final : public proto::Store::Service {
  public:
-  RelayService(std::shared_ptr<Store> store, std::string token)
-      : store_(std::move(store)), token_(std::move(token)) {}
+  RelayService(std::shared_ptr<Store> store, std::string token, StoreRelay::LeaseLost lease_lost)
+      : store_(std::move(store)), token_(std::move(token)), lease_lost_(std::move(lease_lost)) {}
 
   grpc::Status Set(grpc::ServerContext* ctx, const proto::SetRequest* req,
                    proto::SetResponse*) override {
     if (auto s = admit(ctx, req->key()); !s.ok()) return s;
     if (req->value().size() > kMaxValueBytes)
       return too_large("value", req->value().size(), kMaxValueBytes);
-    return status_of([&] { store_->set(req->key(), req->value()); });
+    return status_of([&] { ride_out(ctx, [&] { store_->set(req->key(), req->value()); }); });
   }
 
   grpc::Status Get(grpc::ServerContext* ctx, const proto::GetRequest* req,
@@ -64,7 +67,8 @@ class RelayService final : public proto::Store::Service {
   grpc::Status Add(grpc::ServerContext* ctx, const proto::AddRequest* req,
                    proto::AddResponse* resp) override {
     if (auto s = admit(ctx, req->key()); !s.ok()) return s;
-    return status_of([&] { resp->set_value(store_->add(req->key(), req->delta())); });
+    return status_of(
+        [&] { ride_out(ctx, [&] { resp->set_value(store_->add(req->key(), req->delta())); }); });
   }
 
   grpc::Status CompareSet(grpc::ServerContext* ctx, const proto::CompareSetRequest* req,
@@ -72,14 +76,18 @@ class RelayService final : public proto::Store::Service {
     if (auto s = admit(ctx, req->key()); !s.ok()) return s;
     if (req->desired().size() > kMaxValueBytes)
       return too_large("value", req->desired().size(), kMaxValueBytes);
-    return status_of(
-        [&] { resp->set_value(store_->compare_set(req->key(), req->expected(), req->desired())); });
+    return status_of([&] {
+      ride_out(ctx, [&] {
+        resp->set_value(store_->compare_set(req->key(), req->expected(), req->desired()));
+      });
+    });
   }
 
   grpc::Status Delete(grpc::ServerContext* ctx, const proto::DeleteRequest* req,
                       proto::DeleteResponse* resp) override {
     if (auto s = admit(ctx, req->key()); !s.ok()) return s;
-    return status_of([&] { resp->set_deleted(store_->remove(req->key())); });
+    return status_of(
+        [&] { ride_out(ctx, [&] { resp->set_deleted(store_->remove(req->key())); }); });
   }
 
   grpc::Status Check(grpc::ServerContext* ctx, const proto::CheckRequest* req,
@@ -95,7 +103,7 @@ class RelayService final : public proto::Store::Service {
         return too_large("key", key.size(), kMaxKeyBytes);
       keys.push_back(key);
     }
-    return status_of([&] { resp->set_all_present(store_->check(keys)); });
+    return status_of([&] { ride_out(ctx, [&] { resp->set_all_present(store_->check(keys)); }); });
   }
 
  private:
@@ -115,7 +123,11 @@ class RelayService final : public proto::Store::Service {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           until - std::chrono::steady_clock::now());
       try {
-        return store_->get(key, std::clamp(left, std::chrono::milliseconds(0), kWaitSlice));
+        std::string value;
+        ride_out(ctx, [&] {
+          value = store_->get(key, std::clamp(left, std::chrono::milliseconds(0), kWaitSlice));
+        });
+        return value;
       } catch (const Error& e) {
         if (e.category() != ErrorCategory::kTimeout || left <= kWaitSlice) throw;
       }
@@ -125,8 +137,29 @@ class RelayService final : public proto::Store::Service {
     }
   }
 
+  // Runs call; while it finds etcd unavailable and this node's lease holds,
+  // again (a pause, a leader election); once the lease is lost, fails saying so.
+  template <typename Call>
+  void ride_out(grpc::ServerContext* ctx, Call&& call) {
+    for (;;) {
+      try {
+        call();
+        return;
+      } catch (const Error& e) {
+        if (e.category() != ErrorCategory::kUnavailable || !lease_lost_) throw;
+        if (std::string why = lease_lost_(); !why.empty())
+          throw Error(ErrorCategory::kUnavailable,
+                      std::string("this node lost its lease in etcd: ") + why +
+                          " (last: " + e.what() + ")");
+        if (ctx->IsCancelled() || stopping_) throw;
+      }
+      std::this_thread::sleep_for(kRetryPause);
+    }
+  }
+
   std::shared_ptr<Store> store_;
   const std::string token_;
+  const StoreRelay::LeaseLost lease_lost_;
   std::atomic<int> waiting_{0};
   std::atomic<bool> stopping_{false};
 };
@@ -140,9 +173,9 @@ struct StoreRelay::Impl {
 };
 
 StoreRelay::StoreRelay(const std::string& bind_ip, std::shared_ptr<Store> store,
-                       const std::string& token, const TlsFiles& tls)
+                       const std::string& token, const TlsFiles& tls, LeaseLost lease_lost)
     : impl_(std::make_unique<Impl>()) {
-  impl_->service = std::make_unique<RelayService>(std::move(store), token);
+  impl_->service = std::make_unique<RelayService>(std::move(store), token, std::move(lease_lost));
   grpc::ServerBuilder builder;
   grpc::ResourceQuota quota("dtrun-store-relay");
   quota.SetMaxThreads(kMaxWaiting + 64);  // the waiting gets, and room for the other calls

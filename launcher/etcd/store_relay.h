@@ -9,6 +9,7 @@
 // once (a node's few workers wait for a few keys each).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,9 +22,16 @@ class StoreRelay {
  public:
   static constexpr int kMaxWaiting = 1024;
 
+  // Empty while this node's lease in etcd holds; else how it was lost.
+  using LeaseLost = std::function<std::string()>;
+
   // Listens on bind_ip, a free port; throws rtd::Error(kConfig) when it cannot.
+  // A call that finds etcd unavailable (no quorum, a leader election, members
+  // paused) is tried again while lease_lost says the lease holds: a pause
+  // shorter than the lease's TTL is ridden out; then the call fails saying
+  // that this node lost its lease (the agent stops the workers then too).
   StoreRelay(const std::string& bind_ip, std::shared_ptr<Store> store, const std::string& token,
-             const TlsFiles& tls);
+             const TlsFiles& tls, LeaseLost lease_lost = {});
   ~StoreRelay();
   StoreRelay(const StoreRelay&) = delete;
   StoreRelay& operator=(const StoreRelay&) = delete;
