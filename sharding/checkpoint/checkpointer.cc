@@ -134,6 +134,16 @@ struct Checkpointer::Impl {
         log::get("checkpoint")
             ->info("took over {}: its lock was left by a job that ended ({})", options.dir,
                    lock->taken_over());
+      // The directory is this job's now: a save's temporary left there was
+      // cut short (a job stopped or killed mid-save) and is nobody's.
+      for (const auto& entry : fs::directory_iterator(options.dir)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("step_", 0) == 0 && entry.path().extension() == ".tmp" &&
+            entry.is_directory() && !entry.is_symlink()) {
+          log::get("checkpoint")->info("removing {}, a save cut short", entry.path().string());
+          fs::remove_all(entry.path());
+        }
+      }
     }
     refuse_links(options.dir);  // every save: a link planted meanwhile is refused too
     for (const auto& entry : fs::directory_iterator(options.dir)) {

@@ -194,6 +194,18 @@ TEST_F(CheckpointTest, SwappedStepDirectoriesAreRefused) {
   EXPECT_NE(error.find("renamed or swapped"), std::string::npos) << error;
 }
 
+// A save cut short (the job stopped or killed mid-save) leaves its
+// temporary directory; the next job's first save, holding the directory,
+// removes it.
+TEST_F(CheckpointTest, ASaveCutShortIsRemovedByTheNextJobsFirstSave) {
+  save(1, 1, options());
+  fs::create_directories(dir_ / "step_00000007.tmp");
+  std::ofstream(dir_ / "step_00000007.tmp" / "rank_00000.bin") << "half";
+  save(1, 2, options());
+  EXPECT_FALSE(fs::exists(dir_ / "step_00000007.tmp"));
+  EXPECT_EQ(list_checkpoints(dir_.string()), (std::vector<std::int64_t>{2, 1}));
+}
+
 // Links planted in a checkpoint directory (shared, or restored from an
 // archive) never make a save write through them: the lock, `latest`'s
 // temporary and a step's files are refused or replaced, never followed.
