@@ -18,7 +18,7 @@ hosts="${tag}a ${tag}b ${tag}c"
 cleanup() {
   for p in ${pids:-}; do kill -9 "$p" 2>/dev/null; done
   for ns in $hosts ${tag}br; do ip netns del "$ns" 2>/dev/null; done
-  rm -rf "${out:-/nonexistent}"
+  [ -n "${KEEP_OUT:-}" ] || rm -rf "${out:-/nonexistent}"
 }
 trap cleanup EXIT
 bridge_hosts $tag 10.213.8 a:1 b:2 c:3
@@ -75,7 +75,7 @@ rm -f "$out/finish"
 # its Join waits for the round to close): the others wait for its settings
 # in vain, and the host drops it within --heartbeat-timeout; the job goes on
 # in a world of 2 (it once failed: "could not compare the nodes' settings").
-silent() {  # namespace, log; a last call long enough to stop the joiner in
+silent() {  # namespace, log
   nsenter --net=/run/netns/"$1" "$dtrun" --nproc-per-node=1 --nnodes=2:3 --rdzv=10.213.8.1:29504 \
     --token=t --heartbeat-timeout=3 --rdzv-last-call=3 --rdzv-timeout=60 --max-restarts=0 \
     sh -c "$show" >"$2" 2>&1 &
@@ -86,9 +86,15 @@ pids="$pids $pa $pb"
 wait_for "round=0 world=2" "$out/sa" "$out/sb"
 silent "$c" "$out/sc"; pc=$!
 pids="$pids $pc"
-sleep 1
+# Stopped as soon as the host has its Join: the others rejoin (a few tenths
+# of a second) before the round closes and answers it.
+for _ in $(seq 1000); do grep -q "10.213.8.3 joins the running job" "$out/sa" && break; sleep 0.01; done
 kill -STOP $pc
 wait_for "round=2 world=2" "$out/sa" "$out/sb"
+check "the newcomer was silent before its settings" "did not say its settings" "$out/sa"
+if grep -q "round=1" "$out/sa" "$out/sb"; then
+  echo "FAILED: workers started in the round of the silent newcomer"; fail=1
+fi
 if grep -q "job failed" "$out/sa" "$out/sb"; then
   echo "FAILED: a silent newcomer ended the job"; grep "job failed" "$out/sa" "$out/sb"; fail=1
 else
