@@ -11,11 +11,12 @@ class HostMemory : public Memory {
   DeviceType device() const override { return DeviceType::kCpu; }
   void* alloc(std::size_t bytes) override { return std::malloc(bytes == 0 ? 1 : bytes); }
   void release(void* ptr) override { std::free(ptr); }
+  // (An empty vector's data() may be null: memcpy of nothing from null is undefined.)
   void to_device(void* dst, const void* src, std::size_t bytes) override {
-    std::memcpy(dst, src, bytes);
+    if (bytes != 0) std::memcpy(dst, src, bytes);
   }
   void to_host(void* dst, const void* src, std::size_t bytes) override {
-    std::memcpy(dst, src, bytes);
+    if (bytes != 0) std::memcpy(dst, src, bytes);
   }
 };
 
