@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -110,18 +112,57 @@ TEST(RecycledBlocks, ThreadsThatHandObjectsToEachOtherKeepTheirListsApart) {
   handed.clear();
 }
 
-struct Holder {
-  ~Holder() { held.reset(); }  // runs as the thread ends, perhaps after the shelf's end
-  std::shared_ptr<Payload> held;
+// Blocks of an alignment nothing else in the tests uses, counted by the
+// general allocator's aligned calls (replaced below): what went back.
+constexpr std::size_t kCountedAlign = 512;
+std::atomic<long> g_counted_blocks{0};
+
+struct alignas(kCountedAlign) Counted {
+  static inline std::atomic<int> live{0};
+  Counted() { ++live; }
+  ~Counted() { --live; }
+  char filler[64] = {};
 };
 
+struct Holder {
+  ~Holder() { held.reset(); }  // runs as the thread ends, perhaps after the shelf's end
+  std::shared_ptr<Counted> held;
+};
+
+// Dropped by a thread-local's destructor, before or after the thread's list
+// goes back: either way the object is destroyed and its block returned to
+// the general allocator, not left on a list nobody owns.
 TEST(RecycledBlocks, AnObjectDroppedAsItsThreadEndsIsFreed) {
+  const long blocks_before = g_counted_blocks.load();
   std::thread t([] {
     thread_local Holder holder;
-    holder.held = make(3);
+    holder.held = std::allocate_shared<Counted>(RecycledBlocks<Counted>());
+    // One more, dropped now: kept on this thread's list until the thread ends.
+    std::allocate_shared<Counted>(RecycledBlocks<Counted>()).reset();
+    EXPECT_EQ(Counted::live.load(), 1);
   });
   t.join();
+  EXPECT_EQ(Counted::live.load(), 0) << "the object was not destroyed";
+  EXPECT_EQ(g_counted_blocks.load(), blocks_before)
+      << "blocks of the ended thread were not returned to the general allocator";
 }
 
 }  // namespace
 }  // namespace rtd::nccl
+
+// The aligned calls of the general allocator, counting blocks of kCountedAlign.
+void* operator new(std::size_t bytes, std::align_val_t align) {
+  if (static_cast<std::size_t>(align) == rtd::nccl::kCountedAlign) ++rtd::nccl::g_counted_blocks;
+  const std::size_t a = static_cast<std::size_t>(align);
+  void* p = std::aligned_alloc(a, (bytes + a - 1) / a * a);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void operator delete(void* p, std::align_val_t align) noexcept {
+  if (p != nullptr && static_cast<std::size_t>(align) == rtd::nccl::kCountedAlign)
+    --rtd::nccl::g_counted_blocks;
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t align) noexcept {
+  operator delete(p, align);
+}
