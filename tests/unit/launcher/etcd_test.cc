@@ -67,6 +67,13 @@ class EtcdProcess {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
+  // Stops and resumes the member (SIGSTOP, SIGCONT): its connections stay, unanswered.
+  void pause() {
+    if (pid_ > 0) kill(pid_, SIGSTOP);
+  }
+  void resume() {
+    if (pid_ > 0) kill(pid_, SIGCONT);
+  }
   void stop() {
     if (pid_ <= 0) return;
     kill(pid_, SIGKILL);
@@ -232,6 +239,42 @@ TEST_F(EtcdTest, TheRelayServesTheStoreInEtcdToTheWorkers) {
         << e.what();
   }
   EXPECT_FALSE(in_etcd->try_get("big").has_value());
+}
+
+// etcd paused for longer than a call may take, shorter than the lease: the
+// relay rides it out and the worker's call succeeds once etcd answers again
+// (it once failed, and the worker aborted). Once the lease is lost, a call
+// that finds etcd unavailable fails saying so.
+TEST_F(EtcdTest, TheRelayRidesOutAPauseWhileTheLeaseHolds) {
+  auto client = std::make_shared<EtcdClient>(std::vector<std::string>{etcd_->endpoint()},
+                                             TlsFiles{}, milliseconds(800));
+  auto in_etcd = make_etcd_store(client, prefix_ + "store/");
+  std::atomic<bool> lease_lost{false};
+  StoreRelay relay("127.0.0.1", in_etcd, "secret", TlsFiles{},
+                   [&] { return lease_lost ? std::string("gone for the test") : std::string(); });
+  auto worker = make_grpc_store("127.0.0.1:" + std::to_string(relay.port()), "secret");
+  worker->set("before", "1");
+  etcd_->pause();
+  std::thread resume([&] {
+    std::this_thread::sleep_for(milliseconds(2500));  // three of the client's timeouts
+    etcd_->resume();
+  });
+  EXPECT_NO_THROW(worker->set("during", "2"));
+  EXPECT_EQ(worker->add("count", 1), 1);
+  resume.join();
+  EXPECT_EQ(in_etcd->try_get("during"), "2");
+
+  lease_lost = true;
+  etcd_->pause();
+  try {
+    worker->set("after", "3");
+    ADD_FAILURE() << "a store call went through with etcd paused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("this node lost its lease in etcd: gone for the test"),
+              std::string::npos)
+        << e.what();
+  }
+  etcd_->resume();
 }
 
 // A relay that ends while a worker's get waits ends the wait (within a slice).
@@ -410,7 +453,7 @@ TEST_F(EtcdTest, ARecordOfAGoneJobIsNotTakenOver) {
 TEST_F(EtcdTest, ForeignValuesInTheJobsKeysAreRefusedOrIgnored) {
   const std::string job = "job-" + random_token().substr(0, 8);
   const std::string prefix = "/dtrun/" + job + "/";
-  client_->put(prefix + "round", std::string("\xff\xfe not a record", 18));
+  client_->put(prefix + "round", std::string("\xff\xfe not a record"));
   EtcdHosting agent(EtcdHostingOptions{.endpoints = {etcd_->endpoint()},
                                        .job = job,
                                        .ttl = seconds(5),
