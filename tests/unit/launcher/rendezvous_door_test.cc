@@ -23,6 +23,33 @@ using std::chrono::seconds;
 
 constexpr const char* kToken = "tok";
 
+// A Get sent without waiting for its answer (a completion queue's tag).
+struct WaitingGet {
+  grpc::ClientContext ctx;
+  grpc::Status status;
+  proto::GetResponse response;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<proto::GetResponse>> reader;
+};
+
+// n Gets of key, each willing to wait 20 s, answered into cq.
+std::vector<std::unique_ptr<WaitingGet>> start_gets(proto::Store::Stub& stub,
+                                                    grpc::CompletionQueue& cq, int n,
+                                                    const std::string& key) {
+  std::vector<std::unique_ptr<WaitingGet>> calls;
+  for (int i = 0; i < n; ++i) {
+    auto c = std::make_unique<WaitingGet>();
+    c->ctx.AddMetadata(kTokenMetadataKey, kToken);
+    c->ctx.set_deadline(std::chrono::system_clock::now() + seconds(30));
+    proto::GetRequest req;
+    req.set_key(key);
+    req.set_timeout_ms(20000);
+    c->reader = stub.AsyncGet(&c->ctx, req, &cq);
+    c->reader->Finish(&c->response, &c->status, c.get());
+    calls.push_back(std::move(c));
+  }
+  return calls;
+}
+
 class RendezvousDoorTest : public testing::Test {
  protected:
   void start(int min_nodes, int max_nodes, StoreServiceLimits limits = {},
@@ -228,12 +255,6 @@ TEST_F(RendezvousDoorTest, WaitingGetsHoldNoThreads) {
   start(1, 1);
   auto stub =
       proto::Store::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
-  struct Call {
-    grpc::ClientContext ctx;
-    grpc::Status status;
-    proto::GetResponse response;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<proto::GetResponse>> reader;
-  };
   auto threads_now = [] {
     int n = 0;
     if (DIR* d = opendir("/proc/self/task")) {
@@ -246,18 +267,7 @@ TEST_F(RendezvousDoorTest, WaitingGetsHoldNoThreads) {
   const int threads_before = threads_now();
   constexpr int kCalls = 2000;
   grpc::CompletionQueue cq;
-  std::vector<std::unique_ptr<Call>> calls;
-  for (int i = 0; i < kCalls; ++i) {
-    auto c = std::make_unique<Call>();
-    c->ctx.AddMetadata(kTokenMetadataKey, kToken);
-    c->ctx.set_deadline(std::chrono::system_clock::now() + seconds(30));
-    proto::GetRequest req;
-    req.set_key("late");
-    req.set_timeout_ms(20000);
-    c->reader = stub->AsyncGet(&c->ctx, req, &cq);
-    c->reader->Finish(&c->response, &c->status, c.get());
-    calls.push_back(std::move(c));
-  }
+  auto calls = start_gets(*stub, cq, kCalls, "late");
   auto store = make_grpc_store(address_, kToken);
   store->set("other", "v");  // answered while they wait
   std::this_thread::sleep_for(milliseconds(500));
@@ -268,7 +278,7 @@ TEST_F(RendezvousDoorTest, WaitingGetsHoldNoThreads) {
     void* tag = nullptr;
     bool ok = false;
     ASSERT_TRUE(cq.Next(&tag, &ok));
-    auto* c = static_cast<Call*>(tag);
+    auto* c = static_cast<WaitingGet*>(tag);
     EXPECT_TRUE(c->status.ok()) << c->status.error_message();
     EXPECT_EQ(c->response.value(), "here");
   }
@@ -364,33 +374,16 @@ TEST_F(RendezvousDoorTest, WaitingGetsAreWeighedAndBoundedAndLongKeysRefused) {
     proto::DeleteResponse out;
     EXPECT_EQ(stub->Delete(&ctx, req, &out).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
-  struct Call {
-    grpc::ClientContext ctx;
-    grpc::Status status;
-    proto::GetResponse response;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<proto::GetResponse>> reader;
-  };
   constexpr int kCalls = 45;
   grpc::CompletionQueue cq;
-  std::vector<std::unique_ptr<Call>> calls;
-  for (int i = 0; i < kCalls; ++i) {
-    auto c = std::make_unique<Call>();
-    c->ctx.AddMetadata(kTokenMetadataKey, kToken);
-    c->ctx.set_deadline(std::chrono::system_clock::now() + seconds(30));
-    proto::GetRequest req;
-    req.set_key("late");
-    req.set_timeout_ms(20000);
-    c->reader = stub->AsyncGet(&c->ctx, req, &cq);
-    c->reader->Finish(&c->response, &c->status, c.get());
-    calls.push_back(std::move(c));
-  }
+  auto calls = start_gets(*stub, cq, kCalls, "late");
   // The 15 past the peer's 30 are refused at once, saying why.
   int exhausted = 0;
   for (int i = 0; i < kCalls - 30; ++i) {
     void* tag = nullptr;
     bool ok = false;
     ASSERT_TRUE(cq.Next(&tag, &ok));
-    auto* c = static_cast<Call*>(tag);
+    auto* c = static_cast<WaitingGet*>(tag);
     EXPECT_EQ(c->status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
         << c->status.error_message();
     if (c->status.error_message().find("the most one host may have waiting") != std::string::npos)
@@ -406,7 +399,7 @@ TEST_F(RendezvousDoorTest, WaitingGetsAreWeighedAndBoundedAndLongKeysRefused) {
     void* tag = nullptr;
     bool ok = false;
     ASSERT_TRUE(cq.Next(&tag, &ok));
-    auto* c = static_cast<Call*>(tag);
+    auto* c = static_cast<WaitingGet*>(tag);
     EXPECT_TRUE(c->status.ok()) << c->status.error_message();
   }
   // Their places are given back: 30 more may wait.
