@@ -409,7 +409,12 @@ std::string check(LaunchOptions& o, const RawFlags& f, const ParseContext& c) {
   if (o.token.empty()) o.token = c.env_token;
   // TLS: the flags, else DTRUN_TLS_*; all three or none, readable PEM; made
   // absolute, since the workers (another directory, perhaps) read them too.
-  if (!o.tls.enabled()) o.tls = c.env_tls;
+  if (!o.tls.enabled()) {
+    const std::string names = o.tls.peer_names;
+    o.tls = c.env_tls;
+    if (!names.empty()) o.tls.peer_names = names;
+  }
+  if (o.tls.peer_names.empty()) o.tls.peer_names = c.env_tls.peer_names;
   o.store_max_keys = c.store_max_keys;
   o.store_max_mb = c.store_max_mb;
   if (std::string err = tls_problem(o.tls); !err.empty()) return err;
@@ -487,6 +492,10 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
   app.add_option("--tls-key", o.tls.key, "its private key (PEM) (DTRUN_TLS_KEY)");
   app.add_option("--tls-ca", o.tls.ca,
                  "the CA that signed every node's certificate (PEM) (DTRUN_TLS_CA)");
+  app.add_option("--tls-peer-names", o.tls.peer_names,
+                 "NAME[,NAME...]: accept only peers whose certificate names one of these (its "
+                 "common name, or a DNS, IP or URI name), not any the CA signed "
+                 "(DTRUN_TLS_PEER_NAMES)");
   app.add_flag("--require-token", require_token,
                "refuse to run several nodes without a token (DTRUN_REQUIRE_TOKEN=1)");
   const char* torchrun = "torchrun's flags";

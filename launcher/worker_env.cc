@@ -31,6 +31,7 @@ std::vector<std::string> build_worker_env(const WorkerEnvInput& in) {
     put("DTRUN_TLS_CERT", in.tls->cert);
     put("DTRUN_TLS_KEY", in.tls->key);
     put("DTRUN_TLS_CA", in.tls->ca);
+    if (!in.tls->peer_names.empty()) put("DTRUN_TLS_PEER_NAMES", in.tls->peer_names);
   }
   put("DTRUN_ROUND", std::to_string(in.round));
   put("DTRUN_ADDR", in.node_addr);

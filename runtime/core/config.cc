@@ -46,6 +46,8 @@ constexpr ConfigVar kVars[] = {
      "this node's certificate (PEM): the control plane over mutual TLS (--tls-cert)"},
     {"DTRUN_TLS_KEY", "", "its private key (PEM) (--tls-key)"},
     {"DTRUN_TLS_CA", "", "the CA that signed every node's certificate (PEM) (--tls-ca)"},
+    {"DTRUN_TLS_PEER_NAMES", "",
+     "names a peer's certificate must hold one of, comma-separated (--tls-peer-names)"},
     {"DTRUN_STORE_MAX_KEYS", "262144", "the most keys the job's store holds (at least 1024)"},
     {"DTRUN_STORE_MAX_MB", "256",
      "the most MiB the job's store holds: keys, values and 96 bytes a key (at least 16)"},
@@ -209,7 +211,8 @@ Config Config::from_env(const EnvMap& env) {
   c.store_addr = parse_string(env, "DTRUN_STORE", "");
   c.token = parse_string(env, "DTRUN_TOKEN", "");
   c.tls = TlsFiles{parse_string(env, "DTRUN_TLS_CERT", ""), parse_string(env, "DTRUN_TLS_KEY", ""),
-                   parse_string(env, "DTRUN_TLS_CA", "")};
+                   parse_string(env, "DTRUN_TLS_CA", ""),
+                   parse_string(env, "DTRUN_TLS_PEER_NAMES", "")};
   c.round = parse_int(env, "DTRUN_ROUND", 0).value_or(0);
   c.node_addr = parse_string(env, "DTRUN_ADDR", "");
   c.recovery = parse_string(env, "DTRUN_RECOVERY", "");
@@ -257,7 +260,8 @@ LauncherConfig launcher_config_from_env(const EnvMap& env) {
   LauncherConfig c;
   c.token = parse_string(env, "DTRUN_TOKEN", "");
   c.tls = TlsFiles{parse_string(env, "DTRUN_TLS_CERT", ""), parse_string(env, "DTRUN_TLS_KEY", ""),
-                   parse_string(env, "DTRUN_TLS_CA", "")};
+                   parse_string(env, "DTRUN_TLS_CA", ""),
+                   parse_string(env, "DTRUN_TLS_PEER_NAMES", "")};
   c.require_token = parse_int(env, "DTRUN_REQUIRE_TOKEN", 0).value_or(0) != 0;
   c.store_max_keys = parse_int(env, "DTRUN_STORE_MAX_KEYS", 1024).value_or(c.store_max_keys);
   c.store_max_mb = parse_int(env, "DTRUN_STORE_MAX_MB", 16).value_or(c.store_max_mb);

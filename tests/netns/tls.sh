@@ -4,7 +4,9 @@
 # naming both hosts' addresses, and a rogue one from another CA). The CPU
 # trainer runs on 2 nodes with --tls-* (its workers' store client speaks TLS
 # too, from the DTRUN_TLS_* dtrun gives them); a node with the rogue
-# certificate, and one without TLS, are refused with a message saying why.
+# certificate, and one without TLS, are refused with a message saying why;
+# with --tls-peer-names, so is one whose certificate the CA signed for
+# another name.
 # Then the same through etcd (--rdzv-backend=etcd) requiring client
 # certificates, where etcd is installed.
 # Exits 77 (skipped) without root, iproute2 or openssl.
@@ -85,6 +87,32 @@ check "it is told the host may require TLS" "or the host requires TLS" "$out/b3"
 "$dtrun" --nnodes=2 --rdzv=10.213.11.1:29603 --tls-cert="$out/node.pem" true >"$out/half" 2>&1
 [ $? -eq 2 ] && echo "ok: --tls-cert alone exits 2" || { echo "FAILED: --tls-cert alone"; fail=1; }
 check "naming what is missing" "missing: --tls-key, --tls-ca" "$out/half"
+
+# 4b. Pinned names (--tls-peer-names): a certificate the job's CA signed for
+# another name is refused, where without pinning any the CA signed passes.
+openssl req -newkey rsa:2048 -nodes -keyout "$out/other.key" -out "$out/other.csr" -subj "/CN=other" \
+  2>/dev/null &&
+  openssl x509 -req -in "$out/other.csr" -CA "$out/ca.pem" -CAkey "$out/ca.key" -CAcreateserial \
+    -out "$out/other.pem" -days 2 -extfile "$out/node.ext" 2>/dev/null ||
+  setup_failed "openssl could not make the second certificate"
+other="--tls-cert=$out/other.pem --tls-key=$out/other.key --tls-ca=$out/ca.pem"
+node "$a" "$out/a5" 29605 $(tls node) --tls-peer-names=node --rdzv-timeout=60 & pa=$!
+pids="$pids $pa"
+node "$b" "$out/b5" 29605 $(tls node) --tls-peer-names=node,spare --rdzv-timeout=60; rb=$?
+wait $pa; ra=$?
+[ $ra -eq 0 ] && [ $rb -eq 0 ] && echo "ok: both nodes' certificates name the pinned node" ||
+  { echo "FAILED: pinned names, the right certificates: exit $ra / $rb"; tail -5 "$out/a5" "$out/b5"; fail=1; }
+node "$a" "$out/a6" 29606 $(tls node) --tls-peer-names=node --rdzv-timeout=8 & pa=$!
+pids="$pids $pa"
+node "$b" "$out/b6" 29606 $other --tls-peer-names=node --rdzv-timeout=5; rb=$?
+wait $pa; ra=$?
+[ $rb -ne 0 ] && [ $ra -ne 0 ] && echo "ok: a certificate for another name is refused (exit $rb)" ||
+  { echo "FAILED: a certificate for another name: exit $ra / $rb"; fail=1; }
+check "the refused node says why" "the TLS handshake with it fails" "$out/b6"
+"$dtrun" --nnodes=2 --rdzv=10.213.11.1:29607 --tls-peer-names=node true >"$out/pin_alone" 2>&1
+[ $? -eq 2 ] && echo "ok: --tls-peer-names without the files exits 2" ||
+  { echo "FAILED: --tls-peer-names alone"; fail=1; }
+check "naming what it needs" "--tls-peer-names pins the names of TLS peers: it needs" "$out/pin_alone"
 
 # 5. The etcd backend over TLS: etcd requires client certificates from the
 # job's CA; both nodes reach it with the same --tls-* files (and the

@@ -137,6 +137,17 @@ TEST(Options, TlsFilesComeTogetherAndAreChecked) {
   r = parse({"prog"}, from_env);
   ASSERT_TRUE(r.options) << r.message;
   EXPECT_EQ(r.options->tls.cert, pem);
+  // Pinned names: with the files, from the flag or the environment; alone, an error.
+  r = parse({cert.c_str(), key.c_str(), ca.c_str(), "--tls-peer-names=node,spare", "prog"});
+  ASSERT_TRUE(r.options) << r.message;
+  EXPECT_EQ(r.options->tls.peer_names, "node,spare");
+  from_env.env_tls.peer_names = "node";
+  r = parse({"prog"}, from_env);
+  ASSERT_TRUE(r.options) << r.message;
+  EXPECT_EQ(r.options->tls.peer_names, "node");
+  expect_error({"--tls-peer-names=node", "prog"}, "--tls-peer-names pins the names");
+  expect_error({cert.c_str(), key.c_str(), ca.c_str(), "--tls-peer-names= , ", "prog"},
+               "holds no name");
 }
 
 TEST(Options, NprocPerNodeGpuCpuAuto) {
