@@ -552,6 +552,9 @@ TEST_F(CheckedCollectives, ARankThatNeverCallsIsNamedAtTheDeadline) {
   if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
   auto checked = short_lived_comm("comm/checked-missing", std::chrono::milliseconds(3000),
                                   std::chrono::seconds(60), /*check_collectives=*/true);
+  // Every rank has its side of the mesh before rank 0 (which calls nothing)
+  // can let go of it: a rank still connecting once found its peer closed.
+  comm().barrier()->wait();
   Placed buf(DType::kFloat32, 16);
   buf.push();
   if (comm().rank() != 0) {  // rank 0 never calls
