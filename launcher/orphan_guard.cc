@@ -2,11 +2,9 @@
 // and no allocation: dtrun may already run threads.
 #include "launcher/orphan_guard.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -15,8 +13,9 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <ctime>
 #include <initializer_list>
+
+#include "launcher/net.h"
 
 namespace rtd::launcher {
 namespace {
@@ -144,23 +143,10 @@ int kill_tagged(const char* entry) {
 }  // namespace
 
 OrphanGuard::OrphanGuard() {
-  // The tag every worker's environment carries (DTRUN_GUARD=<tag>): random,
-  // so that two dtruns on one host never take each other's processes.
-  unsigned char bytes[12] = {};
-  if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) {
-    const auto now =
-        static_cast<std::uint64_t>(time(nullptr)) ^ static_cast<std::uint64_t>(getpid());
-    std::memcpy(bytes, &now, sizeof(now));
-  }
-  static const char kHex[] = "0123456789abcdef";
-  char* out = tag_entry_ + std::strlen(kTagVariable) + 1;
-  std::memcpy(tag_entry_, kTagVariable, std::strlen(kTagVariable));
-  tag_entry_[std::strlen(kTagVariable)] = '=';
-  for (unsigned char b : bytes) {
-    *out++ = kHex[b >> 4];
-    *out++ = kHex[b & 15];
-  }
-  *out = '\0';
+  // The tag every worker's environment carries: random, so that two dtruns
+  // on one host never take each other's processes. Made before the fork:
+  // the guard only reads it.
+  tag_entry_ = std::string(kTagVariable) + "=" + random_token();
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;
   const pid_t pid = fork();
@@ -171,7 +157,7 @@ OrphanGuard::OrphanGuard() {
   }
   if (pid == 0) {
     close(fds[0]);
-    guard_main(fds[1], tag_entry_);
+    guard_main(fds[1], tag_entry_.c_str());
   }
   close(fds[1]);
   fd_ = fds[0];

@@ -13,6 +13,8 @@
 
 #include <sys/types.h>
 
+#include <string>
+
 namespace rtd::launcher {
 
 class OrphanGuard {
@@ -29,7 +31,7 @@ class OrphanGuard {
   void forget(pid_t group);
   pid_t pid() const { return pid_; }
   // "DTRUN_GUARD=<tag>": the entry each worker's environment gets.
-  const char* tag_entry() const { return tag_entry_; }
+  const std::string& tag_entry() const { return tag_entry_; }
 
   static constexpr const char* kTagVariable = "DTRUN_GUARD";
 
@@ -37,7 +39,7 @@ class OrphanGuard {
   void send(int value);
   int fd_ = -1;
   pid_t pid_ = -1;
-  char tag_entry_[40] = {};
+  std::string tag_entry_;
 };
 
 }  // namespace rtd::launcher
