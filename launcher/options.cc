@@ -410,9 +410,9 @@ std::string check(LaunchOptions& o, const RawFlags& f, const ParseContext& c) {
   // TLS: the flags, else DTRUN_TLS_*; all three or none, readable PEM; made
   // absolute, since the workers (another directory, perhaps) read them too.
   if (!o.tls.enabled()) {
-    const std::string names = o.tls.peer_names;
-    o.tls = c.env_tls;
-    if (!names.empty()) o.tls.peer_names = names;
+    o.tls.cert = c.env_tls.cert;
+    o.tls.key = c.env_tls.key;
+    o.tls.ca = c.env_tls.ca;
   }
   if (o.tls.peer_names.empty()) o.tls.peer_names = c.env_tls.peer_names;
   o.store_max_keys = c.store_max_keys;

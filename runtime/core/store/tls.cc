@@ -111,9 +111,9 @@ std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider(const
       p.ca, std::vector<grpc::experimental::IdentityKeyCertPair>{{p.key, p.cert}});
 }
 
+// The options' certificates watched, and the peer checked against the pinned names.
 template <typename Options>
-void pin(Options& o, const Pems& p, const TlsFiles& tls) {
-  o.set_certificate_provider(provider(p));
+void pin(Options& o, const TlsFiles& tls) {
   o.watch_root_certs();
   o.watch_identity_key_cert_pairs();
   o.set_certificate_verifier(grpc::experimental::ExternalCertificateVerifier::Create<PinnedNames>(
@@ -150,7 +150,8 @@ std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const TlsFiles& tl
     // The chain checked against the CA, and the server's certificate
     // against the pinned names (instead of against the address dialled).
     grpc::experimental::TlsChannelCredentialsOptions o;
-    pin(o, p, tls);
+    o.set_certificate_provider(provider(p));
+    pin(o, tls);
     o.set_verify_server_certs(true);
     o.set_check_call_host(false);
     return grpc::experimental::TlsCredentials(o);
@@ -167,7 +168,7 @@ std::shared_ptr<grpc::ServerCredentials> server_credentials(const TlsFiles& tls)
   const Pems p = read_all(tls);
   if (!tls.peer_names.empty()) {
     grpc::experimental::TlsServerCredentialsOptions o(provider(p));
-    pin(o, p, tls);
+    pin(o, tls);
     o.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     return grpc::experimental::TlsServerCredentials(o);
   }
