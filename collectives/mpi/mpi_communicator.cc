@@ -281,15 +281,20 @@ std::shared_ptr<Work> MpiCommunicator::enqueue(const char* op, std::uint64_t cal
   return work;
 }
 
+// Averages and 16-bit floats are finished on the host (a division, a
+// widening): device buffers of them are refused before anything else, on any
+// Open MPI (an average once divided through the device pointer on the host).
+void refuse_host_only_reduction(const char* op, const BufferView& in, ReduceOp reduce) {
+  if (in.device == DeviceType::kCuda && (is_half(in.dtype) || reduce == ReduceOp::kAvg))
+    throw Error(ErrorCategory::kInvalidArgument,
+                std::string(op) +
+                    ": the MPI backend reduces bfloat16, float16 and averages on the host only; "
+                    "use RTD_BACKEND=nccl for device buffers of them (or sum, then divide)");
+}
+
 std::shared_ptr<Work> MpiCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                   StreamRef stream) {
-  // Averages and 16-bit floats are finished on the host (a division, a
-  // widening): device buffers of them are refused before anything else, on
-  // any Open MPI (the division once read the device pointer on the host).
-  if (in.device == DeviceType::kCuda && (is_half(in.dtype) || op == ReduceOp::kAvg))
-    throw Error(ErrorCategory::kInvalidArgument,
-                "all_reduce: the MPI backend reduces bfloat16, float16 and averages on the host "
-                "only; use RTD_BACKEND=nccl for device buffers of them (or sum, then divide)");
+  refuse_host_only_reduction("all_reduce", in, op);
   const DeviceType where = placement("all_reduce", in, stream);
   validate::all_reduce(in, out, op, where);
   count_of("all_reduce", in.count);
@@ -354,10 +359,7 @@ std::shared_ptr<Work> MpiCommunicator::all_gather(BufferView in, BufferView out,
 
 std::shared_ptr<Work> MpiCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
                                                       StreamRef stream) {
-  if (in.device == DeviceType::kCuda && (is_half(in.dtype) || op == ReduceOp::kAvg))
-    throw Error(ErrorCategory::kInvalidArgument,
-                "reduce_scatter: the MPI backend reduces bfloat16, float16 and averages on the "
-                "host only; use RTD_BACKEND=nccl for device buffers of them (or sum, then divide)");
+  refuse_host_only_reduction("reduce_scatter", in, op);
   const DeviceType where = placement("reduce_scatter", in, stream);
   validate::reduce_scatter(in, out, op, size_, where);
   count_of("reduce_scatter", in.count);
