@@ -126,29 +126,27 @@ struct Checkpointer::Impl {
   // Takes the directory for this job at its first save, and puts back a
   // checkpoint that a crash left aside while the same step was saved again.
   void prepare_dir() {
-    if (!lock) {
-      create_dirs_durably(options.dir);
-      refuse_links(options.dir);
+    const bool first = !lock;
+    if (first) create_dirs_durably(options.dir);
+    refuse_links(options.dir);  // at every save: a link planted meanwhile too
+    if (first) {
       lock = std::make_unique<DirLock>(options.dir);
       if (!lock->taken_over().empty())
         log::get("checkpoint")
             ->info("took over {}: its lock was left by a job that ended ({})", options.dir,
                    lock->taken_over());
-      // The directory is this job's now: a save's temporary left there was
-      // cut short (a job stopped or killed mid-save) and is nobody's.
-      for (const auto& entry : fs::directory_iterator(options.dir)) {
-        const std::string name = entry.path().filename().string();
-        if (name.rfind("step_", 0) == 0 && entry.path().extension() == ".tmp" &&
-            entry.is_directory() && !entry.is_symlink()) {
-          log::get("checkpoint")->info("removing {}, a save cut short", entry.path().string());
-          fs::remove_all(entry.path());
-        }
-      }
     }
-    refuse_links(options.dir);  // every save: a link planted meanwhile is refused too
     for (const auto& entry : fs::directory_iterator(options.dir)) {
       const std::string name = entry.path().filename().string();
-      if (name.rfind("step_", 0) != 0 || entry.path().extension() != ".old") continue;
+      if (name.rfind("step_", 0) != 0) continue;
+      // The directory is this job's now: a save's temporary left there was
+      // cut short (a job stopped or killed mid-save) and is nobody's.
+      if (first && entry.path().extension() == ".tmp") {
+        log::get("checkpoint")->info("removing {}, a save cut short", entry.path().string());
+        fs::remove_all(entry.path());
+        continue;
+      }
+      if (entry.path().extension() != ".old") continue;
       const fs::path base = entry.path().parent_path() / entry.path().stem();
       if (fs::exists(base))
         fs::remove_all(entry.path());
