@@ -188,7 +188,18 @@ rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const c
     // The process's configuration supplies what the caller leaves out (the
     // NCCL settings, the hang warning, where Gloo listens).
     rtd::Config config = rtd::Config::from_env(rtd::read_process_env());
-    const rtd::WorldInfo world = rtd::detect_world(config);
+    // The caller's rank and size are the authority: a launcher's variables
+    // only name the process in log lines and pick where Gloo listens, and
+    // variables that do not agree (WORLD_SIZE without RANK, as a test harness
+    // leaves them) must not stop a caller that passed both.
+    rtd::WorldInfo world;
+    try {
+      world = rtd::detect_world(config);
+    } catch (const rtd::Error&) {
+      world.rank = rank;
+      world.world_size = size;
+      world.local_world_size = size == 1 ? 1 : 0;  // unknown: listen on the host's name
+    }
     // Log levels (RTD_LOG) and the process's name in each line, as init()
     // sets them: a process that only uses this interface never calls init().
     rtd::log::setup(

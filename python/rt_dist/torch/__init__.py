@@ -41,8 +41,43 @@ BACKEND = "rtd"
 FSDP_COMMS_DEFAULT = "1"  # RTD_TORCH_FSDP_COMMS when unset
 
 
+# RTD_TORCH_IMPL: "cpp" (the default), the C++ backend (rt_dist.torch._C);
+# "python", the earlier backend written in Python over ctypes, with its DDP
+# and FSDP2 hooks for copy engines (kept until the C++ backend has them).
+IMPLEMENTATIONS = ("cpp", "python")
+
+
+def _impl():
+    value = os.environ.get("RTD_TORCH_IMPL", "cpp")
+    if value not in IMPLEMENTATIONS:
+        raise ValueError(f"RTD_TORCH_IMPL={value!r}: use cpp or python")
+    return value
+
+
+def _extension():
+    """rt_dist.torch._C, or an ImportError that says how to get the right one."""
+    try:
+        from rt_dist import _capi  # finds and checks librt_dist
+        from rt_dist.torch import _C
+
+        _C.load(_capi.lib._name)
+    except ImportError as e:
+        raise ImportError(
+            f"rt_dist: the rtd backend's extension (rt_dist.torch._C) cannot be loaded for torch "
+            f"{torch.__version__}: {e}. It is built against one torch: build rt_dist with "
+            "-DRTD_TORCH_PYTHON=<this python> (or `pip install ./python` in this environment); "
+            "see docs/torch.md") from None
+    built = _C.TORCH_VERSION.split("+")[0]
+    if built != torch.__version__.split("+")[0]:
+        warnings.warn(f"rt_dist: the rtd backend was built against torch {_C.TORCH_VERSION}, "
+                      f"this is {torch.__version__}; rebuild it against this one if it fails")
+    return _C
+
+
 def _create(store, rank, size, timeout):
-    return ProcessGroupRTD(store, rank, size, timeout)
+    if _impl() == "python":
+        return ProcessGroupRTD(store, rank, size, timeout)
+    return _extension().ProcessGroupRTD(store, rank, size, timeout)
 
 
 # The torch this backend is tested with (docs/torch.md). On torch 2.4.1 its
@@ -69,6 +104,8 @@ def register():
     if _switch("RTD_TORCH_DEFAULT", "0"):
         for device in ("cpu", "cuda"):
             dist.Backend.default_device_backend_map[device] = BACKEND
+    if _impl() == "cpp":
+        return  # the C++ backend replaces nothing of torch's
     if _switch("RTD_TORCH_DDP_HOOK", "1"):
         _ddp_hook.install_on_ddp()
     _ddp_hook.install_ddp_support()

@@ -1,0 +1,129 @@
+// BackendRTD: the rtd backend of torch.distributed, a c10d::Backend over
+// librt_dist's communicators (through its C interface): Gloo for host
+// tensors, NCCL for GPU tensors, one communicator of each made at the first
+// call that needs it. Any thread may call it: calls into librt_dist are
+// serialized here (librt_dist takes one caller per communicator).
+//
+// Operations librt_dist has no call for are built from the ones it has:
+// reductions of small integer dtypes in int32, PRODUCT and bitwise ones by
+// an all-gather and a local reduction, moves of odd byte counts through a
+// padded buffer, gather, scatter, all-to-all with splits and uneven
+// all-gathers by grouped sends and receives.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <vector>
+
+#include "comm.h"
+#include "work.h"
+
+namespace rtd_torch {
+
+class BackendRTD : public c10d::Backend {
+ public:
+  BackendRTD(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+             std::chrono::milliseconds timeout);
+  ~BackendRTD() override;
+
+  const std::string getBackendName() const override { return "rtd"; }
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  void abort() override;
+  void shutdown() override;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return calls_; }
+
+  // Operations launched (for tests).
+  uint64_t calls() const { return calls_; }
+
+ private:
+  using Call = std::function<rtd_work*(rtd_comm* comm, void* stream)>;
+  // Grouped sends and receives (an rtd_group of RTD_OP_SEND/RECV).
+  struct Exchange {
+    std::vector<rtd_op> ops;
+    Finish finish;
+  };
+
+  c10::intrusive_ptr<c10d::Work> launch(const at::Device& device, c10d::OpType type,
+                                        const char* what, Finish finish, const Call& call);
+  std::shared_ptr<Comm> comm_for(const at::Device& device, const char* what);
+  std::string where(const char* what) const;
+  at::Device device_of(const std::vector<at::Tensor>& tensors, const char* what) const;
+
+  // Reduces t in place; `last` (if any) runs after the reduction's own
+  // finishing steps, and `outputs` are the Work's result.
+  c10::intrusive_ptr<c10d::Work> all_reduce_into(const at::Tensor& t, const c10d::ReduceOp& op,
+                                                 std::vector<at::Tensor> outputs,
+                                                 std::function<void()> last, const char* what);
+  c10::intrusive_ptr<c10d::Work> reduce_by_gathering(const at::Tensor& t, const c10d::ReduceOp& op,
+                                                     Finish finish, std::function<void()> last,
+                                                     const char* what);
+  // An all-gather of `in` into `out` (both contiguous; out: size x in's
+  // bytes), staging odd byte counts.
+  Call all_gather_call(const at::Tensor& in, const at::Tensor& out, Finish& finish);
+  void add_send(Exchange& x, const at::Tensor& t, int peer);
+  void add_recv(Exchange& x, const at::Tensor& t, int peer);
+  c10::intrusive_ptr<c10d::Work> run_exchange(const at::Device& device, c10d::OpType type,
+                                              const char* what, Exchange x);
+
+  std::mutex mu_;  // one caller at a time into librt_dist
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
+  bool copy_engines_;
+  std::shared_ptr<Comm> cpu_;
+  std::shared_ptr<Comm> cuda_;
+  uint64_t calls_ = 0;
+  uint64_t monitored_rounds_ = 0;
+};
+
+}  // namespace rtd_torch

@@ -1,0 +1,21 @@
+#include "errors.h"
+
+#include <c10/util/Exception.h>
+
+#include "rt_dist/c_api.h"
+
+namespace rtd_torch {
+
+void raise_last_error(const std::string& where) {
+  const std::string message = rtd_last_error();
+  if (rtd_last_error_category() == 1) {  // invalid argument
+    C10_THROW_ERROR(ValueError, where + ": " + message);
+  }
+  raise_failure(where, message);
+}
+
+void raise_failure(const std::string& where, const std::string& message) {
+  C10_THROW_ERROR(DistBackendError, where + ": " + message);
+}
+
+}  // namespace rtd_torch

@@ -1,0 +1,166 @@
+#include "work.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/core/jit_type.h>
+#include <c10/util/Exception.h>
+
+#include "device_streams.h"
+#include "errors.h"
+
+namespace rtd_torch {
+namespace {
+
+// A Work without an operation (nothing to move on this rank) is done.
+bool op_done(rtd_work* w) { return w == nullptr || rtd_work_done(w) != 0; }
+bool op_failed(rtd_work* w) { return w != nullptr && rtd_work_error(w) != 0; }
+int op_wait(rtd_work* w, int64_t ms) { return w == nullptr ? 0 : rtd_work_wait(w, ms); }
+int op_wait_stream(rtd_work* w, void* stream) {
+  return w == nullptr ? 0 : rtd_work_wait_stream(w, stream);
+}
+
+std::exception_ptr failure(const std::string& where, const std::string& message) {
+  try {
+    raise_failure(where, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+}  // namespace
+
+WorkRTD::WorkRTD(std::shared_ptr<Comm> comm, rtd_work* handle, c10d::OpType type, std::string what,
+                 Finish finish)
+    : c10d::Work(-1, type),
+      comm_(std::move(comm)),
+      handle_(handle),
+      what_(std::move(what)),
+      finish_(std::move(finish)) {
+  if (comm_->cuda() && finish_.after) {
+    CurrentStream on(comm_->finishing_stream());
+    if (op_wait_stream(handle_, comm_->finishing_stream().native_handle()) != 0) {
+      raise_last_error(what_);
+    }
+    finish_.after();
+    done_.emplace(c10::DeviceType::CUDA);
+    done_->record(comm_->finishing_stream());
+  }
+}
+
+WorkRTD::~WorkRTD() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!finished_ && !finish_.keep.empty() && !done()) {
+    comm_->keep_until_done(handle_, std::move(finish_.keep), std::move(done_));
+    return;
+  }
+  if (handle_ != nullptr) {
+    rtd_work_free(handle_);
+  }
+}
+
+bool WorkRTD::done() const { return op_done(handle_) && (!done_ || done_->query()); }
+
+bool WorkRTD::isCompleted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_ || done();
+}
+
+bool WorkRTD::isSuccess() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !error_ && !op_failed(handle_);
+}
+
+std::exception_ptr WorkRTD::exception() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!error_ && op_failed(handle_)) {
+    return failure(what_, rtd_last_error());
+  }
+  return error_;
+}
+
+void WorkRTD::throw_if_failed() {
+  if (error_) {
+    std::rethrow_exception(error_);
+  }
+  if (op_failed(handle_)) {
+    error_ = failure(what_, rtd_last_error());
+    std::rethrow_exception(error_);
+  }
+}
+
+void WorkRTD::finish_host(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (finished_) {
+    throw_if_failed();
+    return;
+  }
+  const int64_t ms = timeout == kNoTimeout ? -1 : timeout.count();
+  if (op_wait(handle_, ms) != 0) {
+    error_ = failure(what_, rtd_last_error());
+    std::rethrow_exception(error_);
+  }
+  if (finish_.after) {
+    finish_.after();
+  }
+  finished_ = true;
+  finish_.keep.clear();
+}
+
+bool WorkRTD::wait(std::chrono::milliseconds timeout) {
+  if (!comm_->cuda()) {
+    finish_host(timeout);
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  throw_if_failed();
+  comm_->check(what_);
+  if (finish_.blocking) {
+    const int64_t ms = timeout == kNoTimeout ? -1 : timeout.count();
+    if (op_wait(handle_, ms) != 0) {
+      error_ = failure(what_, rtd_last_error());
+      std::rethrow_exception(error_);
+    }
+  }
+  if (done_) {
+    done_->block(current_stream(comm_->device()));
+  } else if (op_wait_stream(handle_, current_stream(comm_->device()).native_handle()) != 0) {
+    error_ = failure(what_, rtd_last_error());
+    std::rethrow_exception(error_);
+  }
+  finished_ = true;
+  finish_.keep.clear();  // the caller's stream is ordered after the operation
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkRTD::getFuture() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (future_) {
+    return future_;
+  }
+  auto type = c10::ListType::create(c10::TensorType::get());
+  if (!comm_->cuda()) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(type);
+    c10::intrusive_ptr<WorkRTD> self = c10::intrusive_ptr<WorkRTD>::reclaim_copy(this);
+    at::launch([self] {
+      try {
+        self->finish_host(kNoTimeout);
+        self->future_->markCompleted(c10::IValue(self->finish_.outputs));
+      } catch (...) {
+        self->future_->setError(std::current_exception());
+      }
+    });
+    return future_;
+  }
+  const c10::Device gpu(c10::DeviceType::CUDA, comm_->device());
+  future_ = c10::make_intrusive<c10::ivalue::Future>(type, std::vector<c10::Device>{gpu});
+  CurrentStream on(comm_->finishing_stream());
+  if (!done_ && op_wait_stream(handle_, comm_->finishing_stream().native_handle()) != 0) {
+    future_->setError(failure(what_, rtd_last_error()));
+    return future_;
+  }
+  // Recorded on the finishing stream: a wait on the future orders the
+  // waiter's stream after the operation (and its finishing step).
+  future_->markCompleted(c10::IValue(finish_.outputs));
+  return future_;
+}
+
+}  // namespace rtd_torch
