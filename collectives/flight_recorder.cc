@@ -438,6 +438,7 @@ std::string FlightRecorder::compare(int rank, const Call& mine,
                                     std::int64_t now) {
   std::vector<std::string> behind, other;
   std::vector<int> alike{rank}, past, silent;
+  bool same_op = true;  // every other call in its place is the same operation
   for (int r = 0; r < static_cast<int>(reports.size()); ++r) {
     if (r == rank) continue;
     if (!reports[r]) {
@@ -462,6 +463,7 @@ std::string FlightRecorder::compare(int rank, const Call& mine,
     } else if (it->op == mine.op && it->args == mine.args) {
       alike.push_back(r);
     } else {
+      same_op = same_op && it->op == mine.op;
       other.push_back(who + " called " + call_text(*it) + " in its place");
     }
   }
@@ -476,7 +478,9 @@ std::string FlightRecorder::compare(int rank, const Call& mine,
   };
   add_all(behind, "have not called it");
   add_all(other, "called something else in its place");
-  if (!other.empty()) parts.push_back("the ranks disagree on the order of collectives");
+  if (!other.empty())
+    parts.push_back(same_op ? "the ranks disagree on the call's sizes, dtype or options"
+                            : "the ranks disagree on the order of collectives");
   if (!silent.empty())
     parts.push_back("no report from rank(s) " + rank_list(silent) +
                     " (exited, or never created this communicator)");

@@ -98,6 +98,22 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& options)
 
 GlooCommunicator::~GlooCommunicator() = default;
 
+std::uint32_t GlooCommunicator::next_tag(std::string_view op, std::uint64_t a, std::uint64_t b) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the operation's name, then a and b
+  for (char c : op) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  h = (h ^ a) * 0x9e3779b97f4a7c15ull;
+  h = (h ^ b) * 0x9e3779b97f4a7c15ull;
+  const std::uint32_t number = next_tag_++ & 0xFFFFFu;
+  return number << 12 | static_cast<std::uint32_t>(h >> 52);
+}
+
+namespace {
+// What a buffer is, for a tag: its dtype and byte count.
+std::uint64_t shape_of(const BufferView& buf) {
+  return static_cast<std::uint64_t>(buf.bytes()) << 8 | static_cast<std::uint64_t>(buf.dtype);
+}
+}  // namespace
+
 template <typename Fn>
 std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t tag,
                                                 std::uint64_t call, Fn&& fn,
@@ -150,16 +166,16 @@ std::shared_ptr<Work> GlooCommunicator::enqueue(const char* op, std::uint32_t ta
 std::shared_ptr<Work> GlooCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
                                                    StreamRef) {
   validate::all_reduce(in, out, op, DeviceType::kCpu);
-  return enqueue("all_reduce", next_tag(), record(describe::all_reduce(in, op)),
-                 [in, out, op](const OpArgs& args) {
+  return enqueue("all_reduce", next_tag("all_reduce", shape_of(in), static_cast<int>(op)),
+                 record(describe::all_reduce(in, op)), [in, out, op](const OpArgs& args) {
                    if (in.count > 0) run_all_reduce(args, in, out, op);
                  });
 }
 
 std::shared_ptr<Work> GlooCommunicator::broadcast(BufferView buf, int root, StreamRef) {
   validate::broadcast(buf, root, size_, DeviceType::kCpu);
-  return enqueue("broadcast", next_tag(), record(describe::broadcast(buf, root)),
-                 [buf, root](const OpArgs& args) {
+  return enqueue("broadcast", next_tag("broadcast", shape_of(buf), root),
+                 record(describe::broadcast(buf, root)), [buf, root](const OpArgs& args) {
                    if (buf.count > 0) run_broadcast(args, buf, root);
                  });
 }
@@ -167,8 +183,8 @@ std::shared_ptr<Work> GlooCommunicator::broadcast(BufferView buf, int root, Stre
 std::shared_ptr<Work> GlooCommunicator::all_gather(BufferView in, BufferView out, StreamRef) {
   validate::all_gather(in, out, size_, DeviceType::kCpu);
   const int rank = rank_;
-  return enqueue("all_gather", next_tag(), record(describe::all_gather(in)),
-                 [in, out, rank](const OpArgs& args) {
+  return enqueue("all_gather", next_tag("all_gather", shape_of(in)),
+                 record(describe::all_gather(in)), [in, out, rank](const OpArgs& args) {
                    if (in.count == 0) return;
                    auto* slot = static_cast<char*>(out.data) + rank * in.bytes();
                    if (slot != in.data) std::memmove(slot, in.data, in.bytes());
@@ -182,7 +198,8 @@ std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView
   const int rank = rank_;
   // Gloo's function API has no reduce-scatter: reduce the whole input into a
   // scratch copy (the input is left intact) and keep this rank's slice.
-  return enqueue("reduce_scatter", next_tag(), record(describe::reduce_scatter(out, op)),
+  return enqueue("reduce_scatter", next_tag("reduce_scatter", shape_of(out), static_cast<int>(op)),
+                 record(describe::reduce_scatter(out, op)),
                  [in, out, op, rank](const OpArgs& args) {
                    if (out.count == 0) return;
                    std::vector<char> scratch(in.bytes());
@@ -195,14 +212,14 @@ std::shared_ptr<Work> GlooCommunicator::reduce_scatter(BufferView in, BufferView
 
 std::shared_ptr<Work> GlooCommunicator::all_to_all(BufferView in, BufferView out, StreamRef) {
   validate::all_to_all(in, out, size_, DeviceType::kCpu);
-  return enqueue("all_to_all", next_tag(), record(describe::all_to_all(in)),
-                 [in, out](const OpArgs& args) {
+  return enqueue("all_to_all", next_tag("all_to_all", shape_of(in)),
+                 record(describe::all_to_all(in)), [in, out](const OpArgs& args) {
                    if (in.count > 0) run_all_to_all(args, in, out);
                  });
 }
 
 std::shared_ptr<Work> GlooCommunicator::barrier(StreamRef) {
-  return enqueue("barrier", next_tag(), record(describe::barrier()),
+  return enqueue("barrier", next_tag("barrier"), record(describe::barrier()),
                  [](const OpArgs& args) { run_barrier(args); });
 }
 

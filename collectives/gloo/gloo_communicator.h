@@ -63,7 +63,13 @@ class GlooCommunicator : public Communicator {
   std::uint64_t record(const CallDescription& call) {
     return recorder_->record(call.op, call.args);
   }
-  std::uint32_t next_tag() { return next_tag_++; }
+  // A collective's tag: its number (20 bits, wrapping) and 12 bits of what
+  // it is (the operation, dtype, byte count, reduction or root), so that
+  // ranks whose calls differ exchange no message: each waits for the other
+  // until the timeout, which names the call, instead of one reading another's
+  // message into a buffer of another size (an uncaught Gloo assertion that
+  // ends the process) or reducing values that do not belong together.
+  std::uint32_t next_tag(std::string_view op, std::uint64_t a = 0, std::uint64_t b = 0);
   std::shared_ptr<Work> point_to_point(bool is_send, BufferView buf, int peer, int tag);
 
   // Inside group(): point-to-point operations are posted together, then waited.

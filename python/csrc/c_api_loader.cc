@@ -11,14 +11,15 @@ namespace rtd_torch {
 namespace {
 
 // The functions the backend calls, as librt_dist defines them.
-#define RTD_C_API_FUNCTIONS(X)                                                                  \
-  X(rtd_c_api_version)                                                                          \
-  X(rtd_last_error)                                                                             \
-  X(rtd_last_error_category) X(rtd_store_reply) X(rtd_comm_create) X(rtd_comm_destroy)          \
-      X(rtd_comm_abort) X(rtd_comm_failed) X(rtd_all_reduce) X(rtd_broadcast) X(rtd_all_gather) \
-          X(rtd_reduce_scatter) X(rtd_all_to_all) X(rtd_barrier) X(rtd_send) X(rtd_recv)        \
-              X(rtd_group) X(rtd_work_done) X(rtd_work_wait) X(rtd_work_wait_stream)            \
-                  X(rtd_work_error) X(rtd_work_free)
+// clang-format off
+#define RTD_C_API_FUNCTIONS(X)                                                         \
+  X(rtd_c_api_version) X(rtd_last_error) X(rtd_last_error_category) X(rtd_store_reply) \
+  X(rtd_comm_create) X(rtd_comm_destroy) X(rtd_comm_abort) X(rtd_comm_failed)           \
+  X(rtd_all_reduce) X(rtd_broadcast) X(rtd_all_gather) X(rtd_reduce_scatter)            \
+  X(rtd_all_to_all) X(rtd_barrier) X(rtd_send) X(rtd_recv) X(rtd_group)                 \
+  X(rtd_work_done) X(rtd_work_wait) X(rtd_work_wait_stream) X(rtd_work_error)           \
+  X(rtd_work_free)
+// clang-format on
 
 struct Table {
 #define RTD_SLOT(name) decltype(&::name) name = nullptr;

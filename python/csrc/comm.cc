@@ -4,6 +4,7 @@
 
 #include "device_streams.h"
 #include "errors.h"
+#include "python_warning.h"
 
 namespace rtd_torch {
 
@@ -19,6 +20,17 @@ Comm::Comm(c10::intrusive_ptr<c10d::Store> store, CommOptions options)
 }
 
 Comm::~Comm() {
+  size_t in_flight = 0;
+  for (const Dropped& d : dropped_) {
+    in_flight += d.work != nullptr && rtd_work_done(d.work) == 0 ? 1 : 0;
+  }
+  if (in_flight > 0) {  // cut short below: say so, or their results would be lost unseen
+    warn_python(options_.name + " on rank " + std::to_string(options_.rank) + ": destroyed with " +
+                std::to_string(in_flight) +
+                " collective(s) in flight whose Works were dropped unwaited; they are cut short, "
+                "and their tensors may hold partial results (wait() on a collective's Work "
+                "before destroying its group)");
+  }
   rtd_comm_destroy(handle_);  // waits for (or aborts) what is in flight
   for (Dropped& d : dropped_) {
     if (d.work != nullptr) {

@@ -139,6 +139,14 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkRTD::getFuture() {
   auto type = c10::ListType::create(c10::TensorType::get());
   if (!comm_->cuda()) {
     future_ = c10::make_intrusive<c10::ivalue::Future>(type);
+    if (finished_) {  // waited already: complete now (DDP's reducer reads it at once)
+      if (error_) {
+        future_->setError(error_);
+      } else {
+        future_->markCompleted(c10::IValue(finish_.outputs));
+      }
+      return future_;
+    }
     c10::intrusive_ptr<WorkRTD> self = c10::intrusive_ptr<WorkRTD>::reclaim_copy(this);
     at::launch([self] {
       try {

@@ -459,6 +459,33 @@ TEST_F(Timeout, AllReduceThatOneRankNeverCallsFailsWithinItsDeadline) {
   comm().barrier()->wait();
 }
 
+// Ranks that call one collective with different counts fail on every rank
+// with an error naming both calls, instead of one rank ending in Gloo's
+// uncaught assertion (a message longer than its buffer) and the other
+// returning a partly reduced result: their tags differ (GlooCommunicator::
+// next_tag). NCCL has no such check (it reduces the shorter count).
+TEST_F(Timeout, GlooCallsThatDifferInCountFailOnEveryRank) {
+  if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (comm().backend() != "gloo") GTEST_SKIP() << "Gloo's tags";
+  auto short_comm = short_lived_comm("comm/count-mismatch", std::chrono::milliseconds(4000),
+                                     std::chrono::milliseconds(1500));
+  comm().barrier()->wait();
+  Placed buf(DType::kFloat32, 8 + 8 * comm().rank());
+  buf.push();
+  try {
+    short_comm->all_reduce(buf.view(), ReduceOp::kSum)->wait();
+    ADD_FAILURE() << "calls of different counts succeeded";
+  } catch (const Error& e) {
+    expect_timeout_or_peer_closed(e);
+    const std::string what = e.what();
+    const std::string other = comm().rank() == 0 ? "x 16" : "x 8";
+    EXPECT_NE(what.find("called #1 all_reduce (float32 " + other), std::string::npos) << what;
+  }
+  short_comm->abort();
+  short_comm.reset();
+  comm().barrier()->wait();
+}
+
 // The timeout names the rank that did not call the collective, and what it
 // called last (the flight recorder's diagnosis from every rank's report).
 TEST_F(Timeout, NamesTheRankThatDidNotCallTheCollective) {

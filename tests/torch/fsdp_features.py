@@ -32,6 +32,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 
 import rt_dist.torch  # noqa: F401  (under dtrun `import torch` has loaded it already)
+from rtd_impl import IMPL
 import small_mlp  # tests/torch/small_mlp.py
 
 device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
@@ -43,7 +44,8 @@ dist.init_process_group("rtd")
 rank, n = dist.get_rank(), dist.get_world_size()
 REFERENCE = "nccl" if device == "cuda" else "gloo"
 reference = dist.new_group(backend=REFERENCE)
-AUTO = rt_dist.torch._switch("RTD_TORCH_FSDP_COMMS", rt_dist.torch.FSDP_COMMS_DEFAULT)
+AUTO = IMPL == "python" and rt_dist.torch._switch("RTD_TORCH_FSDP_COMMS",
+                                                  rt_dist.torch.FSDP_COMMS_DEFAULT)
 # On GPUs, FSDP2's calls under 1 MiB go the ordinary way (see _shard_slots).
 H = int(os.environ.get("RTD_TRAIN_H", "64" if device == "cpu" else "1024"))
 

@@ -12,6 +12,7 @@ except ImportError:  # torch < 2.5: DTensor under its first name
     from torch.distributed._tensor import Replicate, Shard, distribute_tensor
 
 import rt_dist.torch  # noqa: F401
+from rtd_impl import backend
 
 dist.init_process_group("rtd")
 rank, n = dist.get_rank(), dist.get_world_size()
@@ -19,8 +20,8 @@ assert n == 4, "run with 4 ranks"
 mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
 for dim in ("dp", "tp"):
     g = mesh[dim].get_group()
-    if type(g).__name__ != "ProcessGroupRTD":
-        raise AssertionError(f"the {dim} group is a {type(g).__name__}")
+    if type(backend(g)).__name__ != "ProcessGroupRTD":
+        raise AssertionError(f"the {dim} group's backend is a {type(backend(g)).__name__}")
     t = torch.tensor([float(rank)])
     dist.all_reduce(t, group=g)
     members = dist.get_process_group_ranks(g)

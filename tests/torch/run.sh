@@ -4,6 +4,7 @@
 # MODE: dtrun N SCRIPT ARGS   under dtrun (which puts rt_dist on PYTHONPATH itself)
 #       torchrun N SCRIPT ARGS  under torchrun (PYTHONPATH set here, as a user would)
 #       mpirun N SCRIPT ARGS    under mpirun (the script's ranks from Open MPI's variables)
+#       spawn SCRIPT ARGS       the script starts its own processes (PYTHONPATH set here)
 #       failure CASE EXPECT [env...]  tests/torch/failures.py (on $RTD_TORCH_DEVICE, default
 #                             cpu): every rank must exit 3
 #                             (an exception caught) and rank 0's message hold EXPECT;
@@ -32,6 +33,9 @@ case "$mode" in
     n=$1 script=$2; shift 2
     PYTHONPATH="$pydir" exec timeout 300 "$python" -m torch.distributed.run --standalone \
       --nproc-per-node="$n" "$here/$script" "$@" ;;
+  spawn)
+    script=$1; shift
+    PYTHONPATH="$pydir" exec timeout 300 "$python" "$here/$script" "$@" ;;
   mpirun)
     n=$1 script=$2; shift 2
     command -v mpirun >/dev/null || { echo "SKIPPED: mpirun is not installed"; exit 77; }
@@ -61,5 +65,5 @@ case "$mode" in
       echo "FAILED: $caught rank(s) caught an exception, not 2"; exit 1
     fi
     echo "ok: $case_ fails with an exception that says '$expect'" ;;
-  *) echo "usage: run.sh PYTHON DTRUN PYDIR dtrun|torchrun|mpirun|failure ..."; exit 2 ;;
+  *) echo "usage: run.sh PYTHON DTRUN PYDIR dtrun|torchrun|spawn|mpirun|failure ..."; exit 2 ;;
 esac

@@ -166,6 +166,8 @@ TEST(FlightRecorder, ArgumentsMustAgreeToo) {
   EXPECT_NE(why.find("rank 1 called #3 all_reduce (float32 x 8, sum) in its place"),
             std::string::npos)
       << why;
+  EXPECT_NE(why.find("the ranks disagree on the call's sizes, dtype or options"), std::string::npos)
+      << why;
 }
 
 TEST(FlightRecorder, SaysWhenEveryRankCalledItAlikeOrARankNeverReported) {
