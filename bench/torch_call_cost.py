@@ -1,11 +1,10 @@
-"""The rtd backend's own cost per call: the host time to issue a 4-byte
-all_reduce, through each layer, in a world of one on CPU (so the transfer
-costs nothing and what remains is the calling):
-    python bench/torch_call_cost.py     (rt_dist on PYTHONPATH)
-Prints microseconds per call for: the C interface through ctypes; the
-process group's allreduce; torch.distributed.all_reduce on rtd; the same on
-torch's own gloo.
-"""
+"""What one small collective costs through torch.distributed, on nccl (or
+gloo for host tensors) and on rtd, in one job:
+    dtrun --nproc-per-node=2 python bench/torch_call_cost.py
+For a 4-byte all_reduce: the host time to issue one (dist.all_reduce, and
+the group's own allreduce called straight) and the time per call to the last
+one done, over CALLS calls (default 5000), after 200 untimed. Env: DEVICES
+(default "cuda cpu")."""
 
 import os
 import time
@@ -13,50 +12,40 @@ import time
 import torch
 import torch.distributed as dist
 
-import rt_dist.torch  # noqa: F401
-from rt_dist import _capi
 
-N = 20000
-
-
-def per_call(f):
-    works = []
+def per_call(fn, calls, device):
+    for _ in range(200):
+        fn()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
     t0 = time.perf_counter()
-    for _ in range(N):
-        works.append(f())
-    us = (time.perf_counter() - t0) / N * 1e6
-    return us, works
+    for _ in range(calls):
+        fn()
+    issued = time.perf_counter() - t0
+    sync()
+    done = time.perf_counter() - t0
+    return issued / calls * 1e6, done / calls * 1e6
 
 
 def main():
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29631")
-    dist.init_process_group("rtd", rank=0, world_size=1)
-    pg = dist.group.WORLD
-    gloo = dist.new_group(backend="gloo")
-    t = torch.ones(1)
-    for _ in range(200):
-        dist.all_reduce(t)
-        dist.all_reduce(t, group=gloo)
-    comm = pg._comms["cpu"]
-    ptr = t.data_ptr()
-    opts = dist.AllreduceOptions()
-    rows = [
-        ("C interface (ctypes)", lambda: comm.lib.rtd_all_reduce(
-            comm.handle, ptr, ptr, 1, _capi.FLOAT32, _capi.SUM, -1, None)),
-        ("ProcessGroupRTD.allreduce", lambda: pg.allreduce([t], opts)),
-        ("dist.all_reduce on rtd", lambda: dist.all_reduce(t, async_op=True)),
-        ("dist.all_reduce on gloo", lambda: dist.all_reduce(t, group=gloo, async_op=True)),
-    ]
-    for name, f in rows:
-        us, works = per_call(f)
-        for w in works:
-            if isinstance(w, int):
-                comm.lib.rtd_work_wait(w, -1)
-                comm.lib.rtd_work_free(w)
-            else:
-                w.wait()
-        print(f"{name:28s} {us:6.2f} us per call (issue only)", flush=True)
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("cpu:gloo,cuda:nccl")
+    calls = int(os.environ.get("CALLS", "5000"))
+    for device in os.environ.get("DEVICES", "cuda cpu").split():
+        theirs = "nccl" if device == "cuda" else "gloo"
+        for name in (theirs, "rtd"):
+            g = dist.new_group(backend=name)
+            x = torch.ones(1, device=device)
+            backend = g._get_backend(torch.device(device))
+            api = per_call(lambda: dist.all_reduce(x, group=g), calls, device)
+            direct = per_call(lambda: backend.allreduce([x]).wait() if device == "cpu"
+                              else backend.allreduce([x]), calls, device)
+            if dist.get_rank() == 0:
+                print(f"call_cost {device} {name:5}: dist.all_reduce 4 B issued in "
+                      f"{api[0]:6.1f} us, done {api[1]:6.1f} us a call; the backend's "
+                      f"allreduce straight: issued {direct[0]:6.1f} us, done {direct[1]:6.1f} us",
+                      flush=True)
     dist.destroy_process_group()
 
 

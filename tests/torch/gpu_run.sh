@@ -25,27 +25,30 @@ done
 step test_stream_order 60 "${run[@]}" dtrun 2 stream_order.py
 step test_cuda_graph 90 "${run[@]}" dtrun 2 cuda_graph.py
 step test_train 90 "${run[@]}" dtrun 2 train.py cuda 20
-step test_ddp_auto_hook 90 "${run[@]}" dtrun 2 ddp_auto_hook.py cuda 1
+# The Python backend (RTD_TORCH_IMPL=python): its DDP and FSDP2 hooks.
+py_impl=(env RTD_TORCH_IMPL=python)
+step test_train_python 90 "${py_impl[@]}" "${run[@]}" dtrun 2 train.py cuda 20
+step test_ddp_auto_hook 90 "${py_impl[@]}" "${run[@]}" dtrun 2 ddp_auto_hook.py cuda 1
 # FSDP2's other features with fsdp_comms's hooks set by fully_shard; the 2-D
 # meshes where 4 GPUs are visible (RTD_TORCH_FEATURE_GPUS=4).
 nf=${RTD_TORCH_FEATURE_GPUS:-2}
 step test_fsdp_features 180 env RTD_TORCH_GPUS=$nf "${run[@]}" dtrun $nf fsdp_features.py cuda
 # Layers wide enough that FSDP2's gathers and reductions go by copy engines.
-step test_train_wide 90 env RTD_TRAIN_H=1024 RTD_TORCH_FSDP_LAND=0 RTD_LOG=info "${run[@]}" dtrun 2 train.py cuda 20
+step test_train_wide 90 "${py_impl[@]}" env RTD_TRAIN_H=1024 RTD_TORCH_FSDP_LAND=0 RTD_LOG=info "${run[@]}" dtrun 2 train.py cuda 20
 echo "test_train_wide: $(grep -c "staged by copy engines (" "$out/test_train_wide.log") staging buffers set up"
 grep -h "lent buffers" "$out/test_train_wide.log" | sed 's/^.*train: /test_train_wide: /'
 # The same with each gather landing in the parameters (and their memory gone by
 # the end of each backward: train.py checks).
-step test_train_land 90 env RTD_TRAIN_H=1024 RTD_TORCH_FSDP_LAND=1 "${run[@]}" dtrun 2 train.py cuda 20
+step test_train_land 90 "${py_impl[@]}" env RTD_TRAIN_H=1024 RTD_TORCH_FSDP_LAND=1 "${run[@]}" dtrun 2 train.py cuda 20
 grep -h "lent buffers" "$out/test_train_land.log" | sed 's/^.*train: /test_train_land: /'
 
 step test_failure_missing 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure missing \
   "rank 1 has not called it"
 step test_failure_mismatch 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure mismatch \
   "ranks disagree" RTD_CHECK_COLLECTIVES=1
-step test_failure_late 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure late \
+step test_failure_late 60 "${py_impl[@]}" env RTD_TORCH_DEVICE=cuda "${run[@]}" failure late \
   "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=1
-step test_failure_exit 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure exit \
+step test_failure_exit 60 "${py_impl[@]}" env RTD_TORCH_DEVICE=cuda "${run[@]}" failure exit \
   "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=0
 grep -hE "checks passed|stream order|cuda graph|train:|ddp_auto_hook:|fsdp_features:|^ok:|FAILED|Error" "$out"/test_*.log | head -30
 [ "${BENCH:-1}" = 0 ] && exit 0
