@@ -9,11 +9,11 @@ venv=${1:-${RTD_TORCH_VENV:-/opt/rt_dist/torch-venv}}
 version=2.11.0
 
 if [ -x "$venv/bin/python" ] &&
-   [ "$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)" = "$version" ]; then
+   [ "$("$venv/bin/python" -c 'import torch, expecttest; print(torch.__version__.split("+")[0])' 2>/dev/null)" = "$version" ]; then
   echo "install_torch: torch $version present in $venv"
   exit 0
 fi
 echo "install_torch: installing torch $version into $venv"
 /usr/bin/python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check "torch==$version" numpy
+"$venv/bin/pip" install --quiet --disable-pip-version-check "torch==$version" numpy expecttest
 "$venv/bin/python" -c 'import torch; print("install_torch: torch", torch.__version__)'

@@ -173,6 +173,14 @@ void rtd_store_reply(void* reply, const void* data, size_t len) {
 rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const char* name, int rank,
                           int size, int device, const char* host, int64_t timeout_ms,
                           int copy_engines) {
+  const rtd_comm_options options{copy_engines, -1, -1};
+  return rtd_comm_create_with(ops, backend, name, rank, size, device, host, timeout_ms, &options);
+}
+
+rtd_comm* rtd_comm_create_with(const rtd_store_ops* ops, const char* backend, const char* name,
+                               int rank, int size, int device, const char* host, int64_t timeout_ms,
+                               const rtd_comm_options* options) {
+  const rtd_comm_options chosen = options ? *options : rtd_comm_options{0, -1, -1};
   return guarded<rtd_comm*>(nullptr, [&]() -> rtd_comm* {
     if (!ops || !ops->set || !ops->get || !ops->add || !ops->check || !ops->remove) {
       throw rtd::Error(rtd::ErrorCategory::kInvalidArgument, "store callbacks missing");
@@ -217,7 +225,9 @@ rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const c
     o.host = listen;
     o.device = device < 0 ? 0 : device;
     o.timeout = std::chrono::milliseconds(timeout_ms);
-    o.nccl.staged_copy_engines = copy_engines != 0;
+    o.nccl.staged_copy_engines = chosen.copy_engines != 0;
+    if (chosen.inline_bytes >= 0) o.nccl.inline_bytes = chosen.inline_bytes;
+    o.nccl.stream_priority = chosen.stream_priority;
     handle->comm = rtd::make_communicator(o);
     return handle.release();
   });

@@ -47,7 +47,7 @@ class NullCudaApi : public CudaApi {
     return cudaSuccess;
   }
   cudaError_t set_device(int) override { return cudaSuccess; }
-  cudaError_t stream_create(cudaStream_t* s) override {
+  cudaError_t stream_create(cudaStream_t* s, bool) override {
     *s = reinterpret_cast<cudaStream_t>(0x1000);
     return cudaSuccess;
   }

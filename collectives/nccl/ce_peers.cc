@@ -176,7 +176,7 @@ std::shared_ptr<CePeers> CePeers::create(const CeSetup& setup, const std::string
     for (int k = 0; k < (setup.copy_streams > 1 ? setup.copy_streams : 0) && streams_ok; ++k) {
       cudaStream_t s = nullptr;
       cudaEvent_t e = nullptr;
-      streams_ok = setup.state->cuda().stream_create(&s) == cudaSuccess;
+      streams_ok = setup.state->cuda().stream_create(&s, true) == cudaSuccess;
       if (streams_ok) res->copies_.push_back(s);
       streams_ok = streams_ok && setup.state->cuda().event_create(&e) == cudaSuccess;
       if (streams_ok) res->joins_.push_back(e);
@@ -187,8 +187,8 @@ std::shared_ptr<CePeers> CePeers::create(const CeSetup& setup, const std::string
         cudaMalloc(reinterpret_cast<void**>(&res->scratch_),
                    std::max<std::size_t>(16, scratch_bytes)) != cudaSuccess ||
         cudaIpcGetMemHandle(&flags_handle, res->flags_) != cudaSuccess ||
-        setup.state->cuda().stream_create(&res->stream_) != cudaSuccess ||
-        setup.state->cuda().stream_create(&res->release_stream_) != cudaSuccess ||
+        setup.state->cuda().stream_create(&res->stream_, true) != cudaSuccess ||
+        setup.state->cuda().stream_create(&res->release_stream_, true) != cudaSuccess ||
         setup.state->cuda().event_create(&res->start_) != cudaSuccess ||
         setup.state->cuda().event_create(&res->fork_) != cudaSuccess) {
       cudaGetLastError();

@@ -12,7 +12,8 @@ class RealCudaApi : public CudaApi {
  public:
   cudaError_t get_device_count(int* count) override { return cudaGetDeviceCount(count); }
   cudaError_t set_device(int device) override { return cudaSetDevice(device); }
-  cudaError_t stream_create(cudaStream_t* stream) override {
+  cudaError_t stream_create(cudaStream_t* stream, bool highest_priority) override {
+    if (!highest_priority) return cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking);
     int least = 0, greatest = 0;
     cudaError_t rc = cudaDeviceGetStreamPriorityRange(&least, &greatest);
     if (rc != cudaSuccess) return rc;

@@ -15,7 +15,8 @@ class CudaApi {
   virtual cudaError_t get_device_count(int* count) = 0;
   virtual cudaError_t set_device(int device) = 0;
   // A non-blocking stream of the highest priority (communication should not queue behind compute).
-  virtual cudaError_t stream_create(cudaStream_t* stream) = 0;
+  // highest_priority: the device's highest stream priority, else the default one.
+  virtual cudaError_t stream_create(cudaStream_t* stream, bool highest_priority) = 0;
   virtual cudaError_t stream_destroy(cudaStream_t stream) = 0;
   virtual cudaError_t event_create(cudaEvent_t* event) = 0;  // timing disabled
   virtual cudaError_t event_destroy(cudaEvent_t event) = 0;

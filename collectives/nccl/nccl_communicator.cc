@@ -60,7 +60,8 @@ void NcclCommunicator::create_stream_and_scratch() {
   CudaApi& cuda = state_->cuda();
   RTD_CUDA_CHECK(cuda, cuda.set_device(options_.device),
                  "selecting GPU " + std::to_string(options_.device));
-  RTD_CUDA_CHECK(cuda, cuda.stream_create(&stream_), "creating the communication stream");
+  RTD_CUDA_CHECK(cuda, cuda.stream_create(&stream_, options_.settings.stream_priority != 0),
+                 "creating the communication stream");
   RTD_CUDA_CHECK(cuda, cuda.event_create(&start_), "creating a CUDA event");
   RTD_CUDA_CHECK(cuda, cuda.malloc(&scratch_, sizeof(float)), "allocating the barrier scratch");
 }

@@ -31,6 +31,20 @@ bool copy_engines_from_env() {
   C10_THROW_ERROR(ValueError, std::string("RTD_TORCH_COPY_ENGINES='") + v + "': use 0 or 1");
 }
 
+// RTD_TORCH_STREAM_PRIORITY: "default" (the default; ProcessGroupNCCL's) or
+// "high": the NCCL communicator's stream at the device's highest priority.
+bool high_priority_from_env() {
+  const char* v = std::getenv("RTD_TORCH_STREAM_PRIORITY");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "default") == 0) {
+    return false;
+  }
+  if (std::strcmp(v, "high") == 0) {
+    return true;
+  }
+  C10_THROW_ERROR(ValueError,
+                  std::string("RTD_TORCH_STREAM_PRIORITY='") + v + "': use default or high");
+}
+
 // librt_dist's code of a reduction it runs itself; -1 for the others.
 int reduce_op_code(const ReduceOp& op) {
   switch (op.op_) {
@@ -134,6 +148,7 @@ std::shared_ptr<Comm> BackendRTD::comm_for(const at::Device& device, const char*
     o.size = getSize();
     o.timeout = timeout_;
     o.copy_engines = copy_engines_;
+    o.high_priority_stream = high_priority_from_env();
     o.name = "rtd group of " + std::to_string(getSize()) + (o.cuda ? " cuda" : " cpu");
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(
         std::string("rtd/") + (o.cuda ? "cuda/" : "cpu/"), store_);

@@ -14,7 +14,7 @@ namespace {
 // clang-format off
 #define RTD_C_API_FUNCTIONS(X)                                                         \
   X(rtd_c_api_version) X(rtd_last_error) X(rtd_last_error_category) X(rtd_store_reply) \
-  X(rtd_comm_create) X(rtd_comm_destroy) X(rtd_comm_abort) X(rtd_comm_failed)           \
+  X(rtd_comm_create_with) X(rtd_comm_destroy) X(rtd_comm_abort) X(rtd_comm_failed)           \
   X(rtd_all_reduce) X(rtd_broadcast) X(rtd_all_gather) X(rtd_reduce_scatter)            \
   X(rtd_all_to_all) X(rtd_barrier) X(rtd_send) X(rtd_recv) X(rtd_group)                 \
   X(rtd_work_done) X(rtd_work_wait) X(rtd_work_wait_stream) X(rtd_work_error)           \
@@ -77,11 +77,11 @@ int rtd_last_error_category(void) { return table.rtd_last_error_category(); }
 void rtd_store_reply(void* reply, const void* data, size_t len) {
   table.rtd_store_reply(reply, data, len);
 }
-rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const char* name, int rank,
-                          int size, int device, const char* host, int64_t timeout_ms,
-                          int copy_engines) {
-  return table.rtd_comm_create(ops, backend, name, rank, size, device, host, timeout_ms,
-                               copy_engines);
+rtd_comm* rtd_comm_create_with(const rtd_store_ops* ops, const char* backend, const char* name,
+                               int rank, int size, int device, const char* host, int64_t timeout_ms,
+                               const rtd_comm_options* options) {
+  return table.rtd_comm_create_with(ops, backend, name, rank, size, device, host, timeout_ms,
+                                    options);
 }
 void rtd_comm_destroy(rtd_comm* comm) { table.rtd_comm_destroy(comm); }
 void rtd_comm_abort(rtd_comm* comm) { table.rtd_comm_abort(comm); }

@@ -10,9 +10,16 @@ namespace rtd_torch {
 
 Comm::Comm(c10::intrusive_ptr<c10d::Store> store, CommOptions options)
     : bridge_(std::move(store)), options_(std::move(options)) {
-  handle_ = rtd_comm_create(bridge_.ops(), options_.cuda ? "nccl" : "gloo", options_.name.c_str(),
-                            options_.rank, options_.size, options_.cuda ? options_.device : -1,
-                            nullptr, options_.timeout.count(), options_.copy_engines ? 1 : 0);
+  // Every collective on the communicator's own stream (inline_bytes 0): a
+  // small one on the caller's stream would order two groups' calls on it,
+  // and ranks that call them in different orders would wait for each other.
+  rtd_comm_options o{};
+  o.copy_engines = options_.copy_engines ? 1 : 0;
+  o.inline_bytes = 0;
+  o.stream_priority = options_.high_priority_stream ? 1 : 0;
+  handle_ = rtd_comm_create_with(
+      bridge_.ops(), options_.cuda ? "nccl" : "gloo", options_.name.c_str(), options_.rank,
+      options_.size, options_.cuda ? options_.device : -1, nullptr, options_.timeout.count(), &o);
   if (handle_ == nullptr) {
     raise_last_error("rtd: setting up the " + options_.name + " on rank " +
                      std::to_string(options_.rank));

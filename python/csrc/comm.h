@@ -28,7 +28,8 @@ struct CommOptions {
   int size = 1;
   std::chrono::milliseconds timeout{1800000};
   bool copy_engines = false;
-  std::string name;  // in messages: "rtd group of 2 cuda"
+  bool high_priority_stream = false;  // the NCCL communicator's stream
+  std::string name;                   // in messages: "rtd group of 2 cuda"
 };
 
 class Comm {

@@ -84,7 +84,7 @@ class FakeCudaApi : public nccl::CudaApi {
     log_->add("set_device " + std::to_string(device));
     return cudaSuccess;
   }
-  cudaError_t stream_create(cudaStream_t* s) override {
+  cudaError_t stream_create(cudaStream_t* s, bool) override {
     *s = reinterpret_cast<cudaStream_t>(0x1000 + next_++);
     log_->add("stream_create " + handle_name(*s, 's'));
     return cudaSuccess;

@@ -63,6 +63,19 @@ typedef struct rtd_work rtd_work;
 rtd_comm* rtd_comm_create(const rtd_store_ops* ops, const char* backend, const char* name, int rank,
                           int size, int device, const char* host, int64_t timeout_ms,
                           int copy_engines);
+/* rtd_comm_create with more choices; options NULL: rtd_comm_create's
+ * defaults (copy_engines 0). inline_bytes: NCCL collectives of at most this
+ * many bytes run on the caller's stream itself (0: none; -1: the process's
+ * RTD_NCCL_INLINE_BYTES). stream_priority: the NCCL communicator's stream at
+ * the device's highest priority (1) or the default one (0); -1: highest. */
+typedef struct rtd_comm_options {
+  int copy_engines;
+  int64_t inline_bytes;
+  int stream_priority;
+} rtd_comm_options;
+rtd_comm* rtd_comm_create_with(const rtd_store_ops* ops, const char* backend, const char* name,
+                               int rank, int size, int device, const char* host, int64_t timeout_ms,
+                               const rtd_comm_options* options);
 /* Frees it (NCCL: finishes or, past the timeout, aborts what is queued). */
 void rtd_comm_destroy(rtd_comm* comm);
 void rtd_comm_abort(rtd_comm* comm);

@@ -44,6 +44,10 @@ struct NcclSettings {
   // 1.5-2 us of host time a call on 2xH100), but the caller's later work on
   // that stream waits for them. -1: RTD_NCCL_INLINE_BYTES (default 1 MiB; 0: none).
   long long inline_bytes = -1;
+  // The communicator's stream: 1 (or -1) at the device's highest priority,
+  // so that its kernels start ahead of compute; 0 at the default priority
+  // (ProcessGroupNCCL's).
+  int stream_priority = -1;
   // The data-path communicator split off the init one shares its resources
   // (NCCL's splitShare), meant to take the split's 0.5 s out of the start-up;
   // measured on 2xH200 with NCCL 2.28, the split took as long (docs/benchmarks.md).
