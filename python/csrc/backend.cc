@@ -31,15 +31,16 @@ bool copy_engines_from_env() {
   C10_THROW_ERROR(ValueError, std::string("RTD_TORCH_COPY_ENGINES='") + v + "': use 0 or 1");
 }
 
-// RTD_TORCH_STREAM_PRIORITY: "default" (the default; ProcessGroupNCCL's) or
-// "high": the NCCL communicator's stream at the device's highest priority.
+// RTD_TORCH_STREAM_PRIORITY: "high" (the default, as measured in
+// docs/torch.md) or "default" (ProcessGroupNCCL's priority): the NCCL
+// communicator's stream.
 bool high_priority_from_env() {
   const char* v = std::getenv("RTD_TORCH_STREAM_PRIORITY");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "default") == 0) {
-    return false;
-  }
-  if (std::strcmp(v, "high") == 0) {
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "high") == 0) {
     return true;
+  }
+  if (std::strcmp(v, "default") == 0) {
+    return false;
   }
   C10_THROW_ERROR(ValueError,
                   std::string("RTD_TORCH_STREAM_PRIORITY='") + v + "': use default or high");
