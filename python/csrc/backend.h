@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm.h"
+#include "config.h"
 #include "work.h"
 
 namespace rtd_torch {
@@ -119,7 +120,7 @@ class BackendRTD : public c10d::Backend {
   std::mutex mu_;  // one caller at a time into librt_dist
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
-  bool copy_engines_;
+  BackendConfig config_;  // read once, when the group is made
   std::shared_ptr<Comm> cpu_;
   std::shared_ptr<Comm> cuda_;
   uint64_t calls_ = 0;

@@ -61,4 +61,12 @@ void then(std::function<void()>& chain, std::function<void()> next) {
   };
 }
 
+void first(std::function<void()>& chain, std::function<void()> step) {
+  std::function<void()> rest = std::move(chain);
+  chain = std::move(step);
+  if (rest) {
+    then(chain, std::move(rest));
+  }
+}
+
 }  // namespace rtd_torch

@@ -28,5 +28,7 @@ std::optional<Units> as_units(const at::Tensor& contiguous, int64_t parts = 1);
 
 // Appends `next` to a chain of finishing steps.
 void then(std::function<void()>& chain, std::function<void()> next);
+// Puts `step` ahead of a chain of finishing steps.
+void first(std::function<void()>& chain, std::function<void()> step);
 
 }  // namespace rtd_torch
