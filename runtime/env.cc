@@ -131,6 +131,7 @@ NcclSettings nccl_settings_from(const Config& config, NcclSettings settings) {
   if (settings.ce_reduce_blocks < 0) settings.ce_reduce_blocks = config.ce_reduce_blocks;
   if (settings.ce_copy_streams <= 0) settings.ce_copy_streams = config.ce_copy_streams;
   settings.staged_copy_engines = settings.staged_copy_engines || config.ce_staged;
+  if (settings.staged_sites.empty()) settings.staged_sites = config.ce_sites;
   if (settings.inline_bytes < 0) settings.inline_bytes = config.nccl_inline_bytes;
   if (settings.split_share < 0) settings.split_share = config.nccl_split_share ? 1 : 0;
   if (settings.direct_init < 0) settings.direct_init = config.nccl_direct_init ? 1 : 0;

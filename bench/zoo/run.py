@@ -10,6 +10,9 @@ rtd's speed against nccl; writes JSON to $BENCH_JSON.
 Env: MODELS (names in models.SHAPES; default all), MODES (ddp fsdp2
 fsdp2_noreshard fsdp2_bf16; default all), BACKENDS (default "nccl rtd"),
 ROUNDS (3), STEPS (8), WARM (3), COMPILE=1 (torch.compile on each block),
+A backend may carry settings for its group: "rtd:RTD_TORCH_COPY_ENGINES=1"
+(variables set while the group is made) or "nccl:high" (ProcessGroupNCCL's
+high-priority stream); each such variant is compared with plain nccl.
 PROFILE=N (after the rounds, 3 steps of each backend under torch.profiler:
 rank 0's N costliest GPU kernels and the communication kernels' total).
 FSDP2: bf16 parameters, fp32 reductions (fsdp2_bf16: bf16 reductions),
@@ -105,6 +108,34 @@ def measure(shape, mode, group, device, warm, steps, compiled, profile=0):
     return seconds, peak, value
 
 
+def make_group(spec):
+    """A group for a BACKENDS entry: "name" or "name:VAR=VAL:..." / "nccl:high"."""
+    name, *settings = spec.split(":")
+    saved = {}
+    options = None
+    for s in settings:
+        if name == "nccl" and s == "high":
+            options = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)
+            continue
+        var, eq, value = s.partition("=")
+        if not eq:
+            raise SystemExit(f"zoo: backend setting {s!r} in {spec!r}: use VAR=VALUE")
+        saved[var] = os.environ.get(var)
+        os.environ[var] = value
+    try:
+        group = dist.new_group(backend=name, pg_options=options)
+        # librt_dist's communicator is made at the first call: make it now,
+        # while the variables hold.
+        dist.all_reduce(torch.ones(1, device="cuda"), group=group)
+    finally:
+        for var, old in saved.items():
+            if old is None:
+                os.environ.pop(var)
+            else:
+                os.environ[var] = old
+    return group
+
+
 def main():
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
@@ -112,7 +143,7 @@ def main():
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     backends = os.environ.get("BACKENDS", "nccl rtd").split()
-    groups = {b: dist.new_group(backend=b) for b in backends}
+    groups = {b: make_group(b) for b in backends}
     models = os.environ.get("MODELS", " ".join(SHAPES)).split()
     modes = os.environ.get("MODES", " ".join(MODES)).split()
     rounds, steps = int(os.environ.get("ROUNDS", "3")), int(os.environ.get("STEPS", "8"))
@@ -127,6 +158,7 @@ def main():
     log(f"zoo: torch {torch.__version__}, {world} x {torch.cuda.get_device_name(device)}, "
         f"rtd impl {impl}, copy engines {os.environ.get('RTD_TORCH_COPY_ENGINES', 'default')}, "
         f"{rounds} rounds x {steps} steps, compile {compiled}")
+    others = [b for b in backends if b != "nccl"] if "nccl" in backends else []
     results = []
     for name in models:
         shape = SHAPES[name]
@@ -157,13 +189,13 @@ def main():
                 x = row[b]
                 line += (f" | {b} {x['step_ms']:8.1f} ms ±{x['spread'] * 50:4.1f}% "
                          f"{x['tokens_per_s'] / 1e3:7.1f} ktok/s {x['peak_gib']:5.1f} GiB")
-            if "nccl" in backends and "rtd" in backends:
-                line += f" | rtd/nccl speed {row['nccl']['step_ms'] / row['rtd']['step_ms']:.3f}"
+            for b in others:
+                line += f" | {b}/nccl speed {row['nccl']['step_ms'] / row[b]['step_ms']:.3f}"
             log(line)
-    if "nccl" in backends and "rtd" in backends and results:
-        ratios = [r["nccl"]["step_ms"] / r["rtd"]["step_ms"] for r in results]
+    for b in others if results else ():
+        ratios = [r["nccl"]["step_ms"] / r[b]["step_ms"] for r in results]
         gm = statistics.geometric_mean(ratios)
-        log(f"zoo: rtd/nccl speed, geometric mean over {len(ratios)} cases: {gm:.3f} "
+        log(f"zoo: {b}/nccl speed, geometric mean over {len(ratios)} cases: {gm:.3f} "
             f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
     path = os.environ.get("BENCH_JSON")
     if path and rank == 0:

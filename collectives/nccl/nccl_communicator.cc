@@ -42,6 +42,13 @@ void check_cta_bounds(const NcclSettings& s) {
 
 }  // namespace
 
+namespace {
+// A staged site measures its two methods over its first 8 calls, and again
+// after 1000 more (then 2000, ...): the trials' cost is a few calls in
+// thousands.
+constexpr MethodChoice::Options kSiteChoice{.trials = 3, .margin = 0.05, .recheck = 1000};
+}  // namespace
+
 ncclConfig_t NcclCommunicator::make_config(bool blocking) const {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = blocking ? 1 : 0;
@@ -140,7 +147,8 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
           auto store = scope();
           return std::unique_ptr<PersistentShardCollective>(
               CopyEngineShardCollective::create(ce_setup({staging}, op, store.get()), gather, why));
-        });
+        },
+        parse_site_rules(options_.settings.staged_sites), kSiteChoice);
   }
   auto ms = [](auto from) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - from)
@@ -398,27 +406,52 @@ StagedCollectives::Slot* NcclCommunicator::staged_slot_for(StagedCollectives::Ki
   return staged_->slot_for(kind, in, op, moved_bytes);
 }
 
-RTD_NOINLINE std::shared_ptr<Work> NcclCommunicator::launch_staged(
+template <typename Call>
+RTD_NOINLINE std::shared_ptr<Work> NcclCommunicator::launch_site(
     const char* op, std::uint64_t recorded, StreamRef caller, StagedCollectives::Slot& slot,
-    const BufferView& in, const BufferView& out) {
-  return launch(op, recorded, caller, kNever, [&](cudaStream_t s) {
-    StagedCollectives::run(slot, in, out, StreamRef{s});
-    return ncclSuccess;
+    const BufferView& in, const BufferView& out, std::size_t bytes, Call&& kernels) {
+  const Method method =
+      StagedCollectives::method_for_call(slot, [this](MethodChoice::Sums& s) { agree(s); });
+  const bool engines = method == Method::kCopyEngines;
+  return launch(op, recorded, caller, engines ? kNever : bytes, [&](cudaStream_t s) {
+    StagedCollectives::begin_call(slot, StreamRef{s});
+    ncclResult_t rc = ncclSuccess;
+    if (engines) {
+      StagedCollectives::run(slot, in, out, StreamRef{s});
+    } else {
+      rc = kernels(s);
+    }
+    StagedCollectives::end_call(slot, StreamRef{s});
+    return rc;
   });
+}
+
+void NcclCommunicator::agree(MethodChoice::Sums& sums) {
+  if (!agreement_) agreement_ = std::make_unique<SiteAgreement>(options_.device);
+  const std::string what = "agreeing on a staged site's method";
+  {
+    CallWatchdog::Scope scope(*watchdog_, what.c_str());
+    agreement_->sum(sums, stream_, [&](double* buf, cudaStream_t s) {
+      const ncclResult_t rc =
+          state_->nccl().all_reduce(buf, buf, sums.size(), ncclFloat64, ncclSum, state_->comm(), s);
+      if (rc != ncclSuccess) throw_call_failed(rc, what);
+    });
+  }
+  if (watchdog_->fired()) throw_call_failed(ncclSuccess, what);
 }
 
 RTD_HOT std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out,
                                                            ReduceOp op, StreamRef stream) {
   validate::all_reduce(in, out, op, DeviceType::kCuda);
+  auto kernels = [&](cudaStream_t s) {
+    return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype), reduction(op),
+                                     state_->comm(), s);
+  };
   if (auto* slot = staged_slot(StagedCollectives::Kind::kAllReduce, in, op, in.bytes(), stream)) {
-    return launch_staged("all_reduce", record(describe::all_reduce(in, op)), stream, *slot, in,
-                         out);
+    return launch_site("all_reduce", record(describe::all_reduce(in, op)), stream, *slot, in, out,
+                       in.bytes(), kernels);
   }
-  return launch("all_reduce", record(describe::all_reduce(in, op)), stream, in.bytes(),
-                [&](cudaStream_t s) {
-                  return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype),
-                                                   reduction(op), state_->comm(), s);
-                });
+  return launch("all_reduce", record(describe::all_reduce(in, op)), stream, in.bytes(), kernels);
 }
 
 RTD_HOT std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root,
@@ -434,31 +467,32 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int ro
 RTD_HOT std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
                                                            StreamRef stream) {
   validate::all_gather(in, out, size_, DeviceType::kCuda);
+  auto kernels = [&](cudaStream_t s) {
+    return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype), state_->comm(),
+                                     s);
+  };
   if (auto* slot = staged_slot(StagedCollectives::Kind::kAllGather, in, ReduceOp::kSum, out.bytes(),
                                stream)) {
-    return launch_staged("all_gather", record(describe::all_gather(in)), stream, *slot, in, out);
+    return launch_site("all_gather", record(describe::all_gather(in)), stream, *slot, in, out,
+                       out.bytes(), kernels);
   }
-  return launch("all_gather", record(describe::all_gather(in)), stream, out.bytes(),
-                [&](cudaStream_t s) {
-                  return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype),
-                                                   state_->comm(), s);
-                });
+  return launch("all_gather", record(describe::all_gather(in)), stream, out.bytes(), kernels);
 }
 
 RTD_HOT std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out,
                                                                ReduceOp op, StreamRef stream) {
   validate::reduce_scatter(in, out, op, size_, DeviceType::kCuda);
+  auto kernels = [&](cudaStream_t s) {
+    return state_->nccl().reduce_scatter(in.data, out.data, out.count, to_nccl(in.dtype),
+                                         reduction(op), state_->comm(), s);
+  };
   if (auto* slot =
           staged_slot(StagedCollectives::Kind::kReduceScatter, in, op, in.bytes(), stream)) {
-    return launch_staged("reduce_scatter", record(describe::reduce_scatter(out, op)), stream, *slot,
-                         in, out);
+    return launch_site("reduce_scatter", record(describe::reduce_scatter(out, op)), stream, *slot,
+                       in, out, in.bytes(), kernels);
   }
   return launch("reduce_scatter", record(describe::reduce_scatter(out, op)), stream, in.bytes(),
-                [&](cudaStream_t s) {
-                  return state_->nccl().reduce_scatter(in.data, out.data, out.count,
-                                                       to_nccl(in.dtype), reduction(op),
-                                                       state_->comm(), s);
-                });
+                kernels);
 }
 
 std::shared_ptr<Work> NcclCommunicator::all_to_all(BufferView in, BufferView out,

@@ -111,10 +111,15 @@ class alignas(64) NcclCommunicator : public Communicator {
   }
   StagedCollectives::Slot* staged_slot_for(StagedCollectives::Kind kind, const BufferView& in,
                                            ReduceOp op, std::size_t moved_bytes, StreamRef stream);
-  // launch() of a staged copy-engine collective (StagedCollectives::run).
-  std::shared_ptr<Work> launch_staged(const char* op, std::uint64_t recorded, StreamRef caller,
-                                      StagedCollectives::Slot& slot, const BufferView& in,
-                                      const BufferView& out);
+  // launch() of a call at a staged site: by copy engines (StagedCollectives::run)
+  // or by `kernels`, as the site's MethodChoice says, timed while it measures.
+  template <typename Call>
+  std::shared_ptr<Work> launch_site(const char* op, std::uint64_t recorded, StreamRef caller,
+                                    StagedCollectives::Slot& slot, const BufferView& in,
+                                    const BufferView& out, std::size_t bytes, Call&& kernels);
+  // The end of a site's measurement: its timings summed over the ranks (an
+  // NCCL all-reduce on the communicator's stream, waited for).
+  void agree(MethodChoice::Sums& sums);
   // launch()'s paths off the usual one (out of line): refuse the call if the
   // communicator failed; note both streams in the flight recorder (traced);
   // order the communicator's stream after the caller's; settle an
@@ -161,6 +166,7 @@ class alignas(64) NcclCommunicator : public Communicator {
   // all_reduce, all_gather and reduce_scatter by copy engines through staging
   // buffers (settings.staged_copy_engines).
   std::unique_ptr<StagedCollectives> staged_;
+  std::unique_ptr<SiteAgreement> agreement_;  // made at the first measurement's end
 
   NcclOptions options_;
   void* scratch_ = nullptr;                 // 4 bytes for barrier()

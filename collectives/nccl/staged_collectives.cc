@@ -1,5 +1,6 @@
 #include "collectives/nccl/staged_collectives.h"
 
+#include "rt_dist/trace.h"
 #include "runtime/core/log.h"
 
 namespace rtd::nccl {
@@ -31,8 +32,13 @@ StagedCollectives::Slot* StagedCollectives::slot_for(Kind kind, const BufferView
   const auto key = std::make_tuple(k, in.count, static_cast<int>(in.dtype), static_cast<int>(op));
   if (auto it = slots_.find(key); it != slots_.end()) return it->second.get();
   if (bytes_ + in.bytes() > kMaxBytes) return nullptr;
+  const SiteRule rule = rule_for(rules_, name_of(kind), in.count, SiteRule::kMeasure);
+  if (rule == SiteRule::kKernels) return nullptr;  // RTD_CE_SITES: never staged
   auto slot = std::make_unique<Slot>(Slot{
-      kind, DeviceBuffer(DeviceType::kCuda, device_, in.bytes()), BufferView{}, nullptr, nullptr});
+      kind, DeviceBuffer(DeviceType::kCuda, device_, in.bytes()), BufferView{}, nullptr, nullptr,
+      std::string(name_of(kind)) + " of " + std::to_string(in.count) + " x " +
+          std::string(to_string(in.dtype)),
+      MethodChoice(rule, choice_), nullptr, -1});
   slot->view = BufferView{.data = slot->buffer.data(),
                           .count = in.count,
                           .dtype = in.dtype,
@@ -50,8 +56,9 @@ StagedCollectives::Slot* StagedCollectives::slot_for(Kind kind, const BufferView
     return nullptr;
   }
   bytes_ += in.bytes();
-  log::get("nccl")->info("{} of {} x {} staged by copy engines ({} MiB staged in all)",
-                         name_of(kind), in.count, to_string(in.dtype), bytes_ >> 20);
+  log::get("nccl")->info(
+      "{} staged by copy engines ({} MiB staged in all; {})", slot->site, bytes_ >> 20,
+      rule == SiteRule::kMeasure ? "against NCCL's kernels, measured" : "as RTD_CE_SITES says");
   return slots_.emplace(key, std::move(slot)).first->second.get();
 }
 
@@ -63,6 +70,37 @@ void StagedCollectives::run(Slot& slot, const BufferView& in, const BufferView& 
   } else {
     slot.shard->run(slot.view, out, s)->wait(s);
   }
+}
+
+Method StagedCollectives::method_for_call(Slot& slot, const Agree& agree) {
+  const MethodChoice::Step step = slot.choice.next();
+  slot.timing = step.timed;
+  if (step.timed >= 0 && !slot.trials) {
+    slot.trials = std::make_unique<TrialEvents>(slot.choice.timed_calls());
+  }
+  if (!step.agree) return step.method;
+  for (int i = 0; i < slot.choice.timed_calls(); ++i) {
+    slot.choice.timed(i, slot.trials ? slot.trials->ms(i) : -1);
+  }
+  const std::int64_t start_us = trace::now_us();
+  MethodChoice::Sums sums = slot.choice.local();
+  agree(sums);
+  std::string why;
+  const Method m = slot.choice.decide(sums, &why);
+  log::get("nccl")->info("{}: {}", slot.site, why);
+  if (trace::enabled()) {
+    trace::span("method chosen", "choice", "staged sites", start_us, trace::now_us(),
+                slot.site + ": " + why);
+  }
+  return m;
+}
+
+void StagedCollectives::begin_call(Slot& slot, StreamRef s) {
+  if (slot.timing >= 0) slot.trials->begin(slot.timing, static_cast<cudaStream_t>(s.cuda_stream));
+}
+
+void StagedCollectives::end_call(Slot& slot, StreamRef s) {
+  if (slot.timing >= 0) slot.trials->end(slot.timing, static_cast<cudaStream_t>(s.cuda_stream));
 }
 
 }  // namespace rtd::nccl

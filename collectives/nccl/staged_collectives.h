@@ -17,6 +17,12 @@
 // size's first call, and the set-up it makes collectively, at the same call;
 // and the same rules (the smallest size, the memory cap, a refusal) give the
 // same answer everywhere.
+//
+// Each slot is a site whose calls go by copy engines or by NCCL's kernels as
+// its MethodChoice says (collectives/method_choice.h): measured by default,
+// fixed where RTD_CE_SITES says so (a site fixed on kernels gets no slot).
+// The measurement's agreement is an NCCL all-reduce the communicator runs
+// (Agree), at the same call of the site on every rank.
 #pragma once
 
 #include <cstddef>
@@ -25,8 +31,11 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "collectives/device_memory.h"
+#include "collectives/method_choice.h"
+#include "collectives/nccl/site_timing.h"
 #include "rt_dist/communicator.h"
 
 namespace rtd::nccl {
@@ -45,8 +54,13 @@ class StagedCollectives {
       std::function<std::unique_ptr<PersistentAllReduce>(BufferView, ReduceOp, std::string*)>;
   using MakeShard = std::function<std::unique_ptr<PersistentShardCollective>(
       BufferView, bool gather, ReduceOp, std::string*)>;
-  StagedCollectives(int device, MakeReduce reduce, MakeShard shard)
-      : device_(device), make_reduce_(std::move(reduce)), make_shard_(std::move(shard)) {}
+  StagedCollectives(int device, MakeReduce reduce, MakeShard shard,
+                    std::vector<SiteRuleEntry> rules, MethodChoice::Options choice)
+      : device_(device),
+        make_reduce_(std::move(reduce)),
+        make_shard_(std::move(shard)),
+        rules_(std::move(rules)),
+        choice_(choice) {}
 
   struct Slot {
     Kind kind;
@@ -54,6 +68,10 @@ class StagedCollectives {
     BufferView view;
     std::unique_ptr<PersistentAllReduce> reduce;       // kAllReduce
     std::unique_ptr<PersistentShardCollective> shard;  // the others
+    std::string site;                                  // for the log: "all_reduce of N x dtype"
+    MethodChoice choice;
+    std::unique_ptr<TrialEvents> trials;  // while measuring
+    int timing = -1;                      // the call under way: its trial index, or -1
   };
   // The staged collective for this call (in: the caller's input, moved bytes:
   // what the operation transfers), set up at its first call; nullptr when
@@ -64,10 +82,20 @@ class StagedCollectives {
   // communicator's).
   static void run(Slot& slot, const BufferView& in, const BufferView& out, StreamRef s);
 
+  // The method of the slot's next call; at the end of a measurement, the
+  // timings summed over the ranks by agree() decide it (then logged).
+  using Agree = std::function<void(MethodChoice::Sums&)>;
+  static Method method_for_call(Slot& slot, const Agree& agree);
+  // Around the call on the communicator's stream: timed when it is a trial.
+  static void begin_call(Slot& slot, StreamRef s);
+  static void end_call(Slot& slot, StreamRef s);
+
  private:
   int device_;
   MakeReduce make_reduce_;
   MakeShard make_shard_;
+  std::vector<SiteRuleEntry> rules_;
+  MethodChoice::Options choice_;
   bool refused_[3] = {false, false, false};  // by Kind
   std::size_t bytes_ = 0;
   std::map<std::tuple<int, std::size_t, int, int>, std::unique_ptr<Slot>> slots_;

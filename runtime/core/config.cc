@@ -102,7 +102,11 @@ constexpr ConfigVar kVars[] = {
      "events that order the communicator's stream (0: none)"},
     {"RTD_CE_STAGED", "0",
      "1: all_reduce, all_gather and reduce_scatter of 1 MiB or more within a host by copy "
-     "engines, through staging buffers the peers map once"},
+     "engines, through staging buffers the peers map once; each site (operation, count, dtype) "
+     "by copy engines or NCCL's kernels as timed in its first calls, alike on every rank"},
+    {"RTD_CE_SITES", "",
+     "staged sites' methods instead of measuring, KIND[:COUNT]=METHOD comma-separated (KIND "
+     "all_reduce, all_gather, reduce_scatter or *; METHOD kernels, copy_engines or measure)"},
     {"RTD_NCCL_SPLIT_SHARE", "0",
      "1: the data-path communicator split off the init one shares its resources (splitShare)"},
     {"RTD_NCCL_DIRECT_INIT", "1",
@@ -243,6 +247,7 @@ Config Config::from_env(const EnvMap& env) {
   c.ce_reduce_blocks = parse_int(env, "RTD_CE_REDUCE_BLOCKS", 1).value_or(-1);
   c.ce_copy_streams = parse_int(env, "RTD_CE_COPY_STREAMS", 1).value_or(0);
   c.ce_staged = parse_switch(env, "RTD_CE_STAGED");
+  c.ce_sites = parse_string(env, "RTD_CE_SITES", "");
   c.nccl_inline_bytes =
       parse_int(env, "RTD_NCCL_INLINE_BYTES", 0).value_or(Config::kNcclInlineBytes);
   c.nccl_split_share = parse_switch(env, "RTD_NCCL_SPLIT_SHARE");

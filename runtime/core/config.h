@@ -71,6 +71,7 @@ struct Config {
   int ce_reduce_blocks = -1;       // RTD_CE_REDUCE_BLOCKS
   int ce_copy_streams = 0;         // RTD_CE_COPY_STREAMS (0: unset, one stream)
   bool ce_staged = false;          // RTD_CE_STAGED: all_reduce staged by copy engines
+  std::string ce_sites;  // RTD_CE_SITES: staged sites' methods (NcclSettings::staged_sites)
   // RTD_NCCL_INLINE_BYTES: small calls on the caller's stream.
   static constexpr long long kNcclInlineBytes = 1 << 20;
   long long nccl_inline_bytes = kNcclInlineBytes;

@@ -22,6 +22,12 @@ step test_collectives 90 env RTD_LOG=info "${run[@]}" dtrun 2 collectives.py cud
 for op in all_reduce all_gather reduce_scatter; do
   echo "test_collectives: $(grep -c "$op of .* staged by copy engines" "$out/test_collectives.log") $op sizes staged by copy engines"
 done
+# Each staged site's method measured, alike on both ranks; then overridden.
+choice=(env RTD_TORCH_COPY_ENGINES=1 RTD_LOG=info)
+step test_method_choice 120 "${choice[@]}" "${run[@]}" dtrun 2 method_choice.py
+"$py" "$here/tests/torch/check_choice_log.py" "$out/test_method_choice.log" 3 3 | sed 's/^/test_method_choice: /'
+step test_method_override 120 "${choice[@]}" RTD_CE_SITES='*=kernels,all_gather=copy_engines' "${run[@]}" dtrun 2 method_choice.py
+"$py" "$here/tests/torch/check_choice_log.py" "$out/test_method_override.log" 0 1 | sed 's/^/test_method_override: /'
 step test_stream_order 60 "${run[@]}" dtrun 2 stream_order.py
 step test_cuda_graph 90 "${run[@]}" dtrun 2 cuda_graph.py
 step test_train 90 "${run[@]}" dtrun 2 train.py cuda 20

@@ -39,6 +39,13 @@ struct NcclSettings {
   // once, then the persistent copy-engine collective of that buffer), so
   // arbitrary tensors get the copy-engine path. Every rank the same.
   bool staged_copy_engines = false;
+  // With staged_copy_engines: each site (an operation of one count, dtype and
+  // reduction) by copy engines or NCCL's kernels as measured in its first
+  // calls, alike on every rank, unless overridden here:
+  // "KIND[:COUNT]=METHOD,..." (KIND all_reduce, all_gather, reduce_scatter or
+  // *; METHOD kernels, copy_engines or measure). Empty: RTD_CE_SITES. The
+  // same on every rank.
+  std::string staged_sites;
   // Collectives of at most this many bytes run on the caller's stream itself
   // instead of the communicator's: no events between the two streams (about
   // 1.5-2 us of host time a call on 2xH100), but the caller's later work on
