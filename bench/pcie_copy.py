@@ -61,7 +61,8 @@ def main():
 def parse_args():
     p = argparse.ArgumentParser()
     p.add_argument("--load", type=float, default=0, help="copy both ways for this many seconds")
-    p.add_argument("--gbps", type=float, default=0, help="at most this many GB/s in all (0: no cap)")
+    p.add_argument("--gbps", type=float, default=0,
+                   help="at most this many GB/s in all (0: no cap)")
     return p.parse_args()
 
 
@@ -79,7 +80,8 @@ def load(step, seconds, gbps):
             if ahead > 0:
                 time.sleep(ahead)
     spent = time.time() - start
-    print("LOAD " + json.dumps({"seconds": round(spent, 1), "GBps": round(steps * per_step / spent, 1)}),
+    print("LOAD " + json.dumps({"seconds": round(spent, 1),
+                                "GBps": round(steps * per_step / spent, 1)}),
           flush=True)
 
 

@@ -18,7 +18,8 @@ rank (no transfer, but it steps the whole model, not a half); and DDP
 with PyTorch's bf16 compression hook on every backend.
 FSDP2 also with rt_dist.torch.fsdp_comms on rtd (its buffers lent by the group;
 plain FSDP2 on rtd gets it by itself unless RTD_TORCH_FSDP_COMMS=0: each FSDP2
-configuration's lent buffers are printed), and on nccl with PyTorch's set_allocate_memory_from_process_group_for_comm.
+configuration's lent buffers are printed), and on nccl with PyTorch's
+set_allocate_memory_from_process_group_for_comm.
 Env: H, L, B (the MLP), BACKENDS (default "nccl rtd rtd_nocopy"), CONFIGS (a
 subset of ddp ddp_hook fsdp2 fsdp2_noreshard_bf16 fsdp2_comms
 fsdp2_noreshard_bf16_comms fsdp2_comms_rsnccl fsdp2_pgalloc ddp_bf16hook ddp_tail_nccl
@@ -34,7 +35,8 @@ timed steps as unix times, for bench/power_windows.py),
 FLOORS=0 (leave the floors and the bf16 hook out), PROFILE=DIR with
 PROFILE_CONFIGS="fsdp2_nccl fsdp2_rtd floor_fsdp2_null ..." (three more steps
 of those configurations under torch.profiler: rank 0's trace in DIR and its
-GPU time by kernel in the output, PROFILE_ROWS of them (15); PROFILE_SORT=self_cpu_time_total: by host
+GPU time by kernel in the output, PROFILE_ROWS of them (15);
+PROFILE_SORT=self_cpu_time_total: by host
 time), SNAPSHOT=DIR (rank 0's allocations and frees during the untimed step
 of every configuration, as torch's memory snapshot DIR/<configuration>.pickle;
 bench/memory_peak.py tells what is live at its peak).
@@ -236,7 +238,8 @@ def main():
             return t * 1e6
 
         direct = issue_us(lambda: g.allreduce([tiny]))
-        line = f"allreduce {name} 4B host time: the group's allreduce called straight {direct:.1f} us"
+        line = (f"allreduce {name} 4B host time: the group's allreduce called straight "
+                f"{direct:.1f} us")
         res[f"allreduce_4B_direct_us_{name}"] = direct
         comm = getattr(g, "_comms", {}).get("cuda")
         if comm is not None:
@@ -461,7 +464,8 @@ def main():
         configs = [c for c in configs if c[0] in chosen]
     floors = os.environ.get("FLOORS", "1") == "1"
     if floors:
-        configs.append(("ddp_bf16hook", lambda g: (lambda: ddp(g, default_hooks.bf16_compress_hook))))
+        configs.append(("ddp_bf16hook",
+                        lambda g: (lambda: ddp(g, default_hooks.bf16_compress_hook))))
     for tag, maker in configs:
         for name, g in groups.items():
             if "_comms" in tag and name == "nccl":

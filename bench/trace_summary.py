@@ -66,7 +66,8 @@ def summarize(path, window=None, listed=False, gaps_shown=12):
     idle = sum(g[0] for g in gaps)
     span = es[-1]["ts"] + es[-1]["dur"] - es[0]["ts"]
     print(f"compute stream {compute}: span {span / 1e3:.2f} ms, idle {idle / 1e3:.2f} ms "
-          f"({sum(1 for g in gaps if g[0] > 20)} gaps over 20 us), GEMMs {gemm_time[compute] / 1e3:.2f} ms "
+          f"({sum(1 for g in gaps if g[0] > 20)} gaps over 20 us), "
+          f"GEMMs {gemm_time[compute] / 1e3:.2f} ms "
           f"in {sum(1 for e in es if is_gemm(e['name']))} kernels")
     for gap, before, after, at in sorted(gaps, reverse=True)[:gaps_shown]:
         print(f"  idle {gap / 1e3:7.3f} ms at {at:8.2f} ms: after {before} | before {after}")

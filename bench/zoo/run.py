@@ -102,7 +102,7 @@ def measure(shape, mode, group, device, warm, steps, compiled, profile=0):
             for e in events[:profile]:
                 print(f"profile:   {e.device_time_total / 3e3:8.2f} ms {e.count // 3:5d}x "
                       f"{e.key[:90]}", flush=True)
-    del model, opt, tokens
+    model = opt = tokens = None  # freed before the cache is emptied (step() holds them)
     gc.collect()
     torch.cuda.empty_cache()
     return seconds, peak, value

@@ -39,7 +39,8 @@ def same(what, ours, theirs):
     global checks
     ours, theirs = ours.cpu(), theirs.cpu()
     if ours.dtype != theirs.dtype or ours.shape != theirs.shape or not torch.equal(ours, theirs):
-        raise AssertionError(f"rank {rank}: {what}: rtd {ours.tolist()} != reference {theirs.tolist()}")
+        raise AssertionError(
+            f"rank {rank}: {what}: rtd {ours.tolist()} != reference {theirs.tolist()}")
     checks += 1
 
 

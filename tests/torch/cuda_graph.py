@@ -42,7 +42,8 @@ def check(when):
     for name, got, want in (("all_reduce small", small, torch.full_like(small, total)),
                             ("all_reduce big", big, torch.full_like(big, total)),
                             ("all_gather", gathered, want_gathered),
-                            ("reduce_scatter", scattered, torch.full_like(scattered, n * (rank + 1.0)))):
+                            ("reduce_scatter", scattered,
+                             torch.full_like(scattered, n * (rank + 1.0)))):
         if not torch.equal(got, want):
             raise AssertionError(f"rank {rank}, {when}: {name} gave {got[:4].tolist()}..., "
                                  f"want {want[:4].tolist()}...")

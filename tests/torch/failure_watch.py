@@ -2,7 +2,8 @@
 communicator that fails after its call returned is raised in the main thread
 once, with its message, while that thread runs Python code that calls nothing
 of ours (with RTD_TORCH_ASYNC_ERRORS=1; by default nothing is raised there
-and the failure waits for the next call or the exit); a failure nobody saw is reported at exit; with the raise turned off
+and the failure waits for the next call or the exit); a failure nobody saw is
+reported at exit; with the raise turned off
 nothing is raised and the failure waits for the exit; at exit the watch asks
 librt_dist to call no more Python.
     dtrun --nproc-per-node=1 python tests/torch/failure_watch.py

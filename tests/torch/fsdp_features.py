@@ -179,7 +179,8 @@ for name, run, ranks in cases:
     used.clear()
     tol = dict(rtol=1e-2, atol=1e-3) if run is compiled else dict(rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(ours, theirs, **tol,
-                               msg=lambda m: f"rank {rank}: {name}: rtd and {REFERENCE} differ: {m}")
+                               msg=lambda m: (f"rank {rank}: {name}: rtd and {REFERENCE} "
+                                              f"differ: {m}"))
     start = torch.cat([p.detach().reshape(-1).cpu() for p in model().parameters()])
     if ours.numel() == start.numel() and torch.equal(ours, start):
         raise AssertionError(f"{name}: the parameters did not change")

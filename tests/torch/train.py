@@ -25,15 +25,17 @@ import small_mlp  # tests/torch/small_mlp.py
 # Not even RTD_TORCH_FSDP_COMMS=1 (the default) makes the backend import FSDP2 (most of a
 # second): fully_shard is patched at FSDP2's first import, below.
 assert "torch.distributed.fsdp" not in sys.modules, "rt_dist.torch imported FSDP2"
-import torch.distributed as dist
-import torch.nn as nn
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.distributed.device_mesh import DeviceMesh
+# The imports below come after that check on purpose (E402).
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
+from torch.distributed.device_mesh import DeviceMesh  # noqa: E402
+
 try:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 except ImportError:  # torch < 2.6: FSDP2 under its first name
     from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20

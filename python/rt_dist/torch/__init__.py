@@ -4,17 +4,20 @@ PyTorch's own DDP, FSDP2 and scripts.
     import rt_dist.torch              # or nothing: torch loads it (see below)
     torch.distributed.init_process_group("rtd")
 
-CPU tensors go through Gloo, CUDA tensors through NCCL and, within a host,
-all-reduces, all-gathers and reduce-scatters of 1 MiB or more by copy engines
-(RTD_TORCH_COPY_ENGINES=0 turns that off). ``import torch`` registers the backend by itself where this
-package's entry point is visible (dtrun puts it on the workers' PYTHONPATH).
-With RTD_TORCH_DEFAULT=1, rtd is also torch.distributed's default backend for
+CPU tensors go through Gloo, CUDA tensors through NCCL's kernels. With
+RTD_TORCH_COPY_ENGINES=1, all-reduces, all-gathers and reduce-scatters of
+1 MiB or more within a host go by copy engines where those measure faster:
+each size's method is timed in its first calls and chosen alike on every
+rank (RTD_CE_SITES overrides it). ``import torch`` registers the backend by
+itself where this package's entry point is visible (dtrun puts it on the
+workers' PYTHONPATH). With RTD_TORCH_DEFAULT=1, rtd is also torch.distributed's default backend for
 CPU and CUDA tensors, so that a script that asks for the default
 (``init_process_group()`` without a backend, or
 ``get_default_backend_for_device``) runs on rtd unchanged; with
-RTD_TORCH_DDP_HOOK=1 (the default), a DDP model on rtd registers ``ddp_hook``
+RTD_TORCH_IMPL=python (the Python backend), RTD_TORCH_DDP_HOOK=1 (the
+default), a DDP model on rtd registers ``ddp_hook``
 at its first forward where the script registered no comm hook; with
-RTD_TORCH_FSDP_COMMS=1 (the default), ``fully_shard`` sets ``fsdp_comms``'s
+RTD_TORCH_FSDP_COMMS=1 (the default there), ``fully_shard`` sets ``fsdp_comms``'s
 hooks itself on modules it shards onto an rtd group, so that an unchanged
 FSDP2 script gets them; with RTD_TORCH_GEMM_SM_CARVEOUT=N,
 PyTorch's GEMMs (by cuBLASLt) leave N SMs free for the kernels the copy
@@ -22,7 +25,9 @@ engines' path still runs beside them (FSDP2's casts, the reductions' sums).
 See docs/torch.md.
 """
 
+import datetime
 import os
+import types
 import warnings
 
 import torch
@@ -47,14 +52,14 @@ FSDP_COMMS_DEFAULT = "1"  # RTD_TORCH_FSDP_COMMS when unset
 IMPLEMENTATIONS = ("cpp", "python")
 
 
-def _impl():
+def _impl() -> str:
     value = os.environ.get("RTD_TORCH_IMPL", "cpp")
     if value not in IMPLEMENTATIONS:
         raise ValueError(f"RTD_TORCH_IMPL={value!r}: use cpp or python")
     return value
 
 
-def _extension():
+def _extension() -> types.ModuleType:
     """rt_dist.torch._C, or an ImportError that says how to get the right one."""
     try:
         from rt_dist import _capi  # finds and checks librt_dist
@@ -70,11 +75,13 @@ def _extension():
     built = _C.TORCH_VERSION.split("+")[0]
     if built != torch.__version__.split("+")[0]:
         warnings.warn(f"rt_dist: the rtd backend was built against torch {_C.TORCH_VERSION}, "
-                      f"this is {torch.__version__}; rebuild it against this one if it fails")
+                      f"this is {torch.__version__}; rebuild it against this one if it fails",
+                      stacklevel=2)
     return _C
 
 
-def _create(store, rank, size, timeout):
+def _create(store: dist.Store, rank: int, size: int,
+            timeout: datetime.timedelta) -> dist.ProcessGroup:
     if _impl() == "python":
         return ProcessGroupRTD(store, rank, size, timeout)
     return _extension().ProcessGroupRTD(store, rank, size, timeout)
@@ -86,20 +93,21 @@ def _create(store, rank, size, timeout):
 TESTED = (2, 11)
 
 
-def _version():
+def _version() -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
     except ValueError:
         return TESTED
 
 
-def register():
+def register() -> None:
     """Registers the backend with torch.distributed (once; later calls do nothing)."""
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
         return
     if _version() < TESTED:
         warnings.warn(f"rt_dist: the rtd backend is tested with torch {TESTED[0]}.{TESTED[1]}; "
-                      f"this is {torch.__version__} (on 2.4 DDP hangs; see docs/torch.md)")
+                      f"this is {torch.__version__} (on 2.4 DDP hangs; see docs/torch.md)",
+                      stacklevel=2)
     dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
     if _switch("RTD_TORCH_DEFAULT", "0"):
         for device in ("cpu", "cuda"):
@@ -115,21 +123,22 @@ def register():
         asked = os.environ.get("RTD_TORCH_FSDP_COMMS") == "1"
         why = _fsdp_comms.install_on_fully_shard(quiet=not asked)
         if why and asked:
-            warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS=1 ignored: {why}")
+            warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS=1 ignored: {why}", stacklevel=2)
     _gemm_carveout(os.environ.get("RTD_TORCH_GEMM_SM_CARVEOUT"))
 
 
-def _switch(name, default):
+def _switch(name: str, default: str) -> bool:
     """A 0/1 setting read at registration; another value warns and counts
     as the default (a bad value must not stop `import torch`)."""
     value = os.environ.get(name, default)
     if value not in ("0", "1"):
-        warnings.warn(f"rt_dist: {name}={value!r} is neither 0 nor 1; taken as {default}")
+        warnings.warn(f"rt_dist: {name}={value!r} is neither 0 nor 1; taken as {default}",
+                      stacklevel=2)
         value = default
     return value == "1"
 
 
-def _gemm_carveout(value):
+def _gemm_carveout(value: str | None) -> None:
     """RTD_TORCH_GEMM_SM_CARVEOUT=N: PyTorch's own (experimental) knob, for
     every GEMM of the process. A GEMM on Hopper holds every SM until it
     ends; kernels of other streams then wait for it (measured in
@@ -138,13 +147,14 @@ def _gemm_carveout(value):
         return
     if not value.isdigit() or int(value) > 1024:
         warnings.warn(f"rt_dist: RTD_TORCH_GEMM_SM_CARVEOUT={value!r} is not a count of SMs "
-                      "(0 to the GPU's); ignored")
+                      "(0 to the GPU's); ignored", stacklevel=2)
         return
     try:
         torch.backends.cuda.preferred_blas_library("cublaslt")  # the carveout is cuBLASLt's
         torch._C._set_sm_carveout_experimental(int(value))
     except (AttributeError, RuntimeError) as e:
-        warnings.warn(f"rt_dist: RTD_TORCH_GEMM_SM_CARVEOUT ignored: this torch cannot ({e})")
+        warnings.warn(f"rt_dist: RTD_TORCH_GEMM_SM_CARVEOUT ignored: this torch cannot ({e})",
+                      stacklevel=2)
 
 
 register()

@@ -8,4 +8,4 @@ def load():
     try:
         import rt_dist.torch  # noqa: F401  (registering is its import)
     except Exception as e:  # an old or broken torch.distributed: say so, go on
-        warnings.warn(f"rt_dist: the rtd backend was not registered: {e}")
+        warnings.warn(f"rt_dist: the rtd backend was not registered: {e}", stacklevel=2)

@@ -252,7 +252,7 @@ def _land(pg, module, output):
             p.free_unsharded_param = functools.partial(_landing.free_later, id(group), p,
                                                        p.free_unsharded_param)
     outs = []
-    for p, (numel, dtype) in zip(params, shares):
+    for p, (numel, dtype) in zip(params, shares, strict=True):
         p.init_all_gather_outputs([numel], [dtype], pg.size(), output.device)
         p.alloc_all_gather_outputs()
         out = p.all_gather_outputs
@@ -451,7 +451,8 @@ def _install(module, land=None, park=None):
     return True
 
 
-def fsdp_comms(model, land=None, park=None):
+def fsdp_comms(model: "torch.nn.Module", land: "bool | None" = None,
+               park: "bool | None" = None) -> int:
     """Sets rtd's all-gather and reduce-scatter on every FSDP2 module of model
     whose group is rtd; returns how many modules got them. Call it after
     fully_shard and before the first step, on every rank. land=True gathers
@@ -485,7 +486,7 @@ def install_on_fully_shard(quiet=False):
 def _patch_at_import():
     why = _patch_fully_shard()
     if why:
-        warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS=1 ignored: {why}")
+        warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS=1 ignored: {why}", stacklevel=2)
 
 
 class _AtFirstImport(importlib.abc.MetaPathFinder):

@@ -331,7 +331,8 @@ class ProcessGroupRTD(dist.ProcessGroup):
             return None
         if gather:
             key = None
-            if small.data_ptr() != big.data_ptr() + self.rank() * small.numel() * small.element_size():
+            offset = self.rank() * small.numel() * small.element_size()
+            if small.data_ptr() != big.data_ptr() + offset:
                 return None  # not in place
         else:
             key = _reduce_op(op if op is not None else dist.ReduceOp.SUM, "reduce_scatter_tensor")
@@ -436,7 +437,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         ops = []
-        for o, i in zip(outputs, inputs):
+        for o, i in zip(outputs, inputs, strict=True):
             vi, dt = _carried(i, "all_gather_into_tensor_coalesced")
             vo, _ = _carried(o, "all_gather_into_tensor_coalesced")
             if vo.numel() != vi.numel() * self.size():
@@ -459,7 +460,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
         work = self._allgather_base(flat, t.reshape(-1))
 
         def scatter_out():
-            for o, piece in zip(outs, flat.chunk(self.size())):
+            for o, piece in zip(outs, flat.chunk(self.size()), strict=True):
                 o.copy_(piece.view_as(o))
 
         work._after = scatter_out
@@ -485,7 +486,7 @@ class ProcessGroupRTD(dist.ProcessGroup):
         op = _reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                         "reduce_scatter_tensor_coalesced")
         ops = []
-        for o, i in zip(outputs, inputs):
+        for o, i in zip(outputs, inputs, strict=True):
             if i.numel() != o.numel() * self.size():
                 raise ValueError("rtd reduce_scatter_tensor_coalesced: an input is not size x "
                                  "its output")

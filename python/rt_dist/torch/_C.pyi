@@ -1,0 +1,14 @@
+# Types of rt_dist.torch._C, the rtd backend's C++ half (python/csrc/module.cc).
+import datetime
+
+import torch.distributed as dist
+
+TORCH_VERSION: str
+
+def load(path: str) -> None: ...
+
+class ProcessGroupRTD(dist.ProcessGroup):
+    def __init__(self, store: dist.Store, rank: int, size: int,
+                 timeout: datetime.timedelta) -> None: ...
+    @property
+    def calls(self) -> int: ...
