@@ -15,6 +15,21 @@ void CpuWork::complete() {
   cv_.notify_all();
 }
 
+void CpuWork::complete_from(int rank) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    source_ = rank;
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+int CpuWork::source() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return source_;
+}
+
 void CpuWork::fail(const Error& error) {
   {
     std::lock_guard<std::mutex> lock(mu_);

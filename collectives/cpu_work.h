@@ -17,6 +17,8 @@ class CpuWork : public Work {
   CpuWork(std::string what, std::chrono::milliseconds default_timeout);
 
   void complete();
+  // A receive from any source: complete, from `rank`.
+  void complete_from(int rank);
   void fail(const Error& error);
 
   bool done() const override;
@@ -24,6 +26,7 @@ class CpuWork : public Work {
   void wait(std::chrono::milliseconds timeout) override;
   void wait(StreamRef) override {}  // host memory: nothing for a stream to wait on
   std::optional<Error> error() const override;
+  int source() const override;
 
  private:
   const std::string what_;
@@ -32,6 +35,7 @@ class CpuWork : public Work {
   std::condition_variable cv_;
   bool done_ = false;
   std::optional<Error> error_;
+  int source_ = -1;
 };
 
 }  // namespace rtd

@@ -1,6 +1,7 @@
 // Argument checks shared by every backend.
 #include "collectives/validate.h"
 
+#include "rt_dist/communicator.h"
 #include "rt_dist/error.h"
 #include "runtime/core/hot_path.h"
 
@@ -114,6 +115,9 @@ void all_to_all(const BufferView& in, const BufferView& out, int size, DeviceTyp
 void point_to_point(const char* op, const BufferView& buf, int peer, int rank, int size,
                     DeviceType device) {
   buffer_on(op, buf, device);
+  if (peer == Communicator::kAnySource) {
+    fail(op, "a receive from any source is for host memory (Gloo) only; name the peer");
+  }
   rank_in_range(op, "peer", peer, size);
   if (peer == rank) fail(op, "peer is this rank");
 }

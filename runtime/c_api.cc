@@ -435,6 +435,10 @@ int rtd_work_error(rtd_work* work) {
   });
 }
 
+int rtd_work_source(rtd_work* work) {
+  return guarded<int>(-1, [&] { return work && work->work ? work->work->source() : -1; });
+}
+
 void rtd_work_free(rtd_work* work) { delete work; }
 
 rtd_persistent* rtd_persistent_all_reduce(rtd_comm* comm, void* buf, int64_t count, int dtype,

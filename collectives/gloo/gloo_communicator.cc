@@ -226,11 +226,21 @@ std::shared_ptr<Work> GlooCommunicator::barrier(StreamRef) {
 std::shared_ptr<Work> GlooCommunicator::point_to_point(bool is_send, BufferView buf, int peer,
                                                        int tag) {
   const char* op = is_send ? "send" : "recv";
-  validate::point_to_point(op, buf, peer, rank_, size_, DeviceType::kCpu);
+  const bool any_source = !is_send && peer == kAnySource;
+  if (any_source) {
+    validate::buffer_on(op, buf, DeviceType::kCpu);
+    if (size_ < 2) throw Error(ErrorCategory::kInvalidArgument, "recv: no other rank to send");
+  } else {
+    validate::point_to_point(op, buf, peer, rank_, size_, DeviceType::kCpu);
+  }
   if (tag < 0)
     throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": tag must be non-negative");
   P2POp p2p{is_send, buf, peer, static_cast<std::uint32_t>(tag)};
   if (group_) {
+    if (any_source) {
+      throw Error(ErrorCategory::kInvalidArgument,
+                  "recv: a receive from any source cannot be in a group");
+    }
     group_->p2p.push_back(PendingP2P{is_send, buf, peer, p2p.tag});
     if (!group_->p2p_work) {
       group_->p2p_work =
@@ -239,9 +249,43 @@ std::shared_ptr<Work> GlooCommunicator::point_to_point(bool is_send, BufferView 
     }
     return group_->p2p_work;
   }
-  return enqueue(op, p2p.tag, 0, [p2p](const OpArgs& args) {
-    if (p2p.buf.count > 0) run_point_to_point(args, {p2p});
+  return post_now(op, p2p);
+}
+
+// Posted on the caller's thread and waited for on p2p_waits_'s, not run on
+// the queue: a receive that waits for its message must not hold back a send
+// posted after it (batch_isend_irecv posts each rank's receive first).
+std::shared_ptr<Work> GlooCommunicator::post_now(const char* op, const P2POp& p2p) {
+  const std::string what = std::string("gloo ") + op + " tag " + std::to_string(p2p.tag) +
+                           (p2p.peer == kAnySource ? " from any rank" : "") + " on rank " +
+                           std::to_string(rank_);
+  auto work = std::make_shared<CpuWork>(what, timeout_ + std::chrono::seconds(5));
+  if (aborted_) {
+    work->fail(Error(ErrorCategory::kBackend, what + ": communicator was aborted"));
+    return work;
+  }
+  if (p2p.buf.count == 0) {
+    work->complete();  // nothing to move (Gloo refuses empty buffers)
+    return work;
+  }
+  std::shared_ptr<::gloo::transport::UnboundBuffer> buf;
+  try {
+    buf =
+        post_point_to_point(OpArgs{.context = context_, .tag = p2p.tag, .timeout = timeout_}, p2p);
+  } catch (const ::gloo::Exception& e) {
+    throw from_gloo(what, e);
+  }
+  track(work);
+  p2p_waits_.post([work, buf, p2p, what, timeout = timeout_] {
+    try {
+      work->complete_from(wait_point_to_point(*buf, p2p, timeout));
+    } catch (const ::gloo::Exception& e) {
+      work->fail(from_gloo(what, e));
+    } catch (const std::exception& e) {
+      work->fail(Error(ErrorCategory::kInternal, what + ": " + e.what()));
+    }
   });
+  return work;
 }
 
 std::shared_ptr<Work> GlooCommunicator::send(BufferView buf, int peer, int tag, StreamRef) {

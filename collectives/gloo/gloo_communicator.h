@@ -11,6 +11,7 @@
 
 #include "collectives/cpu_work.h"
 #include "collectives/flight_recorder.h"
+#include "collectives/gloo/gloo_ops.h"
 #include "collectives/op_queue.h"
 #include "rt_dist/communicator.h"
 #include "rt_dist/store.h"
@@ -71,6 +72,7 @@ class GlooCommunicator : public Communicator {
   // ends the process) or reducing values that do not belong together.
   std::uint32_t next_tag(std::string_view op, std::uint64_t a = 0, std::uint64_t b = 0);
   std::shared_ptr<Work> point_to_point(bool is_send, BufferView buf, int peer, int tag);
+  std::shared_ptr<Work> post_now(const char* op, const P2POp& p2p);
 
   // Inside group(): point-to-point operations are posted together, then waited.
   struct PendingP2P {
@@ -101,7 +103,8 @@ class GlooCommunicator : public Communicator {
   void track(const std::shared_ptr<CpuWork>& work);
   std::uint32_t next_tag_ = 0;
   std::unique_ptr<FlightRecorder> recorder_;
-  OpQueue queue_;  // last: its thread stops before what it uses goes
+  OpQueue p2p_waits_;  // waits for sends and receives posted on the caller's thread
+  OpQueue queue_;      // last: its thread stops before what it uses goes
 };
 
 }  // namespace rtd::gloo_backend

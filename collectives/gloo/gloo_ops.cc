@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/half_floats.h"
+#include "rt_dist/communicator.h"
 
 namespace rtd::gloo_backend {
 namespace {
@@ -110,25 +111,39 @@ void run_all_to_all(const OpArgs& args, const BufferView& in, const BufferView& 
   ::gloo::alltoall(opts);
 }
 
+std::unique_ptr<::gloo::transport::UnboundBuffer> post_point_to_point(const OpArgs& args,
+                                                                      const P2POp& op) {
+  auto ub = args.context->createUnboundBuffer(op.buf.data, op.buf.bytes());
+  auto slot = ::gloo::Slot::build(kP2PSlotPrefix, op.tag);
+  if (op.is_send) {
+    ub->send(op.peer, slot);
+  } else if (op.peer == Communicator::kAnySource) {
+    std::vector<int> others;
+    for (int r = 0; r < args.context->size; ++r) {
+      if (r != args.context->rank) others.push_back(r);
+    }
+    ub->recv(others, slot);
+  } else {
+    ub->recv(op.peer, slot);
+  }
+  return ub;
+}
+
+int wait_point_to_point(::gloo::transport::UnboundBuffer& buf, const P2POp& op,
+                        std::chrono::milliseconds timeout) {
+  int rank = op.peer;
+  if (op.is_send) {
+    buf.waitSend(&rank, timeout);
+  } else {
+    buf.waitRecv(&rank, timeout);
+  }
+  return rank;
+}
+
 void run_point_to_point(const OpArgs& args, const std::vector<P2POp>& ops) {
   std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> bufs;
-  for (const auto& op : ops) {
-    auto ub = args.context->createUnboundBuffer(op.buf.data, op.buf.bytes());
-    auto slot = ::gloo::Slot::build(kP2PSlotPrefix, op.tag);
-    if (op.is_send) {
-      ub->send(op.peer, slot);
-    } else {
-      ub->recv(op.peer, slot);
-    }
-    bufs.push_back(std::move(ub));
-  }
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].is_send) {
-      bufs[i]->waitSend(args.timeout);
-    } else {
-      bufs[i]->waitRecv(args.timeout);
-    }
-  }
+  for (const auto& op : ops) bufs.push_back(post_point_to_point(args, op));
+  for (std::size_t i = 0; i < ops.size(); ++i) wait_point_to_point(*bufs[i], ops[i], args.timeout);
 }
 
 }  // namespace rtd::gloo_backend

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <chrono>
 #include <cstdint>
@@ -30,9 +31,17 @@ void run_barrier(const OpArgs& args);
 struct P2POp {
   bool is_send;
   BufferView buf;
-  int peer;
+  int peer;  // a receive's kAnySource: from whichever other rank sends first
   std::uint32_t tag;
 };
+// One send or receive, posted now: Gloo lets any thread post beside the queue
+// thread's collectives (their slots differ), so that a receive waiting for
+// its message never holds back a send posted after it.
+std::unique_ptr<::gloo::transport::UnboundBuffer> post_point_to_point(const OpArgs& args,
+                                                                      const P2POp& op);
+// Waits for a posted operation; returns the rank it went to or came from.
+int wait_point_to_point(::gloo::transport::UnboundBuffer& buf, const P2POp& op,
+                        std::chrono::milliseconds timeout);
 // Posts every send and receive first, then waits for all of them, so that
 // pairs of operations in any order cannot wait on each other.
 void run_point_to_point(const OpArgs& args, const std::vector<P2POp>& ops);

@@ -104,10 +104,19 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::recv(std::vector<at::Tensor>& tensors
   });
 }
 
-c10::intrusive_ptr<c10d::Work> BackendRTD::recvAnysource(std::vector<at::Tensor>&, int) {
-  C10_THROW_ERROR(ValueError, where("recv") +
-                                  ": receiving from any source is not supported; name the "
-                                  "sender (recv(tensor, src=...))");
+// From whichever other rank sends first (Gloo's receive from any of them);
+// the Work's sourceRank() names it once done.
+c10::intrusive_ptr<c10d::Work> BackendRTD::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                         int tag) {
+  const char* what = "recv";
+  TORCH_CHECK_VALUE(tensors.size() == 1, where(what), ": one tensor per call");
+  const at::Device device = device_of(tensors, what);
+  TORCH_CHECK_VALUE(device.is_cpu(), where(what),
+                    ": a receive from any source takes a CPU tensor; on GPUs name the sender "
+                    "(recv(tensor, src=...))");
+  TORCH_CHECK_VALUE(tensors[0].numel() > 0, where(what),
+                    ": a receive from any source needs a tensor of at least one element");
+  return recv(tensors, -1, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendRTD::gather(std::vector<std::vector<at::Tensor>>& outputs,

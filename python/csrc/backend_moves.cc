@@ -157,8 +157,9 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
   const char* what = "all_gather_coalesced";
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), where(what), ": ", inputs.size(),
-                    " inputs and ", outputs.size(), " output lists");
+  // outputs[r][k]: rank r's piece of input k (Gloo's layout).
+  TORCH_CHECK_VALUE(static_cast<int>(outputs.size()) == getSize(), where(what), ": ",
+                    outputs.size(), " output lists, one per rank (", getSize(), ") needed");
   const at::Device device = device_of(inputs, what);
   // Every input's bytes end to end, gathered once, then cut per rank and tensor.
   std::vector<at::Tensor> parts;
@@ -167,27 +168,30 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::allgather_coalesced(
     parts.push_back(bytes_of(t.contiguous()));
     sizes.push_back(parts.back().numel());
   }
+  Finish finish;
+  for (const auto& list : outputs) {
+    TORCH_CHECK_VALUE(list.size() == inputs.size(), where(what), ": an output list holds ",
+                      list.size(), " tensors, not one per input (", inputs.size(), ")");
+    for (size_t k = 0; k < list.size(); ++k) {
+      TORCH_CHECK_VALUE(list[k].numel() * static_cast<int64_t>(list[k].element_size()) == sizes[k],
+                        where(what), ": output ", k, " has ", list[k].numel(), " x ",
+                        list[k].scalar_type(), ", input ", k, " has ", inputs[k].numel(), " x ",
+                        inputs[k].scalar_type());
+    }
+    finish.outputs.insert(finish.outputs.end(), list.begin(), list.end());
+  }
   at::Tensor in = at::cat(parts);
   const int64_t total = in.numel();
   at::Tensor gathered = at::empty({getSize() * total}, in.options());
-  Finish finish;
-  for (auto& list : outputs) {
-    TORCH_CHECK_VALUE(static_cast<int>(list.size()) == getSize(), where(what),
-                      ": each output list needs ", getSize(), " tensors");
-    finish.outputs.insert(finish.outputs.end(), list.begin(), list.end());
-  }
   Call call = all_gather_call(in, gathered, finish);
   then(finish.after, [outputs, gathered, sizes, total]() mutable {
-    int64_t offset = 0;
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      for (size_t r = 0; r < outputs[k].size(); ++r) {
-        at::Tensor& o = outputs[k][r];
-        at::Tensor piece = gathered.narrow(0, static_cast<int64_t>(r) * total + offset, sizes[k]);
-        TORCH_CHECK_VALUE(o.numel() * static_cast<int64_t>(o.element_size()) == sizes[k],
-                          "rtd all_gather_coalesced: an output's size differs from its input's");
-        o.copy_(piece.view(o.scalar_type()).view(o.sizes()));
+    for (size_t r = 0; r < outputs.size(); ++r) {
+      int64_t offset = static_cast<int64_t>(r) * total;
+      for (size_t k = 0; k < outputs[r].size(); ++k) {
+        at::Tensor& o = outputs[r][k];
+        o.copy_(gathered.narrow(0, offset, sizes[k]).view(o.scalar_type()).view(o.sizes()));
+        offset += sizes[k];
       }
-      offset += sizes[k];
     }
   });
   finish.keep.insert(finish.keep.end(), {in, gathered});

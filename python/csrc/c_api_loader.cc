@@ -18,7 +18,7 @@ namespace {
   X(rtd_all_reduce) X(rtd_broadcast) X(rtd_all_gather) X(rtd_reduce_scatter)            \
   X(rtd_all_to_all) X(rtd_barrier) X(rtd_send) X(rtd_recv) X(rtd_group)                 \
   X(rtd_work_done) X(rtd_work_wait) X(rtd_work_wait_stream) X(rtd_work_error)           \
-  X(rtd_work_free)
+  X(rtd_work_source) X(rtd_work_free)
 // clang-format on
 
 struct Table {
@@ -126,5 +126,6 @@ int rtd_work_wait_stream(rtd_work* work, void* stream) {
   return table.rtd_work_wait_stream(work, stream);
 }
 int rtd_work_error(rtd_work* work) { return table.rtd_work_error(work); }
+int rtd_work_source(rtd_work* work) { return table.rtd_work_source(work); }
 void rtd_work_free(rtd_work* work) { table.rtd_work_free(work); }
 }

@@ -171,4 +171,6 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkRTD::getFuture() {
   return future_;
 }
 
+int WorkRTD::sourceRank() const { return handle_ == nullptr ? -1 : rtd_work_source(handle_); }
+
 }  // namespace rtd_torch

@@ -51,6 +51,7 @@ class WorkRTD : public c10d::Work {
   void synchronize() override { wait(); }
   std::vector<at::Tensor> result() override { return finish_.outputs; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  int sourceRank() const override;  // a receive from any source, once done
 
  private:
   bool done() const;

@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Raised whenever a signature below changes; the caller checks it first. */
-#define RTD_C_API_VERSION 6
+#define RTD_C_API_VERSION 7
 int rtd_c_api_version(void);
 
 /* The message of the last failure on this thread ("" if none). */
@@ -106,7 +106,9 @@ rtd_work* rtd_reduce_scatter(rtd_comm* comm, void* in, void* out, int64_t count,
 rtd_work* rtd_all_to_all(rtd_comm* comm, void* in, void* out, int64_t count, int dtype, int device,
                          void* stream);
 rtd_work* rtd_barrier(rtd_comm* comm, void* stream);
-/* Point-to-point, not collective: the peer posts the matching call, same tag. */
+/* Point-to-point, not collective: the peer posts the matching call, same tag.
+ * rtd_recv's peer -1 (host memory, Gloo): from whichever other rank sends
+ * first; rtd_work_source names it once the Work is done. */
 rtd_work* rtd_send(rtd_comm* comm, void* buf, int64_t count, int dtype, int peer, int tag,
                    int device, void* stream);
 rtd_work* rtd_recv(rtd_comm* comm, void* buf, int64_t count, int dtype, int peer, int tag,
@@ -142,6 +144,8 @@ int rtd_work_wait(rtd_work* work, int64_t timeout_ms);
 int rtd_work_wait_stream(rtd_work* work, void* stream);
 /* 0 while running or on success, else 1 with the message in rtd_last_error(). */
 int rtd_work_error(rtd_work* work);
+/* A receive from any source, once done: the rank it came from; else -1. */
+int rtd_work_source(rtd_work* work);
 void rtd_work_free(rtd_work* work);
 
 /* One buffer reduced in place many times, as a DDP bucket is

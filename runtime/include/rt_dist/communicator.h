@@ -106,6 +106,9 @@ class Communicator {
                                            StreamRef stream = {}) = 0;
   virtual std::shared_ptr<Work> barrier(StreamRef stream = {}) = 0;
   // Point-to-point: not collective; the peer posts the matching call with the same tag.
+  // recv's peer kAnySource (host memory, Gloo): the first matching message of
+  // any other rank; the Work's source() names the sender once done.
+  static constexpr int kAnySource = -1;
   virtual std::shared_ptr<Work> send(BufferView buf, int peer, int tag = 0,
                                      StreamRef stream = {}) = 0;
   virtual std::shared_ptr<Work> recv(BufferView buf, int peer, int tag = 0,

@@ -34,6 +34,9 @@ class Work {
   virtual void wait(StreamRef stream) = 0;
   // The operation's error once done; empty while running or on success.
   [[nodiscard]] virtual std::optional<Error> error() const = 0;
+  // A receive from Communicator::kAnySource, once done: the rank it came
+  // from; -1 for every other operation.
+  [[nodiscard]] virtual int source() const { return -1; }
 };
 
 }  // namespace rtd
