@@ -106,6 +106,9 @@ class BackendRTD : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> all_reduce_into(const at::Tensor& t, const c10d::ReduceOp& op,
                                                  std::vector<at::Tensor> outputs,
                                                  std::function<void()> last, const char* what);
+  // A sparse (COO) tensor's sum: every rank's indices and values gathered,
+  // added up and coalesced here, on the calling thread.
+  c10::intrusive_ptr<c10d::Work> all_reduce_sparse(at::Tensor& t, const c10d::ReduceOp& op);
   c10::intrusive_ptr<c10d::Work> reduce_by_gathering(const at::Tensor& t, const c10d::ReduceOp& op,
                                                      Finish finish, std::function<void()> last,
                                                      const char* what);

@@ -18,6 +18,9 @@ using c10d::ReduceOp;
 
 c10::intrusive_ptr<c10d::Work> BackendRTD::allreduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].is_sparse()) {
+    return all_reduce_sparse(tensors[0], opts.reduceOp);
+  }
   if (tensors.size() != 1) {
     c10d::AllreduceCoalescedOptions o;
     o.reduceOp = opts.reduceOp;
@@ -64,6 +67,53 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::all_reduce_into(const at::Tensor& t, 
                 [=](rtd_comm* comm, void* stream) {
                   return rtd_all_reduce(comm, p, p, n, dtype, code, gpu_index(device), stream);
                 });
+}
+
+c10::intrusive_ptr<c10d::Work> BackendRTD::all_reduce_sparse(at::Tensor& t, const ReduceOp& op) {
+  const char* what = "all_reduce";
+  TORCH_CHECK_VALUE(op.op_ == ReduceOp::SUM, where(what),
+                    ": a sparse tensor reduces by SUM only (", op.op_, " asked)");
+  TORCH_CHECK_VALUE(t.layout() == at::kSparse, where(what),
+                    ": sparse layouts other than COO are not supported");
+  const at::Device device = device_of({t}, what);
+  const at::Tensor mine = t.coalesce();
+  const at::Tensor indices = mine._indices();
+  const at::Tensor values = mine._values();
+  auto gather = [this](at::Tensor in) {  // every rank's `in`, stacked; waited for here
+    in = in.contiguous();
+    at::Tensor out = at::empty({getSize() * in.numel()}, in.options());
+    _allgather_base(out, in, c10d::AllgatherOptions())->wait();
+    return out.view([&] {
+      std::vector<int64_t> shape{getSize()};
+      shape.insert(shape.end(), in.sizes().begin(), in.sizes().end());
+      return shape;
+    }());
+  };
+  // How many entries each rank holds, then everyone's, padded to the most.
+  const at::Tensor counts = gather(at::full({1}, mine._nnz(), indices.options())).cpu();
+  const int64_t most = counts.max().item<int64_t>();
+  auto padded = [most](const at::Tensor& x, int64_t dim) {
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape[dim] = most;
+    at::Tensor out = at::zeros(shape, x.options());
+    out.narrow(dim, 0, x.size(dim)).copy_(x);
+    return out;
+  };
+  const at::Tensor all_indices = gather(padded(indices, 1));  // [size, dims, most]
+  const at::Tensor all_values = gather(padded(values, 0));    // [size, most, ...]
+  std::vector<at::Tensor> index_parts, value_parts;
+  for (int r = 0; r < getSize(); ++r) {
+    const int64_t n = counts[r].item<int64_t>();
+    index_parts.push_back(all_indices[r].narrow(1, 0, n));
+    value_parts.push_back(all_values[r].narrow(0, 0, n));
+  }
+  const at::Tensor sum =
+      at::sparse_coo_tensor(at::cat(index_parts, 1), at::cat(value_parts, 0), t.sizes())
+          .coalesce();
+  t.copy_(sum);
+  Finish finish;
+  finish.outputs = {t};
+  return launch(device, OpType::ALLREDUCE, what, std::move(finish), nullptr);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendRTD::reduce_by_gathering(const at::Tensor& t,
