@@ -1,0 +1,103 @@
+"""Writes docs/performance.md from docs/claims.json, the one place where the
+project's performance figures live:
+    python3 docs/gen_performance.py           # rewrite the page
+    python3 docs/gen_performance.py --check   # fail if a claim lacks what it
+                                              # needs or the page is stale
+    python3 docs/gen_performance.py --check --claims FILE   # another claims file
+A claim needs its value, an anchor (name and value, from the same run), the
+hardware, date, commit, the command that reproduces it and where its raw
+results are. Standard library only."""
+
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLAIMS = os.path.join(HERE, "claims.json")
+PAGE = os.path.join(HERE, "performance.md")
+FIELDS = ("id", "topic", "claim", "value", "hardware", "date", "commit", "command", "raw")
+
+
+def problems(claims: list) -> list:
+    """What each claim lacks, one line each."""
+    found, seen = [], set()
+    for i, c in enumerate(claims):
+        name = c.get("id") or f"claim {i + 1}"
+        for field in FIELDS:
+            if not str(c.get(field, "")).strip():
+                found.append(f"{name}: no {field}")
+        anchor = c.get("anchor") or {}
+        if not str(anchor.get("name", "")).strip() or not str(anchor.get("value", "")).strip():
+            found.append(f"{name}: no anchor (its name and value, from the same run)")
+        if c.get("commit") and not re.fullmatch(r"[0-9a-f]{7,40}", c["commit"]):
+            found.append(f"{name}: commit {c['commit']!r} is not a hash")
+        if c.get("date") and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", c["date"]):
+            found.append(f"{name}: date {c['date']!r} is not YYYY-MM-DD")
+        if name in seen:
+            found.append(f"{name}: the id is used twice")
+        seen.add(name)
+    return found
+
+
+def page(claims: list) -> str:
+    lines = [
+        "# Performance",
+        "",
+        "Every figure the project states, with its anchor from the same run.",
+        "Generated from `docs/claims.json` by `docs/gen_performance.py`: edit the",
+        "claims, then run it (CI fails when this page is stale or a claim lacks an",
+        "anchor, a command or a commit). How each was measured: the topic pages",
+        "(docs/torch.md, docs/sharding.md, docs/ddp.md, ...) and the raw results.",
+        "",
+    ]
+    for topic in sorted({c["topic"] for c in claims}):
+        lines += [f"## {topic}", ""]
+        lines += ["| claim | value | anchor (same run) | hardware, date | commit |",
+                  "|---|---|---|---|---|"]
+        for c in claims:
+            if c["topic"] != topic:
+                continue
+            a = c["anchor"]
+            lines.append(f"| {c['claim']} [{c['id']}](#{c['id']}) | **{c['value']}** | "
+                         f"{a['name']}: {a['value']} | {c['hardware']}, {c['date']} | "
+                         f"`{c['commit']}` |")
+        lines.append("")
+        for c in claims:
+            if c["topic"] != topic:
+                continue
+            lines += [f"### {c['id']}", "",
+                      f"- command: `{c['command']}`",
+                      f"- raw results: {c['raw']}"]
+            if c.get("spread"):
+                lines.append(f"- spread: {c['spread']}")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    path = args[args.index("--claims") + 1] if "--claims" in args else CLAIMS
+    with open(path) as f:
+        claims = json.load(f)["claims"]
+    bad = problems(claims)
+    if bad:
+        print("gen_performance: " + "\n  ".join([f"{path}:"] + bad))
+        return 1
+    text = page(claims)
+    if "--check" in args:
+        current = open(PAGE).read() if os.path.exists(PAGE) else ""
+        if current != text:
+            print("gen_performance: docs/performance.md is stale: "
+                  "run python3 docs/gen_performance.py")
+            return 1
+        print(f"gen_performance: {len(claims)} claims, each with its anchor, command and commit")
+        return 0
+    with open(PAGE, "w") as f:
+        f.write(text)
+    print(f"gen_performance: wrote docs/performance.md ({len(claims)} claims)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
