@@ -10,8 +10,8 @@
 set -euo pipefail
 py=$1 lib=$2
 here=$(cd "$(dirname "$0")/../.." && pwd)
-"$py" -c "import torch" 2>/dev/null || {
-  echo "SKIPPED: $py cannot import torch (deploy/install_torch.sh installs it)"; exit 77; }
+. "$here/tests/torch/need_torch.sh"
+need_torch "$py"
 wheels=$(dirname "$(dirname "$py")")/wheelhouse
 [ -d "$wheels" ] || { echo "FAILED: no wheelhouse at $wheels: run deploy/install_torch.sh"; exit 1; }
 tmp=$(mktemp -d)

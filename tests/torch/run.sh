@@ -13,8 +13,8 @@
 set -u
 python=$1 dtrun=$2 pydir=$3 mode=$4; shift 4
 here=$(cd "$(dirname "$0")" && pwd)
-"$python" -c "import torch" 2>/dev/null || {
-  echo "SKIPPED: $python cannot import torch (deploy/install_deps.sh installs torch 2.11.0)"; exit 77; }
+. "$here/need_torch.sh"
+need_torch "$python"
 # RTD_TORCH_GPUS=N: the test needs N GPUs; without them it is skipped, or,
 # with RTD_REQUIRE_GPU=1 (on the GPU machine), it fails.
 if [ -n "${RTD_TORCH_GPUS:-}" ]; then

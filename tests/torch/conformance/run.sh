@@ -8,8 +8,8 @@
 set -u
 py=$1 pypath=$2 out=$3 world=${4:-2}; shift 3; [ $# -gt 0 ] && shift
 here=$(cd "$(dirname "$0")" && pwd)
-"$py" -c "import torch" 2>/dev/null || {
-  echo "SKIPPED: $py cannot import torch (deploy/install_torch.sh installs it)"; exit 77; }
+. "$here/../need_torch.sh"
+need_torch "$py"
 mkdir -p "$out"
 filters=()
 for t in "$@"; do filters+=(-k "$t"); done
