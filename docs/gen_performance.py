@@ -48,7 +48,9 @@ def page(claims: list) -> str:
         "Generated from `docs/claims.json` by `docs/gen_performance.py`: edit the",
         "claims, then run it (CI fails when this page is stale or a claim lacks an",
         "anchor, a command or a commit). How each was measured: the topic pages",
-        "(docs/torch.md, docs/sharding.md, docs/ddp.md, ...) and the raw results.",
+        "(docs/torch.md, docs/sharding.md, docs/ddp.md, ...) and the raw results, which",
+        "live on the `results` branch: `results:DIR/` reads",
+        "`git show results:DIR/README.md` (or `git archive results DIR | tar -x`).",
         "",
     ]
     for topic in sorted({c["topic"] for c in claims}):

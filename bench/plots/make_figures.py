@@ -7,7 +7,7 @@ from the distribution's packages):
   step_time_memory.png   the reference MLP's step time and memory per
                          strategy, ours against PyTorch's (one run)
 
-    /usr/bin/python3 bench/plots/make_figures.py [OUT_DIR=docs/figures] [RESULTS=docs/results]
+    /usr/bin/python3 bench/plots/make_figures.py [OUT_DIR=docs/figures] [RESULTS=bench/plots/data]
 """
 import json
 import os
@@ -92,7 +92,7 @@ def step_figure(results, out):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "docs/figures"
-    results = sys.argv[2] if len(sys.argv) > 2 else "docs/results"
+    results = sys.argv[2] if len(sys.argv) > 2 else "bench/plots/data"
     os.makedirs(out, exist_ok=True)
     for path in (busbw_figure(results, out), step_figure(results, out)):
         print("wrote", path)
