@@ -6,20 +6,20 @@ namespace rtd {
 CpuWork::CpuWork(std::string what, std::chrono::milliseconds default_timeout)
     : what_(std::move(what)), default_timeout_(default_timeout) {}
 
-void CpuWork::complete() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;  // failed first (by an abort): stays failed
-    done_ = true;
-  }
-  cv_.notify_all();
-}
+void CpuWork::complete() { settle(std::nullopt, -1); }
 
-void CpuWork::complete_from(int rank) {
+void CpuWork::complete_from(int rank) { settle(std::nullopt, rank); }
+
+void CpuWork::fail(const Error& error) { settle(error, -1); }
+
+// The first outcome stands: an abort races the operation's own, and a work
+// failed by the abort stays failed.
+void CpuWork::settle(std::optional<Error> error, int source) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;
-    source_ = rank;
+    error_ = std::move(error);
+    source_ = source;
     done_ = true;
   }
   cv_.notify_all();
@@ -28,16 +28,6 @@ void CpuWork::complete_from(int rank) {
 int CpuWork::source() const {
   std::lock_guard<std::mutex> lock(mu_);
   return source_;
-}
-
-void CpuWork::fail(const Error& error) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;  // the first outcome stands (an abort races the operation's own)
-    error_ = error;
-    done_ = true;
-  }
-  cv_.notify_all();
 }
 
 bool CpuWork::done() const {

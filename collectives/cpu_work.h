@@ -29,6 +29,8 @@ class CpuWork : public Work {
   int source() const override;
 
  private:
+  void settle(std::optional<Error> error, int source);
+
   const std::string what_;
   const std::chrono::milliseconds default_timeout_;
   mutable std::mutex mu_;
