@@ -43,8 +43,9 @@ def _first(fut):
     return fut.value()[0]
 
 
-def ddp_hook(state: "dist.ProcessGroup | None", bucket: "dist.GradBucket",
-             owner: object = None) -> "torch.futures.Future[torch.Tensor]":
+# Real annotations, not strings: DDP's register_comm_hook checks them.
+def ddp_hook(state: object, bucket: dist.GradBucket,
+             owner: object = None) -> torch.futures.Future[torch.Tensor]:
     """A DDP comm hook (register_comm_hook(group or None, ddp_hook)).
     owner: see ProcessGroupRTD.bucket_allreduce (registered as above, it is
     the model's: the registration passes it through auto_ddp_hook)."""
