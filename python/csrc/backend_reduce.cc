@@ -71,8 +71,8 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::all_reduce_into(const at::Tensor& t, 
 
 c10::intrusive_ptr<c10d::Work> BackendRTD::all_reduce_sparse(at::Tensor& t, const ReduceOp& op) {
   const char* what = "all_reduce";
-  TORCH_CHECK_VALUE(op.op_ == ReduceOp::SUM, where(what),
-                    ": a sparse tensor reduces by SUM only (", op.op_, " asked)");
+  TORCH_CHECK_VALUE(op.op_ == ReduceOp::SUM, where(what), ": a sparse tensor reduces by SUM only (",
+                    op.op_, " asked)");
   TORCH_CHECK_VALUE(t.layout() == at::kSparse, where(what),
                     ": sparse layouts other than COO are not supported");
   const at::Device device = device_of({t}, what);
@@ -108,8 +108,7 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::all_reduce_sparse(at::Tensor& t, cons
     value_parts.push_back(all_values[r].narrow(0, 0, n));
   }
   const at::Tensor sum =
-      at::sparse_coo_tensor(at::cat(index_parts, 1), at::cat(value_parts, 0), t.sizes())
-          .coalesce();
+      at::sparse_coo_tensor(at::cat(index_parts, 1), at::cat(value_parts, 0), t.sizes()).coalesce();
   t.copy_(sum);
   Finish finish;
   finish.outputs = {t};
