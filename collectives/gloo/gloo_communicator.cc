@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "collectives/cpu_work.h"
@@ -68,6 +70,24 @@ void check_resolvable(const std::string& host, int rank) {
   freeaddrinfo(found);
 }
 
+// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that closes its
+// connection mid-transfer (it failed, or aborted for a recovery) would kill
+// this process with SIGPIPE instead of failing the operation. Ignored here,
+// once, unless the program installed a handler of its own (dtrun's workers
+// and Python already ignore it; a trainer under mpirun or srun may not).
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, nullptr);
+    log::get("gloo")->debug("SIGPIPE ignored: a closed connection fails its operation instead");
+  });
+}
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(const GlooOptions& options)
@@ -75,6 +95,7 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& options)
   options_ = options;
   validate::rank_in_range("gloo init", "rank", rank_, size_);
   check_resolvable(options.host, rank_);
+  ignore_sigpipe();
   ::gloo::transport::tcp::attr attr;
   attr.hostname = options.host;
   try {
@@ -276,6 +297,7 @@ std::shared_ptr<Work> GlooCommunicator::post_now(const char* op, const P2POp& p2
     throw from_gloo(what, e);
   }
   track(work);
+  track_posted(buf, p2p.is_send);
   p2p_waits_.post([work, buf, p2p, what, timeout = timeout_] {
     try {
       work->complete_from(wait_point_to_point(*buf, p2p, timeout));
@@ -352,6 +374,17 @@ void GlooCommunicator::track(const std::shared_ptr<CpuWork>& work) {
   pending_.push_back(work);
 }
 
+void GlooCommunicator::track_posted(const std::shared_ptr<::gloo::transport::UnboundBuffer>& buf,
+                                    bool is_send) {
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    std::erase_if(posted_, [](const PostedBuffer& p) { return p.buf.expired(); });
+    posted_.push_back(PostedBuffer{buf, is_send});
+  }
+  // Posted while abort() ran: it may have looked at the list before this one.
+  if (aborted_) is_send ? buf->abortWaitSend() : buf->abortWaitRecv();
+}
+
 void GlooCommunicator::abort() {
   // Every queued and later operation fails at once; the one in flight fails
   // through its connections: each pair fails what waits on it, as it does
@@ -366,9 +399,14 @@ void GlooCommunicator::abort() {
   // operation it runs (the queue's thread may stay inside it until Gloo's own
   // timeout; the communicator's destructor waits for that, see Context).
   std::vector<std::weak_ptr<CpuWork>> pending;
+  std::vector<PostedBuffer> posted;
   {
     std::lock_guard<std::mutex> lock(pending_mu_);
     pending.swap(pending_);
+    posted.swap(posted_);
+  }
+  for (const auto& p : posted) {
+    if (auto buf = p.buf.lock()) p.is_send ? buf->abortWaitSend() : buf->abortWaitRecv();
   }
   int failed_here = 0;
   for (const auto& w : pending) {

@@ -101,6 +101,15 @@ class GlooCommunicator : public Communicator {
   std::mutex pending_mu_;
   std::vector<std::weak_ptr<CpuWork>> pending_;
   void track(const std::shared_ptr<CpuWork>& work);
+  // The buffers of sends and receives posted and maybe still waited for:
+  // abort() wakes their waits (a receive from any rank waits on no one
+  // connection, so failing the connections does not end it).
+  struct PostedBuffer {
+    std::weak_ptr<::gloo::transport::UnboundBuffer> buf;
+    bool is_send;
+  };
+  std::vector<PostedBuffer> posted_;  // under pending_mu_
+  void track_posted(const std::shared_ptr<::gloo::transport::UnboundBuffer>& buf, bool is_send);
   std::uint32_t next_tag_ = 0;
   std::unique_ptr<FlightRecorder> recorder_;
   OpQueue p2p_waits_;  // waits for sends and receives posted on the caller's thread

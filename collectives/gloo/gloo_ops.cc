@@ -132,10 +132,10 @@ std::unique_ptr<::gloo::transport::UnboundBuffer> post_point_to_point(const OpAr
 int wait_point_to_point(::gloo::transport::UnboundBuffer& buf, const P2POp& op,
                         std::chrono::milliseconds timeout) {
   int rank = op.peer;
-  if (op.is_send) {
-    buf.waitSend(&rank, timeout);
-  } else {
-    buf.waitRecv(&rank, timeout);
+  const bool ended = op.is_send ? buf.waitSend(&rank, timeout) : buf.waitRecv(&rank, timeout);
+  if (!ended) {  // woken by the communicator's abort
+    throw Error(ErrorCategory::kBackend,
+                std::string(op.is_send ? "send" : "receive") + ": the communicator was aborted");
   }
   return rank;
 }

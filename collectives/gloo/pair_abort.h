@@ -10,8 +10,8 @@
 namespace rtd::gloo_backend {
 
 // Every operation of `context` waiting on its connection to `peer` fails
-// with `why` (as when that connection breaks). False where the pair is not
-// Gloo's TCP one.
+// with `why` (as when that connection breaks), including one whose bytes
+// are being read or written on it. False where the pair is not Gloo's TCP one.
 bool fail_pair(::gloo::Context& context, int peer, const std::string& why);
 
 }  // namespace rtd::gloo_backend

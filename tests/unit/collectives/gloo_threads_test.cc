@@ -14,16 +14,13 @@ namespace rtd {
 namespace {
 
 template <typename Fn>
-void on_ranks(int n, Fn&& fn) {
+void on_ranks(int n, Fn&& fn, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
   auto store = make_memory_store();
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      auto comm = make_communicator(CommunicatorOptions{.backend = "gloo",
-                                                        .store = store,
-                                                        .rank = r,
-                                                        .size = n,
-                                                        .timeout = std::chrono::seconds(20)});
+      auto comm = make_communicator(CommunicatorOptions{
+          .backend = "gloo", .store = store, .rank = r, .size = n, .timeout = timeout});
       fn(*comm);
     });
   }
@@ -83,6 +80,60 @@ TEST(GlooThreads, AbortFailsTheOperationInFlight) {
     aborter.join();
     aborted = true;
   });
+}
+
+// Both ranks abort while a large all-reduce moves its data: an operation
+// whose bytes are being read or written on a connection when it closes
+// must fail too, so that the communicator's destructor (which waits for its
+// thread) returns long before Gloo's own timeout (60 s here). Seen as a
+// worker that never exited after a job grew in place.
+TEST(GlooThreads, AbortMidTransferLetsTheCommunicatorGo) {
+  // Outlive the communicators: Gloo's thread may touch them until it ends.
+  std::vector<std::vector<float>> data(2, std::vector<float>(std::size_t{16} << 20, 1.0f));
+  for (int delay_ms : {0, 1, 2, 5, 10, 20, 40}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    on_ranks(
+        2,
+        [&](Communicator& comm) {
+          comm.barrier()->wait();
+          std::vector<float>& v = data[comm.rank()];
+          auto work = comm.all_reduce(view(v.data(), v.size()), ReduceOp::kSum);
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+          comm.abort();
+          try {
+            work->wait();
+          } catch (const Error&) {
+          }
+        },
+        std::chrono::seconds(60));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30))
+        << "aborted " << delay_ms << " ms into the all-reduce";
+  }
+}
+
+// A receive from any rank waits on no one connection: the abort must end
+// it too, or the communicator's destructor waits for Gloo's timeout.
+TEST(GlooThreads, AbortEndsAReceiveFromAnyRank) {
+  std::atomic<bool> done{false};
+  float value = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  on_ranks(
+      2,
+      [&](Communicator& comm) {
+        comm.barrier()->wait();
+        if (comm.rank() == 1) {
+          while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          return;  // never sends
+        }
+        auto work = comm.recv(view(&value, 1), Communicator::kAnySource, 7);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        EXPECT_FALSE(work->done()) << "nobody sent";
+        comm.abort();
+        EXPECT_THROW(work->wait(), Error);
+        done = true;
+      },
+      std::chrono::seconds(60));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
 }
 
 TEST(Factory, UnknownBackendIsAConfigError) {
