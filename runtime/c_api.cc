@@ -11,45 +11,15 @@
 
 #include "collectives/factory.h"
 #include "rt_dist/error.h"
+#include "runtime/c_api_errors.h"
 #include "runtime/core/config.h"
 #include "runtime/core/log.h"
 #include "runtime/env.h"
 
 namespace {
 
-thread_local std::string t_error;
-thread_local int t_category = 0;
-
-void clear_error() {
-  t_error.clear();
-  t_category = 0;
-}
-
-void set_error(const rtd::Error& e) {
-  t_error = e.what();
-  t_category = static_cast<int>(e.category()) + 1;
-}
-
-void set_error(const std::string& message, rtd::ErrorCategory category) {
-  t_error = message;
-  t_category = static_cast<int>(category) + 1;
-}
-
-// Runs f, turning any exception into the thread's error; returns fallback then.
-template <typename R, typename F>
-R guarded(R fallback, F&& f) {
-  clear_error();
-  try {
-    return f();
-  } catch (const rtd::Error& e) {
-    set_error(e);
-  } catch (const std::exception& e) {
-    set_error(e.what(), rtd::ErrorCategory::kInternal);
-  } catch (...) {
-    set_error("unknown exception", rtd::ErrorCategory::kInternal);
-  }
-  return fallback;
-}
+using rtd::c_api::guarded;
+using rtd::c_api::set_error;
 
 // A Store whose calls go to the caller's callbacks (torch's store, for the
 // PyTorch backend). A callback that fails is a network error naming the key.
@@ -162,9 +132,9 @@ extern "C" {
 
 int rtd_c_api_version(void) { return RTD_C_API_VERSION; }
 
-const char* rtd_last_error(void) { return t_error.c_str(); }
+const char* rtd_last_error(void) { return rtd::c_api::last_error().c_str(); }
 
-int rtd_last_error_category(void) { return t_category; }
+int rtd_last_error_category(void) { return rtd::c_api::last_category(); }
 
 void rtd_store_reply(void* reply, const void* data, size_t len) {
   static_cast<std::string*>(reply)->assign(static_cast<const char*>(data), len);

@@ -13,7 +13,7 @@ from rt_dist._codes import (  # noqa: F401  (re-exported: the interface's number
     AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, OP_ALL_GATHER,
     OP_ALL_REDUCE, OP_BROADCAST, OP_RECV, OP_REDUCE_SCATTER, OP_SEND, SUM)
 
-API_VERSION = 7
+API_VERSION = 8
 
 # rtd::ErrorCategory's order, plus one (0: no error).
 CATEGORIES = ("", "invalid argument", "configuration", "network", "timeout", "backend", "internal")
@@ -50,6 +50,15 @@ class StoreOps(ctypes.Structure):
 class Op(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int), ("input", _p), ("output", _p), ("count", _c_int64),
                 ("dtype", ctypes.c_int), ("op", ctypes.c_int), ("peer", ctypes.c_int)]
+
+
+class AdamWTensor(ctypes.Structure):
+    """rtd_adamw_tensor: one tensor's step of the host AdamW."""
+    _fields_ = [("param", _p), ("grad", _p), ("grad_dtype", ctypes.c_int), ("exp_avg", _p),
+                ("exp_avg_sq", _p), ("count", _c_int64), ("step", _c_int64),
+                ("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
+                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float),
+                ("grad_scale", ctypes.c_float)]
 
 
 def _candidates():
@@ -127,6 +136,10 @@ def _declare(lib):
         "rtd_persistent_gathers_blocks": (i, [_p]),
         "rtd_persistent_sources_unchanged": (i, [_p]),
         "rtd_persistent_gather_blocks": (w, [_p, ctypes.POINTER(_p), ctypes.POINTER(i64), i, _p]),
+        "rtd_host_adamw_create": (_p, [i]),
+        "rtd_host_adamw_step": (i, [_p, ctypes.POINTER(AdamWTensor), i64]),
+        "rtd_host_adamw_kernel": (ctypes.c_char_p, [_p]),
+        "rtd_host_adamw_destroy": (None, [_p]),
     }
     for name, (restype, argtypes) in sig.items():
         f = getattr(lib, name)

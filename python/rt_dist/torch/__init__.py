@@ -38,9 +38,11 @@ from rt_dist.torch._ddp_hook import ddp_hook
 from rt_dist.torch._failure_watch import CommunicatorFailed
 from rt_dist.torch import _fsdp_comms
 from rt_dist.torch._fsdp_comms import fsdp_comms
+from rt_dist.torch._host_adamw import HostAdamW
 from rt_dist.torch._process_group import ProcessGroupRTD
 
-__all__ = ["CommunicatorFailed", "ProcessGroupRTD", "ddp_hook", "fsdp_comms", "register"]
+__all__ = ["CommunicatorFailed", "HostAdamW", "ProcessGroupRTD", "ddp_hook", "fsdp_comms",
+           "register"]
 
 BACKEND = "rtd"
 FSDP_COMMS_DEFAULT = "1"  # RTD_TORCH_FSDP_COMMS when unset

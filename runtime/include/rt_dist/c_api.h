@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Raised whenever a signature below changes; the caller checks it first. */
-#define RTD_C_API_VERSION 7
+#define RTD_C_API_VERSION 8
 int rtd_c_api_version(void);
 
 /* The message of the last failure on this thread ("" if none). */
@@ -196,6 +196,38 @@ int rtd_persistent_gathers_blocks(rtd_persistent* shard);
 int rtd_persistent_sources_unchanged(rtd_persistent* shard);
 rtd_work* rtd_persistent_gather_blocks(rtd_persistent* shard, void* const* outs,
                                        const int64_t* counts, int n_outs, void* stream);
+
+/* The host AdamW (the one rtd::FSDP's offload steps with: AVX-512 or AVX2
+ * where the CPU has them, a team of threads kept across steps, denormals
+ * treated as zero), for optimizers in other languages (rt_dist.torch's
+ * HostAdamW). One tensor's step, in host memory:
+ *   g = grad * grad_scale            (grad_scale -1: maximize)
+ *   exp_avg    = beta1 * exp_avg    + (1 - beta1) * g
+ *   exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g
+ *   param = param * (1 - lr * weight_decay)
+ *           - lr * (exp_avg / (1 - beta1^step)) / (sqrt(exp_avg_sq / (1 - beta2^step)) + eps)
+ * param, exp_avg and exp_avg_sq float32; grad RTD_FLOAT32 or RTD_BFLOAT16;
+ * `count` elements each, none overlapping another's. */
+typedef struct rtd_adamw_tensor {
+  float* param;
+  const void* grad;
+  int grad_dtype;
+  float* exp_avg;
+  float* exp_avg_sq;
+  int64_t count;
+  int64_t step; /* 1-based: this step's number, for the bias corrections */
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+} rtd_adamw_tensor;
+typedef struct rtd_host_adamw rtd_host_adamw;
+/* threads >= 1: the caller's and threads - 1 helpers. NULL on failure. */
+rtd_host_adamw* rtd_host_adamw_create(int threads);
+/* Steps the n tensors, one after the other, each spread over the team.
+ * Every tensor is checked before any is stepped: nonzero and nothing
+ * changed when one is malformed. One call at a time per optimizer. */
+int rtd_host_adamw_step(rtd_host_adamw* opt, const rtd_adamw_tensor* tensors, int64_t n);
+/* The kernel it runs: "avx512", "avx2" or "scalar". */
+const char* rtd_host_adamw_kernel(rtd_host_adamw* opt);
+void rtd_host_adamw_destroy(rtd_host_adamw* opt);
 
 #ifdef __cplusplus
 }

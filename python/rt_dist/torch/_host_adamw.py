@@ -1,0 +1,147 @@
+"""HostAdamW: librt_dist's host AdamW as a ``torch.optim.Optimizer``.
+
+For parameters in host memory: FSDP2 with ``CPUOffloadPolicy`` (the shards
+are CPU DTensors; their local tensors are stepped), or any CPU model. The
+step is the one rtd::FSDP's offload runs (AVX-512 or AVX2 where the CPU has
+them, a team of threads kept across steps, denormals treated as zero), equal
+to ``torch.optim.AdamW`` (``amsgrad=False``) to float32 rounding. Its state
+has AdamW's names and types (``step``, ``exp_avg``, ``exp_avg_sq``), so
+``state_dict()`` loads into ``torch.optim.AdamW`` and back, and
+torch.distributed.checkpoint saves it as it saves AdamW's.
+
+    opt = rt_dist.torch.HostAdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+from torch.optim import Optimizer
+
+try:  # a DTensor's local shard is what is stepped
+    from torch.distributed.tensor import DTensor
+except ImportError:  # pragma: no cover - torch without DTensor
+    DTensor = ()  # type: ignore[assignment,misc]
+
+_GRAD_DTYPES = {torch.float32: 0, torch.bfloat16: 4}  # RTD_FLOAT32, RTD_BFLOAT16
+
+
+def default_threads() -> int:
+    """The cores this process may run on, shared among the node's ranks."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or "1")
+    return max(1, (cores or 1) // max(1, local))
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+class HostAdamW(Optimizer):
+    """AdamW stepped by librt_dist on the host (see the module's docstring).
+
+    ``threads``: the host threads of the step (default: this process's cores
+    divided by LOCAL_WORLD_SIZE). Parameters must be float32 in host memory;
+    gradients float32 or bfloat16. ``amsgrad`` and the fused, foreach and
+    capturable forms are not offered.
+    """
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, *, maximize: bool = False,
+                 amsgrad: bool = False, threads: Optional[int] = None) -> None:
+        if amsgrad:
+            raise ValueError("HostAdamW: amsgrad is not offered; use torch.optim.AdamW")
+        if not 0.0 <= float(lr):
+            raise ValueError(f"HostAdamW: invalid learning rate {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"HostAdamW: invalid eps {eps}")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"HostAdamW: invalid betas {betas}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"HostAdamW: invalid weight_decay {weight_decay}")
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        maximize=maximize, amsgrad=False)
+        super().__init__(params, defaults)
+        from rt_dist import _capi  # loads librt_dist
+
+        self._capi = _capi
+        self.threads = default_threads() if threads is None else int(threads)
+        self._handle = _capi.lib.rtd_host_adamw_create(self.threads)
+        if not self._handle:
+            raise _capi.last_error()
+
+    @property
+    def kernel(self) -> str:
+        """The kernel the step runs: "avx512", "avx2" or "scalar"."""
+        return self._capi.lib.rtd_host_adamw_kernel(self._handle).decode()
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle:
+            self._capi.lib.rtd_host_adamw_destroy(handle)
+            self._handle = None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:  # a state dict of torch.optim.AdamW's
+            group.setdefault("maximize", False)
+            if group.get("amsgrad", False):
+                raise ValueError("HostAdamW: the state has amsgrad=True, which is not offered")
+
+    def _tensor_of(self, p: torch.Tensor, group: dict[str, Any], keep: list,
+                   steps: list) -> Any:
+        param, grad = _local(p), _local(p.grad)
+        if param.device.type != "cpu" or param.dtype != torch.float32:
+            raise ValueError(f"HostAdamW: parameters must be float32 in host memory, not "
+                             f"{param.dtype} on {param.device} (FSDP2: CPUOffloadPolicy)")
+        if not param.is_contiguous():
+            raise ValueError("HostAdamW: a parameter is not contiguous")
+        if grad.is_sparse:
+            raise ValueError("HostAdamW: sparse gradients are not offered")
+        if grad.dtype not in _GRAD_DTYPES or grad.device.type != "cpu":
+            raise ValueError(f"HostAdamW: gradients must be float32 or bfloat16 in host "
+                             f"memory, not {grad.dtype} on {grad.device}")
+        if grad.shape != param.shape:
+            raise ValueError(f"HostAdamW: a gradient of shape {tuple(grad.shape)} for a "
+                             f"parameter of shape {tuple(param.shape)}")
+        grad = grad.contiguous()
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0, dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        m, v = _local(state["exp_avg"]), _local(state["exp_avg_sq"])
+        for name, t in (("exp_avg", m), ("exp_avg_sq", v)):
+            if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous() \
+                    or t.shape != param.shape:
+                raise ValueError(f"HostAdamW: the state's {name} is not a contiguous float32 "
+                                 f"host tensor of the parameter's shape")
+        keep.append(grad)
+        steps.append(state["step"])
+        beta1, beta2 = group["betas"]
+        return self._capi.AdamWTensor(
+            param.data_ptr(), grad.data_ptr(), _GRAD_DTYPES[grad.dtype], m.data_ptr(),
+            v.data_ptr(), param.numel(), int(state["step"].item()) + 1, float(group["lr"]),
+            float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]),
+            -1.0 if group["maximize"] else 1.0)
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        keep: list = []  # the gradients' contiguous copies, alive for the call
+        steps: list = []  # each tensor's step counter, advanced once all are stepped
+        tensors = [self._tensor_of(p, group, keep, steps)
+                   for group in self.param_groups for p in group["params"] if p.grad is not None]
+        if tensors:
+            array = (self._capi.AdamWTensor * len(tensors))(*tensors)
+            if self._capi.lib.rtd_host_adamw_step(self._handle, array, len(tensors)) != 0:
+                raise self._capi.last_error()
+        for step in steps:
+            step.add_(1)
+        return loss
