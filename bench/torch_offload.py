@@ -4,12 +4,17 @@
 # and WARM the measured and warm-up steps, REDUCE=bf16 the gradients' dtype
 # (fp32 by default), FUSED=0 the for-loop AdamW, FLUSH_DENORMAL=1 denormals
 # as zero on the CPU, OFFLOAD=0 keeps everything
-# on the GPU (FSDP2 full shard). Prints one "RESULT {json}" line: step_ms,
-# the GPU's peak memory and the host's peak resident memory.
+# on the GPU (FSDP2 full shard). MODEL=<a bench/zoo shape> (llama-1b, ...)
+# trains that transformer instead of the MLP (its sequence and batch; B sets
+# the batch); OPTIM=rtd steps with rt_dist.torch.HostAdamW instead of
+# torch.optim.AdamW. Prints one "RESULT {json}" line: step_ms, opt_ms (the
+# optimizer's step alone), the GPU's peak memory and the host's peak
+# resident memory.
 #   torchrun --nproc-per-node=1 bench/torch_offload.py
 import json
 import os
 import resource
+import sys
 import time
 
 import torch
@@ -34,47 +39,82 @@ def main():
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(0)
+    shape_name = os.environ.get("MODEL", "mlp")
     # Built on the meta device and materialized by FSDP2 where it keeps them
     # (pinned host memory with offload), so that no full fp32 copy lands on the GPU.
     with torch.device("meta"):
-        model = nn.Sequential(
-            *[m for _ in range(L) for m in (nn.Linear(H, H, bias=False), nn.GELU())])
+        if shape_name == "mlp":
+            model = nn.Sequential(
+                *[m for _ in range(L) for m in (nn.Linear(H, H, bias=False), nn.GELU())])
+            units = [m for m in model if isinstance(m, nn.Linear)]
+        else:
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "zoo"))
+            from models import LM, SHAPES
+            shape = SHAPES[shape_name]
+            model = LM(shape)
+            units = list(model.blocks)
     reduce = torch.bfloat16 if os.environ.get("REDUCE", "fp32") == "bf16" else torch.float32
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
     kw = dict(mp_policy=mp)
     if offload:
         kw["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
-    for layer in model:
-        if isinstance(layer, nn.Linear):
-            fully_shard(layer, **kw)
+    for unit in units:
+        fully_shard(unit, **kw)
     fully_shard(model, **kw)
     model.to_empty(device="cpu" if offload else dev)
     with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 1.0 / H**0.5)
-    # fused: PyTorch's fastest AdamW, on the GPU and (since 2.4) on the CPU.
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
-                            fused=os.environ.get("FUSED", "1") == "1")
-    x = torch.randn(B, H, device=dev)
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 1.0 / H**0.5 if shape_name == "mlp" else 0.02)
+            else:
+                p.fill_(1.0 if name.endswith("weight") else 0.0)
+    n_params = sum(p.numel() for p in model.parameters())
+    optim = os.environ.get("OPTIM", "torch")
+    if optim == "rtd":
+        from rt_dist.torch import HostAdamW
+        opt = HostAdamW(model.parameters(), lr=1e-4)
+    else:
+        # fused: PyTorch's fastest AdamW, on the GPU and (since 2.4) on the CPU.
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                                fused=os.environ.get("FUSED", "1") == "1")
+    if shape_name == "mlp":
+        x = torch.randn(B, H, device=dev)
+
+        def forward():
+            return model(x).float().pow(2).mean()
+    else:
+        batch = int(os.environ.get("B", str(shape.batch)))
+        tokens = torch.randint(0, shape.vocab, (batch, shape.seq), device=dev)
+
+        def forward():
+            return model(tokens)
     torch.cuda.reset_peak_memory_stats()
     t0 = None
+    opt_s = 0.0
     for i in range(warm + steps):
         if i == warm:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
+            opt_s = 0.0
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x).float().pow(2).mean()
+            loss = forward()
         loss.backward()
+        t_opt = time.perf_counter()
         opt.step()
+        opt_s += time.perf_counter() - t_opt
         opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     ms = (time.perf_counter() - t0) / steps * 1e3
-    res = dict(torch=torch.__version__, H=H, L=L, B=B, params=L * H * H, offload=offload,
+    res = dict(torch=torch.__version__, model=shape_name, H=H, L=L, B=B, params=n_params,
+               offload=offload, optim=optim, fused=os.environ.get("FUSED", "1") == "1",
                reduce=str(reduce).split(".")[-1], flush_denormal=flush,
-               world=dist.get_world_size(), step_ms=ms, loss=loss.item(),
+               world=dist.get_world_size(), step_ms=ms, opt_ms=opt_s / steps * 1e3,
+               loss=loss.item(),
                gpu_peak_gib=torch.cuda.max_memory_allocated() / 2**30,
                host_peak_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-               threads=torch.get_num_threads())
+               threads=torch.get_num_threads(),
+               optim_threads=getattr(opt, "threads", torch.get_num_threads()),
+               optim_kernel=getattr(opt, "kernel", "torch"))
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(res), flush=True)
     dist.destroy_process_group()
