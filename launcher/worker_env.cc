@@ -40,7 +40,10 @@ std::vector<std::string> build_worker_env(const WorkerEnvInput& in) {
     put("DTRUN_GENERATION", std::to_string(in.generation));
     if (in.joining) put("DTRUN_RECOVERY_JOIN", "1");
   }
-  if (env.find("OMP_NUM_THREADS") == env.end()) put("OMP_NUM_THREADS", "1");
+  // As torchrun: several workers of a node would each start a thread per
+  // core, so they get one unless told otherwise; a node's only worker keeps
+  // every core (PyTorch's host ops, a host optimizer).
+  if (nproc > 1 && env.find("OMP_NUM_THREADS") == env.end()) put("OMP_NUM_THREADS", "1");
   if (!in.python_dir.empty()) {
     auto it = env.find("PYTHONPATH");
     put("PYTHONPATH", python_path_with(in.python_dir, it == env.end() ? "" : it->second));

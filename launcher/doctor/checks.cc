@@ -228,11 +228,15 @@ void limit_findings(const Facts& f, const JobShape& job, std::vector<Finding>& o
                      std::to_string(f.hugepages_free) + " free",
                  ""});
   const std::string omp = env_or(f, "OMP_NUM_THREADS");
+  // Unset: dtrun sets 1 for several workers a node; a node's only worker
+  // keeps every CPU, which cannot oversubscribe them.
   const int threads = omp.empty() ? 1 : std::max(1, std::atoi(omp.c_str()));
   const int wanted = job.nproc_per_node * threads;
   std::string found = std::to_string(f.cpus) + " CPUs usable, " +
-                      std::to_string(job.nproc_per_node) +
-                      " workers x OMP_NUM_THREADS=" + (omp.empty() ? "unset (dtrun sets 1)" : omp);
+                      std::to_string(job.nproc_per_node) + " workers x OMP_NUM_THREADS=" +
+                      (!omp.empty()             ? omp
+                       : job.nproc_per_node > 1 ? "unset (dtrun sets 1)"
+                                                : "unset (every CPU)");
   if (wanted > f.cpus) {
     out.push_back({"CPUs", Status::kWarn, found,
                    threads > 1 && job.nproc_per_node <= f.cpus

@@ -59,14 +59,22 @@ TEST(WorkerEnv, TorchrunAndDtrunVariablesForTheSecondNode) {
   EXPECT_EQ(env["PATH"], "/bin");
 }
 
-TEST(WorkerEnv, OmpNumThreadsDefaultsToOne) {
-  proto::JoinResponse layout;
-  layout.set_world_size(1);
-  layout.set_nnodes(1);
-  layout.mutable_node()->set_nproc(1);
-  EnvMap parent;
-  auto env = as_map(build_worker_env(WorkerEnvInput{.parent = &parent, .layout = &layout}));
-  EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+// As torchrun: one thread each for several workers of a node; a node's only
+// worker keeps the default (every core).
+TEST(WorkerEnv, OmpNumThreadsIsOneForSeveralWorkersOfANode) {
+  for (int nproc : {1, 2}) {
+    proto::JoinResponse layout;
+    layout.set_world_size(nproc);
+    layout.set_nnodes(1);
+    layout.mutable_node()->set_nproc(nproc);
+    EnvMap parent;
+    auto env = as_map(build_worker_env(WorkerEnvInput{.parent = &parent, .layout = &layout}));
+    if (nproc == 1) {
+      EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u) << "a node's only worker";
+    } else {
+      EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+    }
+  }
 }
 
 }  // namespace
