@@ -7,9 +7,9 @@
 # on the GPU (FSDP2 full shard). MODEL=<a bench/zoo shape> (llama-1b, ...)
 # trains that transformer instead of the MLP (its sequence and batch; B sets
 # the batch); OPTIM=rtd steps with rt_dist.torch.HostAdamW instead of
-# torch.optim.AdamW. Prints one "RESULT {json}" line: step_ms, opt_ms (the
-# optimizer's step alone), the GPU's peak memory and the host's peak
-# resident memory.
+# torch.optim.AdamW, OPTIM=rtd_backward with HostAdamW(in_backward=True).
+# Prints one "RESULT {json}" line: step_ms, opt_ms (the optimizer's step
+# alone), the GPU's peak memory and the host's peak resident memory.
 #   torchrun --nproc-per-node=1 bench/torch_offload.py
 import json
 import os
@@ -70,9 +70,9 @@ def main():
                 p.fill_(1.0 if name.endswith("weight") else 0.0)
     n_params = sum(p.numel() for p in model.parameters())
     optim = os.environ.get("OPTIM", "torch")
-    if optim == "rtd":
+    if optim in ("rtd", "rtd_backward"):
         from rt_dist.torch import HostAdamW
-        opt = HostAdamW(model.parameters(), lr=1e-4)
+        opt = HostAdamW(model.parameters(), lr=1e-4, in_backward=optim == "rtd_backward")
     else:
         # fused: PyTorch's fastest AdamW, on the GPU and (since 2.4) on the CPU.
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4,

@@ -9,7 +9,8 @@
 - FSDP2 over the group (rtd or gloo): a sharded model trained by HostAdamW
   ends as the one trained by torch.optim.AdamW; its optimizer state goes
   through torch.distributed.checkpoint (save, load into a fresh model and
-  optimizer) and the two go on alike.
+  optimizer) and the two go on alike; with in_backward=True (each parameter
+  stepped as its reduced gradient lands) the same parameters, bit for bit.
 """
 
 import os
@@ -171,13 +172,27 @@ def fsdp_cases():
             opt.step()
             opt.zero_grad()
 
-    ours_m, theirs_m = model(), model()
+    ours_m, theirs_m, during_m = model(), model(), model()
     ours = HostAdamW(ours_m.parameters(), lr=1e-2, weight_decay=0.1)
     theirs = torch.optim.AdamW(theirs_m.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
+    during = HostAdamW(during_m.parameters(), lr=1e-2, weight_decay=0.1, in_backward=True)
     train(ours_m, ours, 0, 4)
     train(theirs_m, theirs, 0, 4)
-    for (name, a), b in zip(ours_m.named_parameters(), theirs_m.parameters()):
+    train(during_m, during, 0, 4)
+    for (name, a), b, c in zip(ours_m.named_parameters(), theirs_m.parameters(),
+                               during_m.parameters()):
         check(close(a.full_tensor(), b.full_tensor()), f"FSDP2: {name} after 4 steps")
+        check(torch.equal(a.full_tensor(), c.full_tensor()),
+              f"FSDP2: {name} stepped in backward differs from stepped after it")
+        check(during.state[c]["step"].item() == 4, f"FSDP2 in backward: {name}'s step count")
+    n_params = len(list(during_m.parameters()))
+    check(during.stepped_in_backward == n_params,
+          f"{during.stepped_in_backward} of {n_params} parameters stepped in backward")
+    try:
+        HostAdamW(params(0, [(3,)]), in_backward=True)
+        check(False, "in_backward with parameters not FSDP2's was accepted")
+    except ValueError as e:
+        check("FSDP2" in str(e), f"in_backward's refusal '{e}' names FSDP2")
 
     # Through DCP: saved, loaded into a fresh model and optimizer, then both go on.
     root = [tempfile.mkdtemp(prefix="host_adamw_dcp_") if dist.get_rank() == 0 else None]

@@ -45,13 +45,17 @@ class HostAdamW(Optimizer):
     ``threads``: the host threads of the step (default: this process's cores
     divided by LOCAL_WORLD_SIZE). Parameters must be float32 in host memory;
     gradients float32 or bfloat16. ``amsgrad`` and the fused, foreach and
-    capturable forms are not offered.
+    capturable forms are not offered. ``in_backward=True`` (FSDP2 only):
+    each parameter is stepped as soon as its reduced gradient is in host
+    memory, while backward goes on; ``step()`` then waits for those steps
+    (no gradient clipping or inspection between backward and ``step()``).
     """
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2, *, maximize: bool = False,
-                 amsgrad: bool = False, threads: Optional[int] = None) -> None:
+                 amsgrad: bool = False, threads: Optional[int] = None,
+                 in_backward: bool = False) -> None:
         if amsgrad:
             raise ValueError("HostAdamW: amsgrad is not offered; use torch.optim.AdamW")
         if not 0.0 <= float(lr):
@@ -72,6 +76,8 @@ class HostAdamW(Optimizer):
         self._handle = _capi.lib.rtd_host_adamw_create(self.threads)
         if not self._handle:
             raise _capi.last_error()
+        self._in_backward = _InBackward(self) if in_backward else None
+        self.stepped_in_backward = 0  # of the last step() (in_backward=True)
 
     @property
     def kernel(self) -> str:
@@ -79,6 +85,8 @@ class HostAdamW(Optimizer):
         return self._capi.lib.rtd_host_adamw_kernel(self._handle).decode()
 
     def __del__(self) -> None:
+        if getattr(self, "_in_backward", None) is not None:
+            self._in_backward.close()
         handle = getattr(self, "_handle", None)
         if handle:
             self._capi.lib.rtd_host_adamw_destroy(handle)
@@ -134,14 +142,103 @@ class HostAdamW(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        stepped: set = set()
+        if self._in_backward is not None:
+            stepped = self._in_backward.finish()  # raises what a step in backward raised
+            self.stepped_in_backward = len(stepped)
+        self._step_params([(p, group) for group in self.param_groups for p in group["params"]
+                           if p.grad is not None and p not in stepped])
+        return loss
+
+    def _step_params(self, todo: list) -> None:
+        """Steps each (parameter, its group) in one call of the library."""
         keep: list = []  # the gradients' contiguous copies, alive for the call
         steps: list = []  # each tensor's step counter, advanced once all are stepped
-        tensors = [self._tensor_of(p, group, keep, steps)
-                   for group in self.param_groups for p in group["params"] if p.grad is not None]
+        tensors = [self._tensor_of(p, group, keep, steps) for p, group in todo]
         if tensors:
             array = (self._capi.AdamWTensor * len(tensors))(*tensors)
             if self._capi.lib.rtd_host_adamw_step(self._handle, array, len(tensors)) != 0:
                 raise self._capi.last_error()
         for step in steps:
             step.add_(1)
-        return loss
+
+
+class _InBackward:
+    """HostAdamW(in_backward=True): each FSDP2 parameter stepped on a thread
+    of its own as soon as its reduced gradient has landed in host memory,
+    while backward goes on.
+
+    FSDP2 (torch 2.11) calls a sharded parameter's post-accumulate-grad hooks
+    right after it sets the reduced gradient, whose copy to the host is then
+    still queued on the GPU (non-blocking, into pinned memory). The hook
+    records an event after that copy on the current stream (FSDP2's
+    post-reduce stream) and hands the parameter to the thread, which waits
+    for the event, then steps it (the library's call releases the GIL).
+    step() waits for the thread and steps whatever it did not.
+    """
+
+    def __init__(self, opt: HostAdamW) -> None:
+        import queue
+        import threading
+
+        self._opt = opt
+        self._group_of = {}
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if not isinstance(p, DTensor):
+                    raise ValueError(
+                        "HostAdamW(in_backward=True) steps FSDP2's sharded parameters only: "
+                        "elsewhere a gradient's hook runs before its reduction (DDP) is done")
+                self._group_of[p] = group
+        self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._done = threading.Condition()
+        self._pending = 0
+        self._stepped: set = set()
+        self._error: Optional[BaseException] = None
+        self._hooks = [p.register_post_accumulate_grad_hook(self._landed) for p in self._group_of]
+        self._thread = threading.Thread(target=self._run, name="HostAdamW", daemon=True)
+        self._thread.start()
+
+    def _landed(self, p: torch.Tensor) -> None:
+        event = None
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            event = torch.cuda.Event()
+            event.record()  # after the gradient's copy to the host on this stream
+        with self._done:
+            self._pending += 1
+        self._queue.put((p, event))
+
+    def _run(self) -> None:
+        import time
+
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            p, event = item
+            try:
+                while event is not None and not event.query():
+                    time.sleep(0.0002)  # polled: waiting on the event would hold the GIL
+                with torch.no_grad():
+                    self._opt._step_params([(p, self._group_of[p])])
+            except BaseException as e:  # raised by step()
+                self._error = self._error or e
+            with self._done:
+                self._pending -= 1
+                self._stepped.add(p)
+                self._done.notify_all()
+
+    def finish(self) -> set:
+        """Waits for the steps queued in backward; the parameters they stepped."""
+        with self._done:
+            self._done.wait_for(lambda: self._pending == 0)
+            stepped, self._stepped = self._stepped, set()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        return stepped
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._queue.put(None)
