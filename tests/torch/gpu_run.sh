@@ -17,6 +17,7 @@ step() {  # name, seconds, command...
   echo "== $name: exit $? in $(( $(date +%s) - start )) s"
 }
 run=("$here/tests/torch/run.sh" "$py" "$b/bin/dtrun" "$b/lib/rt_dist/python")
+step test_host_adamw 120 env RTD_TORCH_GPUS=1 "${run[@]}" dtrun 1 host_adamw_gpu.py rtd
 step test_collectives 90 env RTD_LOG=info "${run[@]}" dtrun 2 collectives.py cuda
 # Which collectives the copy engines took (one line per staging buffer set up).
 for op in all_reduce all_gather reduce_scatter; do

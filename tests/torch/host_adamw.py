@@ -13,6 +13,7 @@
   stepped as its reduced gradient lands) the same parameters, bit for bit.
 """
 
+import gc
 import os
 import sys
 import tempfile
@@ -188,6 +189,28 @@ def fsdp_cases():
     n_params = len(list(during_m.parameters()))
     check(during.stepped_in_backward == n_params,
           f"{during.stepped_in_backward} of {n_params} parameters stepped in backward")
+    # A state dict loaded makes new parameter groups: their settings are used.
+    during.load_state_dict(during.state_dict())
+    for group in during.param_groups:
+        group["lr"] = 0.0
+    before = [p.full_tensor() for p in during_m.parameters()]
+    train(during_m, during, 4, 5)
+    decayed = all(torch.equal(a, b.full_tensor()) for a, b in zip(before, during_m.parameters()))
+    check(decayed, "in backward: lr 0 set after load_state_dict moved the parameters")
+
+    # An optimizer closed or dropped leaves no hook behind.
+    def hooks():
+        return sum(len(getattr(p, "_post_accumulate_grad_hooks", None) or {})
+                   for p in during_m.parameters())
+    n_hooks = hooks()
+    extra = HostAdamW(during_m.parameters(), in_backward=True)
+    check(hooks() == n_hooks + n_params, "in backward: a hook on every parameter")
+    extra.close()
+    check(hooks() == n_hooks, "in backward: close() removes the hooks")
+    extra = HostAdamW(during_m.parameters(), in_backward=True)
+    del extra
+    gc.collect()
+    check(hooks() == n_hooks, "in backward: a dropped optimizer's hooks are removed")
     try:
         HostAdamW(params(0, [(3,)]), in_backward=True)
         check(False, "in_backward with parameters not FSDP2's was accepted")

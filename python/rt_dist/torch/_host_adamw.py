@@ -15,6 +15,7 @@ torch.distributed.checkpoint saves it as it saves AdamW's.
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Callable, Iterable, Optional
 
 import torch
@@ -85,12 +86,28 @@ class HostAdamW(Optimizer):
         return self._capi.lib.rtd_host_adamw_kernel(self._handle).decode()
 
     def __del__(self) -> None:
-        if getattr(self, "_in_backward", None) is not None:
-            self._in_backward.close()
+        self.close()
         handle = getattr(self, "_handle", None)
         if handle:
             self._capi.lib.rtd_host_adamw_destroy(handle)
             self._handle = None
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        if getattr(self, "_in_backward", None) is not None:
+            self._in_backward.add_params([self.param_groups[-1]])
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)  # makes new group dicts
+        if getattr(self, "_in_backward", None) is not None:
+            self._in_backward.add_params(self.param_groups)
+
+    def close(self) -> None:
+        """Removes the hooks of in_backward=True (also done when the
+        optimizer is dropped)."""
+        if getattr(self, "_in_backward", None) is not None:
+            self._in_backward.close()
+            self._in_backward = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
@@ -175,29 +192,45 @@ class _InBackward:
     post-reduce stream) and hands the parameter to the thread, which waits
     for the event, then steps it (the library's call releases the GIL).
     step() waits for the thread and steps whatever it did not.
+
+    The hooks and the thread hold this object and the optimizer weakly: an
+    optimizer dropped (or closed) steps nothing more.
     """
 
     def __init__(self, opt: HostAdamW) -> None:
         import queue
         import threading
 
-        self._opt = opt
-        self._group_of = {}
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if not isinstance(p, DTensor):
-                    raise ValueError(
-                        "HostAdamW(in_backward=True) steps FSDP2's sharded parameters only: "
-                        "elsewhere a gradient's hook runs before its reduction (DDP) is done")
-                self._group_of[p] = group
+        self._opt = weakref.ref(opt)
+        self._group_of: dict = {}
+        self._hooks: list = []
         self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
         self._done = threading.Condition()
         self._pending = 0
         self._stepped: set = set()
         self._error: Optional[BaseException] = None
-        self._hooks = [p.register_post_accumulate_grad_hook(self._landed) for p in self._group_of]
-        self._thread = threading.Thread(target=self._run, name="HostAdamW", daemon=True)
-        self._thread.start()
+        self.add_params(opt.param_groups)
+        threading.Thread(target=_InBackward._run, args=(self._queue, weakref.ref(self)),
+                         name="HostAdamW", daemon=True).start()
+
+    def add_params(self, groups: list) -> None:
+        """Hooks on the groups' parameters not hooked yet (and their groups)."""
+        me = weakref.ref(self)
+
+        def landed(p: torch.Tensor) -> None:
+            target = me()
+            if target is not None:
+                target._landed(p)
+
+        for group in groups:
+            for p in group["params"]:
+                if not isinstance(p, DTensor):
+                    raise ValueError(
+                        "HostAdamW(in_backward=True) steps FSDP2's sharded parameters only: "
+                        "elsewhere a gradient's hook runs before its reduction (DDP) is done")
+                if p not in self._group_of:
+                    self._hooks.append(p.register_post_accumulate_grad_hook(landed))
+                self._group_of[p] = group
 
     def _landed(self, p: torch.Tensor) -> None:
         event = None
@@ -208,25 +241,32 @@ class _InBackward:
             self._pending += 1
         self._queue.put((p, event))
 
-    def _run(self) -> None:
+    @staticmethod
+    def _run(jobs: Any, me: Any) -> None:
+        while True:
+            item = jobs.get()
+            target = me() if item is not None else None
+            if target is None:
+                return
+            target._step(*item)
+            del target
+
+    def _step(self, p: torch.Tensor, event: Any) -> None:
         import time
 
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            p, event = item
-            try:
-                while event is not None and not event.query():
-                    time.sleep(0.0002)  # polled: waiting on the event would hold the GIL
+        try:
+            while event is not None and not event.query():
+                time.sleep(0.0002)  # polled: waiting on the event would hold the GIL
+            opt = self._opt()
+            if opt is not None:
                 with torch.no_grad():
-                    self._opt._step_params([(p, self._group_of[p])])
-            except BaseException as e:  # raised by step()
-                self._error = self._error or e
-            with self._done:
-                self._pending -= 1
-                self._stepped.add(p)
-                self._done.notify_all()
+                    opt._step_params([(p, self._group_of[p])])
+        except BaseException as e:  # raised by step()
+            self._error = self._error or e
+        with self._done:
+            self._pending -= 1
+            self._stepped.add(p)
+            self._done.notify_all()
 
     def finish(self) -> set:
         """Waits for the steps queued in backward; the parameters they stepped."""
@@ -241,4 +281,5 @@ class _InBackward:
     def close(self) -> None:
         for h in self._hooks:
             h.remove()
+        self._hooks = []
         self._queue.put(None)
