@@ -54,10 +54,25 @@ FSDP_COMMS_DEFAULT = "1"  # RTD_TORCH_FSDP_COMMS when unset
 IMPLEMENTATIONS = ("cpp", "python")
 
 
+# Settings with a value they cannot take, found at registration (inside
+# `import torch`, which must not fail for them): each warns there and is
+# taken as its default, and making an rtd group raises them all, as the
+# C++ settings do (a clear error at start-up naming the variable).
+_bad_settings: list[str] = []
+
+
+def _bad_setting(message: str) -> None:
+    if message not in _bad_settings:
+        _bad_settings.append(message)
+        warnings.warn(f"rt_dist: {message} (init_process_group('rtd') will refuse it)",
+                      stacklevel=3)
+
+
 def _impl() -> str:
     value = os.environ.get("RTD_TORCH_IMPL", "cpp")
     if value not in IMPLEMENTATIONS:
-        raise ValueError(f"RTD_TORCH_IMPL={value!r}: use cpp or python")
+        _bad_setting(f"RTD_TORCH_IMPL={value!r}: use cpp or python")
+        return "cpp"
     return value
 
 
@@ -84,6 +99,8 @@ def _extension() -> types.ModuleType:
 
 def _create(store: dist.Store, rank: int, size: int,
             timeout: datetime.timedelta) -> dist.ProcessGroup:
+    if _bad_settings:
+        raise ValueError("rt_dist: " + "; ".join(_bad_settings))
     if _impl() == "python":
         return ProcessGroupRTD(store, rank, size, timeout)
     return _extension().ProcessGroupRTD(store, rank, size, timeout)
@@ -130,12 +147,10 @@ def register() -> None:
 
 
 def _switch(name: str, default: str) -> bool:
-    """A 0/1 setting read at registration; another value warns and counts
-    as the default (a bad value must not stop `import torch`)."""
+    """A 0/1 setting read at registration (another value: _bad_setting)."""
     value = os.environ.get(name, default)
     if value not in ("0", "1"):
-        warnings.warn(f"rt_dist: {name}={value!r} is neither 0 nor 1; taken as {default}",
-                      stacklevel=2)
+        _bad_setting(f"{name}={value!r}: use 0 or 1")
         value = default
     return value == "1"
 
@@ -148,8 +163,7 @@ def _gemm_carveout(value: str | None) -> None:
     if value is None or value == "":
         return
     if not value.isdigit() or int(value) > 1024:
-        warnings.warn(f"rt_dist: RTD_TORCH_GEMM_SM_CARVEOUT={value!r} is not a count of SMs "
-                      "(0 to the GPU's); ignored", stacklevel=2)
+        _bad_setting(f"RTD_TORCH_GEMM_SM_CARVEOUT={value!r}: use a count of SMs (0 to the GPU's)")
         return
     try:
         torch.backends.cuda.preferred_blas_library("cublaslt")  # the carveout is cuBLASLt's
