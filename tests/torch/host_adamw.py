@@ -198,6 +198,19 @@ def fsdp_cases():
     decayed = all(torch.equal(a, b.full_tensor()) for a, b in zip(before, during_m.parameters()))
     check(decayed, "in backward: lr 0 set after load_state_dict moved the parameters")
 
+    # Two backwards with gradient sync before one step(): refused at step(),
+    # the first one's steps kept (they were taken), the next step fine.
+    for _ in range(2):
+        x = torch.randn(16, 32, generator=torch.Generator().manual_seed(7))
+        nn.functional.mse_loss(during_m(x), torch.zeros(16, 4)).backward()
+    try:
+        during.step()
+        check(False, "in backward: two backwards before step() were accepted")
+    except RuntimeError as e:
+        check("landed twice" in str(e), f"in backward: the refusal '{e}' says why")
+    during.zero_grad()
+    train(during_m, during, 5, 6)
+
     # An optimizer closed or dropped leaves no hook behind.
     def hooks():
         return sum(len(getattr(p, "_post_accumulate_grad_hooks", None) or {})

@@ -208,6 +208,7 @@ class _InBackward:
         self._done = threading.Condition()
         self._pending = 0
         self._stepped: set = set()
+        self._seen: set = set()  # queued since the last step()
         self._error: Optional[BaseException] = None
         self.add_params(opt.param_groups)
         threading.Thread(target=_InBackward._run, args=(self._queue, weakref.ref(self)),
@@ -233,6 +234,14 @@ class _InBackward:
                 self._group_of[p] = group
 
     def _landed(self, p: torch.Tensor) -> None:
+        with self._done:
+            if p in self._seen:  # a second backward with gradient sync before step()
+                self._error = self._error or RuntimeError(
+                    "HostAdamW(in_backward=True): a parameter's reduced gradient landed twice "
+                    "before step(): one backward with gradient sync per step (accumulate with "
+                    "set_requires_gradient_sync(False) on the micro-steps before the last)")
+                return
+            self._seen.add(p)
         event = None
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             event = torch.cuda.Event()
@@ -273,6 +282,7 @@ class _InBackward:
         with self._done:
             self._done.wait_for(lambda: self._pending == 0)
             stepped, self._stepped = self._stepped, set()
+            self._seen = set()
         error, self._error = self._error, None
         if error is not None:
             raise error
