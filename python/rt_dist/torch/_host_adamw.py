@@ -32,8 +32,9 @@ _GRAD_DTYPES = {torch.float32: 0, torch.bfloat16: 4}  # RTD_FLOAT32, RTD_BFLOAT1
 def default_threads() -> int:
     """The cores this process may run on, shared among the node's ranks."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or "1")
-    return max(1, (cores or 1) // max(1, local))
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    ranks = int(local) if local.isdigit() else 1  # set by dtrun and torchrun
+    return max(1, (cores or 1) // max(1, ranks))
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
