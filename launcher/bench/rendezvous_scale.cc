@@ -8,12 +8,18 @@
 // The server runs in a child process, so that its CPU time is its own; the
 // child execs this program again (--serve), since gRPC does not survive a fork
 // of a process that has used it.
+// With --waiting-gets N, N store Gets of a key nobody sets (each with a
+// distinct 256-byte key, waiting up to an hour) are sent before the
+// heartbeat window and kept waiting through it, as a hostile client would:
+// how many the host took (the rest it refuses at its bounds), whether the
+// heartbeats were still answered, and the host's resident memory then.
 // With --etcd HOST:PORT (the etcd backend), each agent first does what an
 // agent does in etcd before it joins (a lease, its presence key, the host
 // key read), and through the heartbeat window renews its lease every third
 // of the TTL, as EtcdLease does; with --etcd-pid, etcd's CPU time for that.
 //   rendezvous_scale --agents 1024,4096,16384 --connections 32 --heartbeat-s 5
 //   rendezvous_scale --agents 1024 --etcd 127.0.0.1:2379 --etcd-pid $(pgrep etcd)
+//   rendezvous_scale --agents 1024 --heartbeat-s 10 --waiting-gets 20000
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -78,6 +84,15 @@ double cpu_seconds(pid_t pid) {
   long long utime = 0, stime = 0;
   fields >> utime >> stime;
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// A process's resident memory, in MiB.
+double rss_mib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
 }
 
 struct Channels {
@@ -224,6 +239,55 @@ Steady heartbeats(const Channels& channels, int n, double seconds, pid_t server,
   return steady;
 }
 
+// n Gets that wait (keys nobody sets) over the channels, until cancel().
+struct WaitingGets {
+  struct Call {
+    grpc::ClientContext ctx;
+    grpc::Status status;
+    rtd::proto::GetResponse response;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<rtd::proto::GetResponse>> reader;
+  };
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<rtd::proto::Store::Stub>> stubs;
+  std::vector<std::unique_ptr<Call>> calls;
+
+  WaitingGets(const Channels& channels, int n) {
+    for (const auto& ch : channels.channels) stubs.push_back(rtd::proto::Store::NewStub(ch));
+    for (int i = 0; i < n; ++i) {
+      auto c = std::make_unique<Call>();
+      c->ctx.AddMetadata(rtd::kTokenMetadataKey, kToken);
+      c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+      rtd::proto::GetRequest req;
+      std::string key = "hostile/" + std::to_string(i) + "/";
+      key.resize(256, 'k');
+      req.set_key(key);
+      req.set_timeout_ms(3600 * 1000);
+      c->reader = stubs[i % stubs.size()]->AsyncGet(&c->ctx, req, &cq);
+      c->reader->Finish(&c->response, &c->status, c.get());
+      calls.push_back(std::move(c));
+    }
+  }
+  // The calls answered so far (refused at the host's bounds: none is set).
+  int answered(std::chrono::milliseconds within) {
+    int n = 0;
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + within) ==
+           grpc::CompletionQueue::GOT_EVENT) {
+      ++n;
+    }
+    return n;
+  }
+  ~WaitingGets() {  // every call ended and its tag taken before the calls go
+    for (auto& c : calls) c->ctx.TryCancel();
+    cq.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
+};
+
 // The etcd side of n agents, on `threads` threads with a client each.
 struct EtcdLoad {
   std::string endpoint;
@@ -293,6 +357,7 @@ int main(int argc, char** argv) {
   double heartbeat_s = 30;
   std::string etcd;
   pid_t etcd_pid = 0;
+  int waiting_gets = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
     if (f == "--etcd")
@@ -305,16 +370,20 @@ int main(int argc, char** argv) {
       connections = std::stoi(v);
     else if (f == "--heartbeat-s")
       heartbeat_s = std::stod(v);
+    else if (f == "--waiting-gets")
+      waiting_gets = std::stoi(v);
     else {
       std::fprintf(stderr,
                    "usage: rendezvous_scale [--agents 1024,4096,16384] [--connections 32] "
-                   "[--heartbeat-s 30] [--etcd HOST:PORT [--etcd-pid PID]]\n");
+                   "[--heartbeat-s 30] [--waiting-gets N] [--etcd HOST:PORT [--etcd-pid "
+                   "PID]]\n");
       return 2;
     }
   }
   std::printf("%8s %12s %10s %14s %14s %10s", "agents", "join_s", "calls/s", "server_cpu_s",
               "server_core%", "window_s");
   if (!etcd.empty()) std::printf(" %10s %12s %12s", "etcd_s", "renewals/s", "etcd_core%");
+  if (waiting_gets > 0) std::printf(" %10s %10s %12s", "gets_held", "refused", "server_MiB");
   std::printf("\n");
   for (const int n : agents) {
     int fds[2];
@@ -353,8 +422,15 @@ int main(int argc, char** argv) {
         if (etcd_pid) etcd_core = 100.0 * (cpu_seconds(etcd_pid) - cpu0) / window;
       });
     }
+    std::unique_ptr<WaitingGets> gets;
+    int refused = 0;
+    if (waiting_gets > 0 && join_s >= 0) {
+      gets = std::make_unique<WaitingGets>(channels, waiting_gets);
+      refused = gets->answered(std::chrono::milliseconds(3000));  // refusals come at once
+    }
     const Steady beats =
         join_s < 0 ? Steady{} : heartbeats(channels, n, heartbeat_s, child, secrets);
+    const double server_mib = rss_mib(child);
     if (renewing.joinable()) renewing.join();
     if (!etcd.empty()) {
       rtd::launcher::EtcdClient cleanup({etcd}, {}, std::chrono::seconds(30));
@@ -363,13 +439,17 @@ int main(int argc, char** argv) {
     }
     const double window = beats.window_s, cpu = beats.cpu_s;
     const double calls = static_cast<double>(beats.calls);
+    if (gets) refused += gets->answered(std::chrono::milliseconds(0));
     kill(child, SIGKILL);
+    gets.reset();
     waitpid(child, nullptr, 0);
     std::printf("%8d %12.3f %10.0f %14.3f %14.1f %10.2f", n, join_s, calls / window, cpu,
                 100.0 * cpu / window, window);
     if (!etcd.empty())
       std::printf(" %10.3f %12.0f %12s", etcd_s, renewals_per_s,
                   etcd_pid ? std::to_string(etcd_core).substr(0, 5).c_str() : "-");
+    if (waiting_gets > 0)
+      std::printf(" %10d %10d %12.0f", waiting_gets - refused, refused, server_mib);
     std::printf("\n");
     std::fflush(stdout);
   }
