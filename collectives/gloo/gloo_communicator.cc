@@ -378,7 +378,10 @@ void GlooCommunicator::track_posted(const std::shared_ptr<::gloo::transport::Unb
                                     bool is_send) {
   {
     std::lock_guard<std::mutex> lock(pending_mu_);
-    std::erase_if(posted_, [](const PostedBuffer& p) { return p.buf.expired(); });
+    // As track(): the list is swept now and then, not at every post.
+    if (posted_.size() >= 64) {
+      std::erase_if(posted_, [](const PostedBuffer& p) { return p.buf.expired(); });
+    }
     posted_.push_back(PostedBuffer{buf, is_send});
   }
   // Posted while abort() ran: it may have looked at the list before this one.

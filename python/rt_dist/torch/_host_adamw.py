@@ -15,16 +15,15 @@ torch.distributed.checkpoint saves it as it saves AdamW's.
 from __future__ import annotations
 
 import os
+import queue
+import threading
+import time
 import weakref
 from typing import Any, Callable, Iterable, Optional
 
 import torch
+from torch.distributed.tensor import DTensor  # a DTensor's local shard is what is stepped
 from torch.optim import Optimizer
-
-try:  # a DTensor's local shard is what is stepped
-    from torch.distributed.tensor import DTensor
-except ImportError:  # pragma: no cover - torch without DTensor
-    DTensor = ()  # type: ignore[assignment,misc]
 
 _GRAD_DTYPES = {torch.float32: 0, torch.bfloat16: 4}  # RTD_FLOAT32, RTD_BFLOAT16
 
@@ -199,13 +198,10 @@ class _InBackward:
     """
 
     def __init__(self, opt: HostAdamW) -> None:
-        import queue
-        import threading
-
         self._opt = weakref.ref(opt)
         self._group_of: dict = {}
         self._hooks: list = []
-        self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._done = threading.Condition()
         self._pending = 0
         self._stepped: set = set()
@@ -243,12 +239,11 @@ class _InBackward:
                     "set_requires_gradient_sync(False) on the micro-steps before the last)")
                 return
             self._seen.add(p)
+            self._pending += 1
         event = None
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             event = torch.cuda.Event()
             event.record()  # after the gradient's copy to the host on this stream
-        with self._done:
-            self._pending += 1
         self._queue.put((p, event))
 
     @staticmethod
@@ -262,8 +257,6 @@ class _InBackward:
             del target
 
     def _step(self, p: torch.Tensor, event: Any) -> None:
-        import time
-
         try:
             while event is not None and not event.query():
                 time.sleep(0.0002)  # polled: waiting on the event would hold the GIL
