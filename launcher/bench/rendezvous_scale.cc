@@ -19,7 +19,7 @@
 // of the TTL, as EtcdLease does; with --etcd-pid, etcd's CPU time for that.
 //   rendezvous_scale --agents 1024,4096,16384 --connections 32 --heartbeat-s 5
 //   rendezvous_scale --agents 1024 --etcd 127.0.0.1:2379 --etcd-pid $(pgrep etcd)
-//   rendezvous_scale --agents 1024 --heartbeat-s 10 --waiting-gets 20000
+//   rendezvous_scale --agents 1024 --heartbeat-s 30 --waiting-gets 20000
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -239,7 +239,7 @@ Steady heartbeats(const Channels& channels, int n, double seconds, pid_t server,
   return steady;
 }
 
-// n Gets that wait (keys nobody sets) over the channels, until cancel().
+// n Gets that wait (keys nobody sets) over the channels, cancelled when this goes.
 struct WaitingGets {
   struct Call {
     grpc::ClientContext ctx;
