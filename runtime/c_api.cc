@@ -12,6 +12,7 @@
 #include "collectives/factory.h"
 #include "rt_dist/error.h"
 #include "runtime/c_api_errors.h"
+#include "runtime/c_api_store.h"
 #include "runtime/core/config.h"
 #include "runtime/core/log.h"
 #include "runtime/env.h"
@@ -20,57 +21,6 @@ namespace {
 
 using rtd::c_api::guarded;
 using rtd::c_api::set_error;
-
-// A Store whose calls go to the caller's callbacks (torch's store, for the
-// PyTorch backend). A callback that fails is a network error naming the key.
-class CallbackStore : public rtd::Store {
- public:
-  explicit CallbackStore(const rtd_store_ops& ops) : ops_(ops) {}
-
-  void set(const std::string& key, const std::string& value) override {
-    check(ops_.set(ops_.self, key.c_str(), value.data(), value.size()), "set", key);
-  }
-  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
-    std::string value;
-    if (ops_.get(ops_.self, key.c_str(), timeout.count(), &value) != 0) {
-      throw rtd::Error(rtd::ErrorCategory::kTimeout, "store get of '" + key +
-                                                         "' failed or timed out after " +
-                                                         std::to_string(timeout.count()) + " ms");
-    }
-    return value;
-  }
-  std::optional<std::string> try_get(const std::string& key) override {
-    if (!check({key})) return std::nullopt;
-    return get(key, std::chrono::milliseconds(0));
-  }
-  std::int64_t add(const std::string& key, std::int64_t delta) override {
-    std::int64_t result = 0;
-    check(ops_.add(ops_.self, key.c_str(), delta, &result), "add", key);
-    return result;
-  }
-  std::string compare_set(const std::string& key, const std::string&, const std::string&) override {
-    throw rtd::Error(rtd::ErrorCategory::kInternal,
-                     "compare_set of '" + key + "' is not offered by a callback store");
-  }
-  bool remove(const std::string& key) override { return ops_.remove(ops_.self, key.c_str()) == 0; }
-  bool check(const std::vector<std::string>& keys) override {
-    for (const std::string& key : keys) {
-      int exists = 0;
-      check(ops_.check(ops_.self, key.c_str(), &exists), "check", key);
-      if (!exists) return false;
-    }
-    return true;
-  }
-
- private:
-  static void check(int rc, const char* what, const std::string& key) {
-    if (rc != 0) {
-      throw rtd::Error(rtd::ErrorCategory::kUnavailable,
-                       std::string("store ") + what + " of '" + key + "' failed");
-    }
-  }
-  rtd_store_ops ops_;
-};
 
 rtd::BufferView view(void* data, int64_t count, int dtype, int device) {
   if (count < 0) throw rtd::Error(rtd::ErrorCategory::kInvalidArgument, "negative count");
@@ -98,7 +48,7 @@ rtd::StreamRef stream_ref(void* stream) { return rtd::StreamRef{stream}; }
 }  // namespace
 
 struct rtd_comm {
-  std::shared_ptr<CallbackStore> store;
+  std::shared_ptr<rtd::c_api::CallbackStore> store;
   std::unique_ptr<rtd::Communicator> comm;
 };
 
@@ -152,9 +102,7 @@ rtd_comm* rtd_comm_create_with(const rtd_store_ops* ops, const char* backend, co
                                const rtd_comm_options* options) {
   const rtd_comm_options chosen = options ? *options : rtd_comm_options{0, -1, -1};
   return guarded<rtd_comm*>(nullptr, [&]() -> rtd_comm* {
-    if (!ops || !ops->set || !ops->get || !ops->add || !ops->check || !ops->remove) {
-      throw rtd::Error(rtd::ErrorCategory::kInvalidArgument, "store callbacks missing");
-    }
+    rtd::c_api::check_store_ops(ops);
     if (!backend || (std::strcmp(backend, "gloo") != 0 && std::strcmp(backend, "nccl") != 0)) {
       throw rtd::Error(
           rtd::ErrorCategory::kInvalidArgument,
@@ -185,7 +133,7 @@ rtd_comm* rtd_comm_create_with(const rtd_store_ops* ops, const char* backend, co
         config.log_spec);
     std::string listen = host && *host ? host : rtd::data_host(config, world);
     auto handle = std::make_unique<rtd_comm>();
-    handle->store = std::make_shared<CallbackStore>(*ops);
+    handle->store = std::make_shared<rtd::c_api::CallbackStore>(*ops);
     rtd::CommunicatorOptions o = rtd::communicator_defaults(config);
     o.backend = backend;
     o.store = handle->store;

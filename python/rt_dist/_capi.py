@@ -13,7 +13,7 @@ from rt_dist._codes import (  # noqa: F401  (re-exported: the interface's number
     AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, OP_ALL_GATHER,
     OP_ALL_REDUCE, OP_BROADCAST, OP_RECV, OP_REDUCE_SCATTER, OP_SEND, SUM)
 
-API_VERSION = 8
+API_VERSION = 9
 
 # rtd::ErrorCategory's order, plus one (0: no error).
 CATEGORIES = ("", "invalid argument", "configuration", "network", "timeout", "backend", "internal")
@@ -59,6 +59,26 @@ class AdamWTensor(ctypes.Structure):
                 ("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
                 ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float),
                 ("grad_scale", ctypes.c_float)]
+
+
+class CkptRange(ctypes.Structure):
+    """rtd_ckpt_range: elements [first, first + count) of a flattened tensor, at data."""
+    _fields_ = [("first", _c_int64), ("count", _c_int64), ("data", _p), ("device", ctypes.c_int)]
+
+
+class CkptTensor(ctypes.Structure):
+    """rtd_ckpt_tensor: a tensor's name, dtype, global shape and this rank's ranges."""
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("shape", ctypes.POINTER(_c_int64)), ("n_ranges", _c_int64),
+                ("ranges", ctypes.POINTER(CkptRange))]
+
+
+class CkptOptions(ctypes.Structure):
+    _fields_ = [("dir", ctypes.c_char_p), ("keep_last", ctypes.c_int),
+                ("io_threads", ctypes.c_int), ("piece_bytes", _c_int64)]
+
+
+META_FN = ctypes.CFUNCTYPE(None, _p, ctypes.c_char_p, ctypes.c_char_p)  # rtd_ckpt_load's on_meta
 
 
 def _candidates():
@@ -140,6 +160,14 @@ def _declare(lib):
         "rtd_host_adamw_step": (i, [_p, ctypes.POINTER(AdamWTensor), i64]),
         "rtd_host_adamw_kernel": (ctypes.c_char_p, [_p]),
         "rtd_host_adamw_destroy": (None, [_p]),
+        "rtd_ckpt_create": (_p, [ctypes.POINTER(StoreOps), i, i, ctypes.POINTER(CkptOptions)]),
+        "rtd_ckpt_save": (i, [_p, i64, ctypes.POINTER(CkptTensor), i64,
+                              ctypes.POINTER(ctypes.c_char_p), i64]),
+        "rtd_ckpt_load": (i, [_p, ctypes.POINTER(CkptTensor), i64, i64, i,
+                              ctypes.POINTER(i64), META_FN, _p]),
+        "rtd_ckpt_destroy": (None, [_p]),
+        "rtd_ckpt_read_manifest": (_p, [ctypes.c_char_p, i64, ctypes.POINTER(i64)]),
+        "rtd_free": (None, [_p]),
     }
     for name, (restype, argtypes) in sig.items():
         f = getattr(lib, name)

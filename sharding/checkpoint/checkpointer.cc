@@ -362,14 +362,16 @@ void Checkpointer::failed(std::int64_t step, const std::string& why) {
     log::get("checkpoint")->error("{}; training goes on (continue_after_failed_save)", what);
 }
 
-std::optional<std::int64_t> Checkpointer::load(State& state, bool fallback) {
+std::optional<std::int64_t> Checkpointer::load(State& state, bool fallback,
+                                               std::optional<std::int64_t> newest) {
   wait();
   Impl& m = *impl_;
   const std::string prefix = "ckpt/" + m.options.dir + "/load" + std::to_string(m.loads++) + "/";
   if (m.rank == 0) {
     std::string list;
-    for (std::int64_t step : list_checkpoints(m.options.dir))
-      list += (list.empty() ? "" : ",") + std::to_string(step);
+    for (std::int64_t step : list_checkpoints(m.options.dir)) {
+      if (!newest || step <= *newest) list += (list.empty() ? "" : ",") + std::to_string(step);
+    }
     m.store.set(prefix + "candidates", list.empty() ? "-" : list);
   }
   std::vector<std::int64_t> candidates;

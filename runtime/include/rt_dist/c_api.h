@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Raised whenever a signature below changes; the caller checks it first. */
-#define RTD_C_API_VERSION 8
+#define RTD_C_API_VERSION 9
 int rtd_c_api_version(void);
 
 /* The message of the last failure on this thread ("" if none). */
@@ -228,6 +228,60 @@ int rtd_host_adamw_step(rtd_host_adamw* opt, const rtd_adamw_tensor* tensors, in
 /* The kernel it runs: "avx512", "avx2" or "scalar". */
 const char* rtd_host_adamw_kernel(rtd_host_adamw* opt);
 void rtd_host_adamw_destroy(rtd_host_adamw* opt);
+
+/* Checkpoints (rt_dist/checkpoint.h, docs/checkpoints.md): a collective save
+ * of every rank's element ranges into one directory per step, with a
+ * manifest, CRC-32C per piece and an atomic commit, and a load of any ranges
+ * on any number of ranks. The ranks agree through the store: `ops` must stay
+ * valid until rtd_ckpt_destroy, and one rtd_ckpt per directory per store.
+ * A range is elements [first, first + count) of the flattened tensor, at
+ * `data`: host memory (device < 0) or GPU `device`'s, whose writes have
+ * finished. dtype: RTD_FLOAT32 ... RTD_FLOAT16. */
+typedef struct rtd_ckpt_range {
+  int64_t first;
+  int64_t count;
+  void* data;
+  int device;
+} rtd_ckpt_range;
+typedef struct rtd_ckpt_tensor {
+  const char* name;
+  int dtype;
+  int ndim;
+  const int64_t* shape; /* global; the same on every rank */
+  int64_t n_ranges;
+  const rtd_ckpt_range* ranges; /* this rank's part (may be none) */
+} rtd_ckpt_tensor;
+typedef struct rtd_ckpt_options {
+  const char* dir;
+  int keep_last;       /* 0: keep all */
+  int io_threads;      /* >= 1 */
+  int64_t piece_bytes; /* >= 1 */
+} rtd_ckpt_options;
+typedef struct rtd_ckpt rtd_ckpt;
+rtd_ckpt* rtd_ckpt_create(const rtd_store_ops* ops, int rank, int size,
+                          const rtd_ckpt_options* options);
+/* Collective: writes the tensors' ranges and meta (n_meta pairs: meta[2i] the
+ * key, meta[2i+1] its value, UTF-8 text; rank 0's are kept) as `step` and
+ * returns once it is committed. Nonzero on any rank's failure, on every rank. */
+int rtd_ckpt_save(rtd_ckpt* ckpt, int64_t step, const rtd_ckpt_tensor* tensors, int64_t n,
+                  const char* const* meta, int64_t n_meta);
+/* Collective: fills every range from the newest checkpoint of a step <=
+ * `newest` (-1: any) that every rank can read and check; with fallback, one
+ * that fails is skipped for the one before. *step: the step loaded, -1 when
+ * there is none. Each of its meta entries is handed to on_meta (may be
+ * NULL) before it returns. */
+int rtd_ckpt_load(rtd_ckpt* ckpt, const rtd_ckpt_tensor* tensors, int64_t n, int64_t newest,
+                  int fallback, int64_t* step,
+                  void (*on_meta)(void* arg, const char* key, const char* value),
+                  void* arg);
+/* Waits for what the checkpointer does in the background, then frees it. */
+void rtd_ckpt_destroy(rtd_ckpt* ckpt);
+/* The manifest (JSON, as on disk) of the newest checkpoint in dir of a step
+ * <= newest (-1: any) whose manifest reads and checks, and its step; NULL
+ * with an error naming each one tried when none does, or none is there.
+ * Free it with rtd_free. */
+char* rtd_ckpt_read_manifest(const char* dir, int64_t newest, int64_t* step);
+void rtd_free(void* p);
 
 #ifdef __cplusplus
 }

@@ -105,8 +105,11 @@ class Checkpointer {
   // one is skipped for the one before (every rank agrees which). Returns its
   // step, or nothing when the directory holds no checkpoint. Every piece is
   // checked before any range is written (Options::check_before_load): a
-  // checkpoint that fails leaves the ranges as they were.
-  std::optional<std::int64_t> load(State& state, bool fallback = true);
+  // checkpoint that fails leaves the ranges as they were. newest: consider
+  // only the checkpoints of this step and older (a caller that read one's
+  // manifest first loads that one, or with fallback, an older one).
+  std::optional<std::int64_t> load(State& state, bool fallback = true,
+                                   std::optional<std::int64_t> newest = std::nullopt);
 
  private:
   void save_now(std::int64_t step, const State& state);
