@@ -188,7 +188,8 @@ struct Checkpointer::Impl {
       proto::CheckpointRankPart part;
       if (!part.ParseFromString(parts[r]))
         throw Error(ErrorCategory::kInternal, "rank " + std::to_string(r) + "'s part is malformed");
-      *manifest.add_files() = part.file();
+      const int first_file = manifest.files_size();
+      for (const auto& f : part.files()) *manifest.add_files() = f;
       for (const auto& t : part.tensors()) {
         proto::CheckpointTensor*& merged = by_name[t.name()];
         if (!merged) {
@@ -203,7 +204,10 @@ struct Checkpointer::Impl {
                       "ranks disagree on tensor '" + t.name() + "' (dtype or shape)");
         }
         for (auto p : t.pieces()) {
-          p.set_file(r);
+          if (p.file() < 0 || p.file() >= part.files_size())
+            throw Error(ErrorCategory::kInternal,
+                        "rank " + std::to_string(r) + "'s part names a file it has not");
+          p.set_file(first_file + p.file());
           *merged->add_pieces() = p;
         }
       }
@@ -327,9 +331,7 @@ void Checkpointer::save_now(std::int64_t step, const State& state) {
       for (const Range& r : t.ranges) bytes += r.count * dtype_size(t.dtype);
     }
     part = "!rank " + std::to_string(m.rank) + ": " + e.what() +
-           " (its part: " + std::to_string(bytes) + " bytes)";
-    std::error_code ignored;
-    fs::remove(file, ignored);  // what it wrote of it
+           " (its part: " + std::to_string(bytes) + " bytes)";  // write_pieces removed its files
   }
   m.store.set(prefix + "part/" + std::to_string(m.rank), part);
   if (m.rank == 0) {

@@ -6,6 +6,7 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -89,6 +90,18 @@ void HostBuffer::release() {
   size_ = 0;
 }
 
+namespace {
+
+// File k of a rank's part: `path` itself, then "rank_00003.1.bin", ... .
+std::string part_file(const std::string& path, std::size_t k) {
+  if (k == 0) return path;
+  const std::filesystem::path p(path);
+  return (p.parent_path() / (p.stem().string() + "." + std::to_string(k) + p.extension().string()))
+      .string();
+}
+
+}  // namespace
+
 proto::CheckpointRankPart write_pieces(const std::string& path, const State& state,
                                        std::size_t piece_bytes, int threads) {
   struct Job {
@@ -99,8 +112,7 @@ proto::CheckpointRankPart write_pieces(const std::string& path, const State& sta
   };
   proto::CheckpointRankPart part;
   std::vector<Job> jobs;
-  std::size_t offset = 0, largest = 0;
-  bool on_gpu = false;
+  std::size_t largest = 0;
   for (const Tensor& t : state.tensors) {
     checked_count(t);
     proto::CheckpointTensor* out = part.add_tensors();
@@ -113,35 +125,54 @@ proto::CheckpointRankPart write_pieces(const std::string& path, const State& sta
       for (std::size_t done = 0; done < r.count;) {
         const std::size_t n = std::min(per_piece, r.count - done);
         proto::CheckpointPiece* p = out->add_pieces();  // its address stays valid
-        p->set_file(0);
         p->set_first(r.first + done);
         p->set_count(n);
-        p->set_offset(offset);
         jobs.push_back(Job{static_cast<const char*>(r.data) + done * esize, n * esize, &r, p});
-        offset += n * esize;
         largest = std::max(largest, n * esize);
-        on_gpu = on_gpu || r.device == DeviceType::kCuda;
         done += n;
       }
     }
   }
-  FileWriter w(path);
-  std::vector<HostBuffer> staging(static_cast<std::size_t>(std::max(threads, 1)));
-  run_parallel(jobs.size(), threads, [&](std::size_t i, int worker) {
-    const Job& job = jobs[i];
-    const char* data = job.data;
-    if (job.range->device == DeviceType::kCuda) {
-      HostBuffer& s = staging[worker];
-      s.reserve(largest, true);
-      gpu::copy_to_host(data, s.data(), job.bytes, job.range->device_index);
-      data = s.data();
-    }
-    job.piece->set_crc32c(crc32c(data, job.bytes));
-    w.write_at(job.piece->offset(), data, job.bytes);
-  });
-  w.close();
-  part.mutable_file()->set_name(std::filesystem::path(path).filename().string());
-  part.mutable_file()->set_bytes(offset);
+  // Pieces dealt to the files in turn, so that the pieces in flight at once
+  // (taken in order by the threads) are in different files.
+  const std::size_t files = std::clamp<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)),
+                                                    1, std::max<std::size_t>(jobs.size(), 1));
+  std::vector<std::size_t> sizes(files, 0);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const std::size_t f = i % files;
+    jobs[i].piece->set_file(static_cast<int>(f));
+    jobs[i].piece->set_offset(sizes[f]);
+    sizes[f] += jobs[i].bytes;
+  }
+  std::vector<std::unique_ptr<FileWriter>> writers;
+  try {
+    for (std::size_t f = 0; f < files; ++f)
+      writers.push_back(std::make_unique<FileWriter>(part_file(path, f)));
+    std::vector<HostBuffer> staging(static_cast<std::size_t>(std::max(threads, 1)));
+    run_parallel(jobs.size(), threads, [&](std::size_t i, int worker) {
+      const Job& job = jobs[i];
+      const char* data = job.data;
+      if (job.range->device == DeviceType::kCuda) {
+        HostBuffer& s = staging[worker];
+        s.reserve(largest, true);
+        gpu::copy_to_host(data, s.data(), job.bytes, job.range->device_index);
+        data = s.data();
+      }
+      job.piece->set_crc32c(crc32c(data, job.bytes));
+      writers[job.piece->file()]->write_at(job.piece->offset(), data, job.bytes);
+    });
+    for (auto& w : writers) w->close();
+  } catch (...) {
+    writers.clear();
+    std::error_code ignored;
+    for (std::size_t f = 0; f < files; ++f) std::filesystem::remove(part_file(path, f), ignored);
+    throw;
+  }
+  for (std::size_t f = 0; f < files; ++f) {
+    proto::CheckpointFile* out = part.add_files();
+    out->set_name(std::filesystem::path(part_file(path, f)).filename().string());
+    out->set_bytes(sizes[f]);
+  }
   return part;
 }
 

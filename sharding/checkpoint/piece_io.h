@@ -35,8 +35,12 @@ class HostBuffer {
   bool pinned_ = false;
 };
 
-// Writes state's ranges into `path` in pieces of at most piece_bytes, at most
-// `threads` at once, fsyncs it, and returns what it wrote (file 0 of the part).
+// Writes state's ranges in pieces of at most piece_bytes, at most `threads`
+// at once, into as many files (`path`, then `path` with .1, .2, ... before
+// its extension; fewer for fewer pieces), the pieces dealt to them in turn:
+// threads that write one file wait for each other in the kernel (a file's
+// buffered writes hold its inode's lock), threads with files of their own do
+// not. fsyncs them and returns what it wrote; a failure removes them.
 proto::CheckpointRankPart write_pieces(const std::string& path, const State& state,
                                        std::size_t piece_bytes, int threads);
 

@@ -1,7 +1,9 @@
 """torch.distributed.checkpoint into librt_dist's format (rt_dist.torch.checkpoint),
 under dtrun on CPU:
-    dtrun --nproc-per-node=N python tests/torch/dcp_checkpoint.py BACKEND DIR RTD_CKPT save
-    dtrun --nproc-per-node=M python tests/torch/dcp_checkpoint.py BACKEND DIR RTD_CKPT load
+    dtrun --nproc-per-node=N python tests/torch/dcp_checkpoint.py BACKEND DIR RTD_CKPT save [cuda]
+    dtrun --nproc-per-node=M python tests/torch/dcp_checkpoint.py BACKEND DIR RTD_CKPT load [cuda]
+(cuda: the model on the rank's GPU, the group BACKEND for cuda and gloo for the
+host, as dcp.async_save needs)
 
 save (N ranks): an FSDP2 model with AdamW state, a bool and an int64 buffer, a
 replicated DDP-style tensor and plain objects, saved by dcp.save through
@@ -37,6 +39,7 @@ import rt_dist.torch  # noqa: F401
 from rt_dist.torch.checkpoint import CheckpointReader, CheckpointWriter
 
 BACKEND, DIR, RTD_CKPT, PHASE = sys.argv[1:5]
+DEVICE = sys.argv[5] if len(sys.argv) > 5 else "cpu"
 failures = []
 
 
@@ -60,7 +63,7 @@ class Net(nn.Module):
 
 def make(seed):
     torch.manual_seed(seed)
-    model = Net()
+    model = Net().to(DEVICE)
     fully_shard(model.a)
     fully_shard(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
@@ -70,7 +73,7 @@ def make(seed):
 def train(model, opt, steps, seed=7):
     g = torch.Generator().manual_seed(seed + dist.get_rank())
     for _ in range(steps):
-        x = torch.randn(8, 12, generator=g)
+        x = torch.randn(8, 12, generator=g).to(DEVICE)
         model(x).square().mean().backward()
         opt.step()
         opt.zero_grad()
@@ -98,8 +101,8 @@ def same(a, b, what):
         for i, (x, y) in enumerate(zip(a, b)):
             same(x, y, f"{what}[{i}]")
     elif isinstance(a, torch.Tensor):
-        a = a.full_tensor() if hasattr(a, "full_tensor") else a
-        b = b.full_tensor() if hasattr(b, "full_tensor") else b
+        a = (a.full_tensor() if hasattr(a, "full_tensor") else a).cpu()
+        b = (b.full_tensor() if hasattr(b, "full_tensor") else b).cpu()
         check(a.dtype == b.dtype and torch.equal(a, b), f"{what}: tensors differ")
     else:
         check(a == b, f"{what}: {a!r} != {b!r}")
@@ -162,21 +165,23 @@ def save_phase():
     train(model2, opt2, 2)
     same(full(model2, opt2), full(model, opt), "state two steps after the load")
 
-    # A rank that cannot prepare its part fails every rank, at once.
-    class FailsOnRank1(CheckpointWriter):
+    # A rank that cannot prepare its part (the last) fails every rank, at once.
+    last = dist.get_world_size() - 1
+
+    class FailsOnTheLastRank(CheckpointWriter):
         @staticmethod
         def _prepare(item, planner, tensors, meta):
-            if dist.get_rank() == 1:
+            if dist.get_rank() == last:
                 raise ValueError("this rank's part cannot be read")
             return CheckpointWriter._prepare(item, planner, tensors, meta)
 
     started = time.monotonic()
     try:
         dcp.save(state(model, opt, {"step": 6, "note": ""}),
-                 storage_writer=FailsOnRank1(DIR, step=6, keep_last=2))
+                 storage_writer=FailsOnTheLastRank(DIR, step=6, keep_last=2))
         check(False, "a save with a failing rank returned")
     except CheckpointException as e:
-        check("rank 1" in str(e) and "cannot be read" in str(e),
+        check(f"rank {last}:" in str(e) and "cannot be read" in str(e),
               f"the failing rank is not named: {e}")
     check(time.monotonic() - started < 60, "the failed save took a minute or more")
     check(not os.path.exists(os.path.join(DIR, "step_00000006")), "the failed save left step 6")
@@ -234,7 +239,11 @@ def load_phase():
 
 
 def main():
-    dist.init_process_group(BACKEND)
+    if DEVICE == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(f"cpu:gloo,cuda:{BACKEND}")
+    else:
+        dist.init_process_group(BACKEND)
     (save_phase if PHASE == "save" else load_phase)()
     dist.barrier()
     ok = torch.tensor([len(failures)], dtype=torch.int64)

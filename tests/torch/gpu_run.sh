@@ -18,6 +18,13 @@ step() {  # name, seconds, command...
 }
 run=("$here/tests/torch/run.sh" "$py" "$b/bin/dtrun" "$b/lib/rt_dist/python")
 step test_host_adamw 120 env RTD_TORCH_GPUS=1 "${run[@]}" dtrun 1 host_adamw_gpu.py rtd
+for be in nccl rtd; do  # DCP into our format from a GPU model, saved and loaded by two jobs
+  step test_dcp_save_$be 120 env RTD_TORCH_GPUS=1 "${run[@]}" dtrun 1 dcp_checkpoint.py $be \
+    "$out/dcp_$be" "$b/bin/rtd-ckpt" save cuda
+  step test_dcp_load_$be 120 env RTD_TORCH_GPUS=1 "${run[@]}" dtrun 1 dcp_checkpoint.py $be \
+    "$out/dcp_$be" "$b/bin/rtd-ckpt" load cuda
+  rm -rf "$out/dcp_$be"
+done
 step test_collectives 90 env RTD_LOG=info "${run[@]}" dtrun 2 collectives.py cuda
 # Which collectives the copy engines took (one line per staging buffer set up).
 for op in all_reduce all_gather reduce_scatter; do

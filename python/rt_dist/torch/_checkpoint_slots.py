@@ -240,7 +240,7 @@ def agree(slot, what, error, payload=None):
     slot.agreements += 1
     if slot.world == 1:
         if error:
-            raise RuntimeError(f"checkpoint {what} in {slot.path}: {error}")
+            raise RuntimeError(f"checkpoint {what} in {slot.path} not done: rank 0: {error}")
         return payload or {}
     prefix = f"dcp/{slot.path}/{n}/"
     if n > 0:  # every rank read the last one's keys before that collective call ended

@@ -39,6 +39,27 @@ TEST_F(CheckpointTest, SavedByFourLoadsOnOneTwoThreeAndFive) {
   for (int ranks : {1, 2, 3, 5}) EXPECT_EQ(load_and_check(ranks, 7), 7) << ranks << " ranks";
 }
 
+// Each I/O thread writes a file of its own (writers of one file wait for
+// each other in the kernel); a rank with fewer pieces than threads writes
+// fewer files. The files load on any number of ranks.
+TEST_F(CheckpointTest, ARankWritesAFileForEachIoThread) {
+  Options o = options(3, 16);  // 70 floats: 18 pieces for one rank, 9 for each of two
+  o.io_threads = 4;
+  save(2, 5, o);
+  const fs::path step = dir_ / "step_00000005";
+  for (const char* name : {"rank_00000.bin", "rank_00000.1.bin", "rank_00000.2.bin",
+                           "rank_00000.3.bin", "rank_00001.3.bin"})
+    EXPECT_TRUE(fs::exists(step / name)) << name;
+  EXPECT_FALSE(fs::exists(step / "rank_00000.4.bin"));
+  for (int ranks : {1, 3}) EXPECT_EQ(load_and_check(ranks, 5), 5) << ranks << " ranks";
+  o.io_threads = 8;
+  o.piece_bytes = 64u << 20;  // one piece a tensor: two files a rank
+  save(2, 6, o);
+  EXPECT_TRUE(fs::exists(dir_ / "step_00000006" / "rank_00001.1.bin"));
+  EXPECT_FALSE(fs::exists(dir_ / "step_00000006" / "rank_00001.2.bin"));
+  EXPECT_EQ(load_and_check(2, 6), 6);
+}
+
 TEST_F(CheckpointTest, SmallPiecesAreReadAndCheckedOneByOne) {
   save(2, 3, options(3, 16));  // 4 floats or 2 int64 per piece
   EXPECT_EQ(load_and_check(3, 3), 3);

@@ -1,0 +1,167 @@
+"""torch.distributed.checkpoint's own storage (FileSystemWriter/Reader, async_save
+with its stagers) against rt_dist.torch.checkpoint, on the same FSDP2 state
+(model + AdamW), in the same job, alternating:
+    dtrun --nproc-per-node=N python bench/torch_checkpoint.py
+Environment: H (8192), L (16: 1.07 B parameters), ROUNDS (3), DIR (where the
+checkpoints go; ./checkpoint_bench), BACKEND (nccl), BENCH_JSON (a file for
+the figures), VARIANTS (all of: dcp dcp8 rtd).
+
+For each variant and round, rank 0 prints:
+  save_s     dcp.save, from the call to its return (both fsync their files)
+  load_s     dcp.load into the model's own tensors, the files first dropped
+             from the page cache (posix_fadvise DONTNEED), so read from disk
+  call_s     dcp.async_save: the host blocked in the call
+  held_s     async_save: until the training stream may go on (its staging
+             done and the current stream free of it)
+  total_s    async_save: until the checkpoint is written
+dcp: FileSystemWriter's defaults and async_save's default stager; dcp8: 8
+writer threads, and DefaultStager with pinned memory, async staging and
+non-blocking copies (its fastest); rtd: CheckpointWriter (4 I/O threads, its
+own pinned staging on a side stream).
+"""
+
+import json
+import os
+import shutil
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.state_dict import get_state_dict
+from torch.distributed.fsdp import fully_shard
+
+from rt_dist.torch.checkpoint import CheckpointReader, CheckpointWriter
+
+H = int(os.environ.get("H", "8192"))
+L = int(os.environ.get("L", "16"))
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+DIR = os.path.abspath(os.environ.get("DIR", "checkpoint_bench"))
+VARIANTS = os.environ.get("VARIANTS", "dcp dcp8 rtd").split()
+
+
+def drop_cache(path):
+    """Drops path's files from the page cache (clean pages: they were fsynced)."""
+    for root, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def writer(variant, path, step):
+    if variant == "rtd":
+        return CheckpointWriter(path, step=step, keep_last=1)
+    return FileSystemWriter(path, thread_count=8 if variant == "dcp8" else 1)
+
+
+def reader(variant, path):
+    return CheckpointReader(path) if variant == "rtd" else FileSystemReader(path)
+
+
+def stager(variant):
+    if variant == "dcp8":
+        return DefaultStager(StagingOptions(True, False, True, True))
+    return None  # dcp: async_save's default; rtd: the writer stages itself
+
+
+def timed(f):
+    torch.cuda.synchronize()
+    dist.barrier()
+    start = time.perf_counter()
+    out = f()
+    torch.cuda.synchronize()
+    dist.barrier()
+    return time.perf_counter() - start, out
+
+
+def async_save(variant, sd, path, step):
+    dist.barrier()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    kwargs = {"storage_writer": writer(variant, path, step)}
+    if stager(variant) is not None:
+        kwargs["async_stager"] = stager(variant)
+    response = dcp.async_save(sd, **kwargs)
+    call = time.perf_counter() - start
+    marker = torch.cuda.Event()
+    marker.record()  # the training stream's next work would start here
+    upload = response
+    if hasattr(response, "staging_completion"):  # a stager that stages in the background
+        response.staging_completion.result()
+        upload = response.upload_completion
+    marker.synchronize()
+    held = time.perf_counter() - start
+    upload.result()
+    total = time.perf_counter() - start
+    return call, held, total
+
+
+def main():
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dist.init_process_group(f"cpu:gloo,cuda:{os.environ.get('BACKEND', 'nccl')}")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(H, H, bias=False) for _ in range(L)]).cuda()
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model(torch.randn(4, H, device="cuda")).square().mean().backward()
+    opt.step()  # the optimizer's state exists
+    msd, osd = get_state_dict(model, opt)
+    sd = {"model": msd, "optim": osd}
+    params = sum(p.numel() for p in model.parameters())
+    state_bytes = sum(t.numel() * t.element_size()
+                      for t in list(msd.values()) + [v for s in osd["state"].values()
+                                                     for v in s.values()]
+                      if isinstance(t, torch.Tensor))
+    if rank == 0:
+        usage = shutil.disk_usage(os.path.dirname(DIR))
+        print(f"params {params / 1e9:.3f} B, state {state_bytes / 1e9:.2f} GB a rank, "
+              f"world {dist.get_world_size()}, {DIR} on a disk of {usage.total / 1e9:.0f} GB "
+              f"({usage.free / 1e9:.0f} free)", flush=True)
+    results = []
+    for r in range(ROUNDS):
+        for variant in VARIANTS:
+            path = os.path.join(DIR, variant)
+            # DCP's directories are removed after each use; ours keeps its
+            # newest (keep_last=1) and holds its lock: removed at the end.
+            if rank == 0 and variant != "rtd":
+                shutil.rmtree(path, ignore_errors=True)
+            save_s, _ = timed(lambda: dcp.save(sd, storage_writer=writer(variant, path, 2 * r)))
+            if rank == 0:
+                drop_cache(path)
+            load_s, _ = timed(lambda: dcp.load(sd, storage_reader=reader(variant, path)))
+            if rank == 0 and variant != "rtd":
+                shutil.rmtree(path, ignore_errors=True)
+            dist.barrier()
+            call_s, held_s, total_s = async_save(variant, sd, path, 2 * r + 1)
+            row = {"round": r, "variant": variant, "save_s": save_s, "load_s": load_s,
+                   "call_s": call_s, "held_s": held_s, "total_s": total_s}
+            results.append(row)
+            if rank == 0:
+                print(" ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                               for k, v in row.items()), flush=True)
+                if variant != "rtd":
+                    shutil.rmtree(path, ignore_errors=True)
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(DIR, ignore_errors=True)
+    if rank == 0 and os.environ.get("BENCH_JSON"):
+        with open(os.environ["BENCH_JSON"], "w") as f:
+            json.dump({"params": params, "state_bytes": state_bytes, "H": H, "L": L,
+                       "world": dist.get_world_size(), "rows": results}, f, indent=1)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
