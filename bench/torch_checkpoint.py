@@ -55,9 +55,18 @@ def drop_cache(path):
                 os.close(fd)
 
 
+def remove(variant, path):
+    if variant != "rtd":
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for name in os.listdir(path) if os.path.isdir(path) else []:
+        if name.startswith("step_"):
+            shutil.rmtree(os.path.join(path, name), ignore_errors=True)
+
+
 def writer(variant, path, step):
-    if variant == "rtd":
-        return CheckpointWriter(path, step=step, keep_last=1)
+    if variant == "rtd":  # keeps all: the older ones are removed outside the timings, as DCP's
+        return CheckpointWriter(path, step=step, keep_last=0)
     return FileSystemWriter(path, thread_count=8 if variant == "dcp8" else 1)
 
 
@@ -132,16 +141,16 @@ def main():
     for r in range(ROUNDS):
         for variant in VARIANTS:
             path = os.path.join(DIR, variant)
-            # DCP's directories are removed after each use; ours keeps its
-            # newest (keep_last=1) and holds its lock: removed at the end.
-            if rank == 0 and variant != "rtd":
-                shutil.rmtree(path, ignore_errors=True)
+            # DCP's directories are removed after each use; ours holds its lock
+            # file: its steps are removed, the directory at the end.
+            if rank == 0:
+                remove(variant, path)
             save_s, _ = timed(lambda: dcp.save(sd, storage_writer=writer(variant, path, 2 * r)))
             if rank == 0:
                 drop_cache(path)
             load_s, _ = timed(lambda: dcp.load(sd, storage_reader=reader(variant, path)))
-            if rank == 0 and variant != "rtd":
-                shutil.rmtree(path, ignore_errors=True)
+            if rank == 0:
+                remove(variant, path)
             dist.barrier()
             call_s, held_s, total_s = async_save(variant, sd, path, 2 * r + 1)
             row = {"round": r, "variant": variant, "save_s": save_s, "load_s": load_s,
@@ -150,8 +159,7 @@ def main():
             if rank == 0:
                 print(" ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
                                for k, v in row.items()), flush=True)
-                if variant != "rtd":
-                    shutil.rmtree(path, ignore_errors=True)
+                remove(variant, path)
     dist.barrier()
     if rank == 0:
         shutil.rmtree(DIR, ignore_errors=True)

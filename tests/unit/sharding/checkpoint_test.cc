@@ -25,6 +25,20 @@ TEST(Crc32c, StandardCheckValueAndIncremental) {
   EXPECT_EQ(crc32c(zeros.data(), 32), 0x8A9136AAu);  // RFC 3720, B.4
 }
 
+// The CPU's instruction and the tables agree at every length and alignment.
+TEST(Crc32c, TheInstructionAndTheTablesAgree) {
+  std::vector<unsigned char> data(1000);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 131 + 7);
+  EXPECT_EQ(crc32c_tables("123456789", 9), 0xE3069283u);
+  for (std::size_t at : {0, 1, 3, 7}) {
+    for (std::size_t n : {0, 1, 7, 8, 9, 63, 64, 65, 900}) {
+      const std::uint32_t seed = static_cast<std::uint32_t>(n * 2654435761u);
+      EXPECT_EQ(crc32c(data.data() + at, n, seed), crc32c_tables(data.data() + at, n, seed))
+          << "at " << at << ", " << n << " bytes, " << crc32c_kind();
+    }
+  }
+}
+
 TEST_F(CheckpointTest, NothingSavedLoadsNothing) {
   run_ranks(2, [&](Store& store, int rank) {
     State s;
