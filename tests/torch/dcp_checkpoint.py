@@ -11,7 +11,9 @@ CheckpointWriter; `rtd-ckpt verify` accepts it; loaded into a fresh model and
 optimizer, which then train on exactly as the originals; a later step whose
 piece is corrupted is named and the one before loaded; a rank that cannot
 prepare its part fails every rank at once; dcp.async_save through the writer;
-keep_last; the full state written for the load job.
+a second async save reusing the staged copies; keep_last; a second
+keep_last for the directory, an empty directory and a negative step refused;
+the full state written for the load job.
 load (M ranks, another job): the newest checkpoint into M shards equals the
 full state the save job wrote.
 """
@@ -220,22 +222,52 @@ def save_phase():
     load_into(model4, opt4, sd4, reader)
     check(reader.step == 7, f"loaded step {reader.step}, not 7")
     same(full(model4, opt4), full(model, opt), "state after the async save")
+
+    # A second async_save after training on: the staged copies are reused, and
+    # hold the new values.
+    train(model, opt, 1)
+    sd8 = state(model, opt, {"step": 8, "note": "async again"})
+    dcp.async_save(sd8, storage_writer=CheckpointWriter(DIR, step=8, keep_last=2)).result()
+    model5, opt5, sd5 = fresh_state(6, 8)
+    reader = CheckpointReader(DIR)
+    load_into(model5, opt5, sd5, reader)
+    check(reader.step == 8, f"loaded step {reader.step}, not 8")
+    same(full(model5, opt5), full(model, opt), "state after the second async save")
+
+    # What a user gets wrong is named.
+    try:
+        dcp.save(sd8, storage_writer=CheckpointWriter(DIR, step=9, keep_last=5))
+        check(False, "a second keep_last for the same directory was taken")
+    except CheckpointException as e:
+        check("keep_last" in str(e), f"the setting is not named: {e}")
+    empty = os.path.join(DIR, "empty")
+    try:
+        dcp.load(sd8, storage_reader=CheckpointReader(empty))
+        check(False, "a load from an empty directory returned")
+    except CheckpointException as e:
+        check("none is committed" in str(e), f"the empty directory is not said: {e}")
+    try:
+        CheckpointWriter(DIR, step=-1)
+        check(False, "step -1 was taken")
+    except ValueError:
+        pass
+
     msd, osd = full(model, opt)
     if rank == 0:
-        torch.save({"model": msd, "optim": osd, "ddp": sd7["ddp"]}, os.path.join(DIR, "full.pt"))
+        torch.save({"model": msd, "optim": osd, "ddp": sd8["ddp"]}, os.path.join(DIR, "full.pt"))
 
 
 def load_phase():
     expected = torch.load(os.path.join(DIR, "full.pt"), weights_only=False)
-    model, opt, sd = fresh_state(5, 7)
+    model, opt, sd = fresh_state(5, 8)
     reader = CheckpointReader(DIR)
     load_into(model, opt, sd, reader)
-    check(reader.step == 7, f"loaded step {reader.step}, not 7")
+    check(reader.step == 8, f"loaded step {reader.step}, not 8")
     msd, osd = full(model, opt)
     same(msd, expected["model"], f"model on {dist.get_world_size()} ranks")
     same(osd, expected["optim"], f"optimizer on {dist.get_world_size()} ranks")
     same(sd["ddp"], expected["ddp"], "ddp")
-    same(sd["extra"], {"step": 7, "note": "async"}, "extra")
+    same(sd["extra"], {"step": 8, "note": "async again"}, "extra")
 
 
 def main():

@@ -100,7 +100,7 @@ def close_slots(path=None):
         for key in [k for k in _slots if path is None or k[0] == path]:
             _slots.pop(key).close()
         for key in [k for k in _stagings if path is None or k == path]:
-            _stagings.pop(key).idle.wait()
+            del _stagings[key]  # a save still writing holds its copies itself
 
 
 def runs(offsets, sizes, shape):
@@ -216,8 +216,14 @@ _stagings = {}
 
 
 def staging(path):
+    """The directory's copies for the next async save: the last save's, or,
+    while that save has not read them yet (it is still writing, or failed
+    before it began), new ones, so that a save never waits for another."""
     with _slots_lock:
-        return _stagings.setdefault(path, Staging())
+        current = _stagings.get(path)
+        if current is None or not current.idle.is_set():
+            current = _stagings[path] = Staging()
+        return current
 
 
 _side_streams = {}

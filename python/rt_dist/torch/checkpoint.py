@@ -84,6 +84,7 @@ class CheckpointWriter(StorageWriter):
             raise ValueError(f"step must be a non-negative int, not {step!r}")
         self._settings = (int(keep_last), int(io_threads), int(piece_bytes))
         self._event = None  # the staging copies' event (async_save)
+        self._staging = None  # the copies stage() made, for write_data
 
     # DCP's calls, in order.
     def reset(self, checkpoint_id: PathLike | None = None) -> None:
@@ -112,8 +113,8 @@ class CheckpointWriter(StorageWriter):
                 self._event.synchronize()  # the staging copies this save reads
             results = self._write(slot, info["step"], plan, planner)
         finally:
-            if self._event is not None:
-                _s.staging(self.path).idle.set()
+            if self._staging is not None:  # its copies are free for the next async save
+                self._staging.idle.set()
         future: Future[list[WriteResult]] = Future()
         future.set_result(results)
         return future
@@ -135,8 +136,7 @@ class CheckpointWriter(StorageWriter):
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
 
-        staging = _s.staging(self.path)
-        staging.idle.wait()  # the last save has read its copies
+        staging = self._staging = _s.staging(self.path)
         signature = _s.signature(state_dict)
         if staging.signature != signature:
             staging.state = _create_cpu_state_dict(state_dict,
@@ -230,12 +230,24 @@ class CheckpointReader(StorageReader):
         self._manifest_step = None
         self._shapes = {}  # the manifest's tensors: name -> shape
         self._dtypes = {}  # and dtype
+        self._error = None  # why read_metadata could not read one
 
     def reset(self, checkpoint_id: PathLike | None = None) -> None:
         if checkpoint_id is not None:
             self.path = os.path.abspath(os.fspath(checkpoint_id))
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        # dcp.load drops what read_metadata raises (it tries a rank-local
+        # fallback, then fails with "metadata is None"): the reason is kept
+        # and raised by set_up_storage_reader, which dcp.load reports.
+        self._error = None
+        try:
+            return self._read_metadata()
+        except Exception as e:
+            self._error = e
+            return Metadata(state_dict_metadata={})
+
+    def _read_metadata(self) -> Metadata:
         c = _s.capi()
         step = ctypes.c_int64(-1)
         asked = -1 if self._asked is None else self._asked
@@ -263,9 +275,15 @@ class CheckpointReader(StorageReader):
             if key.startswith(_s.BYTES):
                 entries[key[len(_s.BYTES):]] = BytesStorageMetadata()
             elif key.startswith(_s.TENSOR):
-                info = json.loads(value)
-                dtype = getattr(torch, info["dtype"])
-                shape = torch.Size(info["shape"])
+                try:
+                    info = json.loads(value)
+                    dtype = getattr(torch, info["dtype"])
+                    if not isinstance(dtype, torch.dtype):
+                        raise ValueError(f"{info['dtype']!r} is not a dtype")
+                    shape = torch.Size(int(d) for d in info["shape"])
+                except (ValueError, KeyError, TypeError, AttributeError) as e:
+                    raise ValueError(f"{self.path} step {step.value}: the manifest's entry "
+                                     f"{key!r} is malformed ({e})") from None
                 entries[key[len(_s.TENSOR):]] = TensorStorageMetadata(
                     TensorProperties(dtype=dtype), shape,
                     [ChunkStorageMetadata(torch.Size([0] * len(shape)), shape)])
@@ -273,6 +291,8 @@ class CheckpointReader(StorageReader):
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any,
                               **kwargs: Any) -> None:
+        if self._error is not None:
+            raise self._error
         self.is_coordinator = is_coordinator
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:

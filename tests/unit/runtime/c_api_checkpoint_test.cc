@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
@@ -113,6 +114,13 @@ TEST(CApiCheckpoint, SavesLoadsAndBoundsTheLoadByStep) {
   EXPECT_NE(std::string(json).find("\"note\""), std::string::npos) << json;
   rtd_free(json);
   json = rtd_ckpt_read_manifest(dir.c_str(), 1, &manifest_step);
+  ASSERT_NE(json, nullptr) << rtd_last_error();
+  EXPECT_EQ(manifest_step, 1);
+  rtd_free(json);
+  // A manifest that fails its check is passed over for the one before.
+  std::ofstream(dir + "/step_00000002/manifest.json", std::ios::app) << " ";
+  std::ofstream(dir + "/step_00000002/manifest.json", std::ios::in | std::ios::out) << "[";
+  json = rtd_ckpt_read_manifest(dir.c_str(), -1, &manifest_step);
   ASSERT_NE(json, nullptr) << rtd_last_error();
   EXPECT_EQ(manifest_step, 1);
   rtd_free(json);
