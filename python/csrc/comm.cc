@@ -1,5 +1,6 @@
 #include "comm.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "device_streams.h"
@@ -7,6 +8,49 @@
 #include "python_warning.h"
 
 namespace rtd_torch {
+namespace {
+
+std::mutex g_mu;  // guards the two below
+std::vector<const Comm*> g_live;
+std::vector<std::string> g_unraised;  // of communicators destroyed
+
+// The failure of `comm`, if it failed and nothing raised it ("" if not).
+std::string unraised(const Comm& comm, bool raised) {
+  if (raised || rtd_comm_failed(comm.handle()) == 0) return "";
+  return comm.options().name + " on rank " + std::to_string(comm.options().rank) + ": " +
+         rtd_last_error();
+}
+
+}  // namespace
+
+std::vector<std::string> unraised_failures() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::vector<std::string> out = g_unraised;
+  for (const Comm* c : g_live) {
+    std::string why = c->unraised_failure();
+    if (!why.empty()) out.push_back(std::move(why));
+  }
+  return out;
+}
+
+std::string Comm::unraised_failure() const {
+  std::string why = unraised(*this, raised_);
+  std::lock_guard<std::mutex> lock(dropped_mu_);
+  std::vector<std::string> ops = unraised_ops_;
+  for (const Dropped& d : dropped_) {  // failed, not yet reaped
+    if (d.work != nullptr && rtd_work_error(d.work) != 0)
+      ops.push_back(d.what + ": " + rtd_last_error());
+  }
+  for (const std::string& op : ops) {
+    why += (why.empty() ? "" : "; ") + op + " (its Work was dropped unwaited)";
+  }
+  return why;
+}
+
+void Comm::note_unraised(std::string what) {
+  std::lock_guard<std::mutex> lock(dropped_mu_);
+  if (unraised_ops_.size() < 16) unraised_ops_.push_back(std::move(what));  // the first say it
+}
 
 Comm::Comm(c10::intrusive_ptr<c10d::Store> store, CommOptions options)
     : bridge_(std::move(store)), options_(std::move(options)) {
@@ -24,9 +68,17 @@ Comm::Comm(c10::intrusive_ptr<c10d::Store> store, CommOptions options)
     raise_last_error("rtd: setting up the " + options_.name + " on rank " +
                      std::to_string(options_.rank));
   }
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_live.push_back(this);
 }
 
 Comm::~Comm() {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_live.erase(std::remove(g_live.begin(), g_live.end(), this), g_live.end());
+    std::string why = unraised_failure();
+    if (!why.empty()) g_unraised.push_back(std::move(why));
+  }
   size_t in_flight = 0;
   for (const Dropped& d : dropped_) {
     in_flight += d.work != nullptr && rtd_work_done(d.work) == 0 ? 1 : 0;
@@ -48,11 +100,15 @@ Comm::~Comm() {
 
 void Comm::check(const std::string& where) const {
   if (rtd_comm_failed(handle_) != 0) {
+    note_raised();
     raise_failure(where, rtd_last_error());
   }
 }
 
-void Comm::abort() { rtd_comm_abort(handle_); }
+void Comm::abort() {
+  note_raised();  // the program's own act, not a failure to report
+  rtd_comm_abort(handle_);
+}
 
 const c10::Stream& Comm::finishing_stream() {
   if (!finishing_) {
@@ -62,9 +118,9 @@ const c10::Stream& Comm::finishing_stream() {
 }
 
 void Comm::keep_until_done(rtd_work* work, std::vector<at::Tensor> tensors,
-                           std::optional<c10::Event> done) {
+                           std::optional<c10::Event> done, std::string what) {
   std::lock_guard<std::mutex> lock(dropped_mu_);
-  dropped_.push_back(Dropped{work, std::move(tensors), std::move(done)});
+  dropped_.push_back(Dropped{work, std::move(tensors), std::move(done), std::move(what)});
 }
 
 void Comm::reap() {
@@ -75,6 +131,8 @@ void Comm::reap() {
       return;  // in order: a later one is not done before it on one stream
     }
     if (d.work != nullptr) {
+      if (rtd_work_error(d.work) != 0 && unraised_ops_.size() < 16)
+        unraised_ops_.push_back(d.what + ": " + rtd_last_error());
       rtd_work_free(d.work);
     }
     dropped_.pop_front();

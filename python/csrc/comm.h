@@ -7,6 +7,7 @@
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -50,6 +51,11 @@ class Comm {
   // next call or wait, never injected into a thread.
   void check(const std::string& where) const;
   void abort();
+  // A failure of this communicator was handed to the program (thrown, or
+  // set in a Work's future): not one to report at exit.
+  void note_raised() const { raised_ = true; }
+  // Its failure, if it failed and nothing raised it; "" if not.
+  std::string unraised_failure() const;
 
   // The pool stream on which a GPU operation's finishing steps run.
   const c10::Stream& finishing_stream();
@@ -57,22 +63,34 @@ class Comm {
   // An operation whose Work was dropped unwaited: its tensors stay alive
   // until it (and its finishing steps, `done`) completed.
   void keep_until_done(rtd_work* work, std::vector<at::Tensor> tensors,
-                       std::optional<c10::Event> done);
+                       std::optional<c10::Event> done, std::string what);
   void reap();
+  // An operation failed whose Work nobody waited for (what: the Work's name).
+  void note_unraised(std::string what);
 
  private:
   struct Dropped {
     rtd_work* work;
     std::vector<at::Tensor> tensors;
     std::optional<c10::Event> done;
+    std::string what;
   };
 
   StoreBridge bridge_;
   CommOptions options_;
   rtd_comm* handle_ = nullptr;
   std::optional<c10::Stream> finishing_;
-  std::mutex dropped_mu_;
+  mutable std::mutex dropped_mu_;
   std::deque<Dropped> dropped_;
+  mutable std::atomic<bool> raised_{false};
+  std::vector<std::string> unraised_ops_;  // guarded by dropped_mu_
 };
+
+// The failures of communicators, live or destroyed, that nothing handed to
+// the program: a collective that failed after its call returned, whose Work
+// nobody waited for. rt_dist.torch reports them when the interpreter exits
+// and makes the process fail, so that a job never ends as a success with a
+// collective that did not happen.
+std::vector<std::string> unraised_failures();
 
 }  // namespace rtd_torch

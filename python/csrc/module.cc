@@ -5,6 +5,7 @@
 
 #include "backend.h"
 #include "c_api_loader.h"
+#include "comm.h"
 
 namespace py = pybind11;
 
@@ -22,5 +23,7 @@ PYBIND11_MODULE(_C, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"))
       .def_property_readonly("calls", &BackendRTD::calls,
                              "operations launched through librt_dist (for tests)");
+  m.def("unraised_failures", &rtd_torch::unraised_failures,
+        "failures of rtd communicators that nothing raised (reported at exit)");
   m.attr("TORCH_VERSION") = TORCH_BUILT_WITH;
 }

@@ -18,7 +18,10 @@ int op_wait_stream(rtd_work* w, void* stream) {
   return w == nullptr ? 0 : rtd_work_wait_stream(w, stream);
 }
 
-std::exception_ptr failure(const std::string& where, const std::string& message) {
+// The failure as an exception, to be thrown or set in a future: handed to
+// the program, so not one to report at exit (Comm::note_raised).
+std::exception_ptr failure(Comm& comm, const std::string& where, const std::string& message) {
+  comm.note_raised();
   try {
     raise_failure(where, message);
   } catch (...) {
@@ -49,10 +52,13 @@ WorkRTD::WorkRTD(std::shared_ptr<Comm> comm, rtd_work* handle, c10d::OpType type
 WorkRTD::~WorkRTD() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!finished_ && !finish_.keep.empty() && !done()) {
-    comm_->keep_until_done(handle_, std::move(finish_.keep), std::move(done_));
+    comm_->keep_until_done(handle_, std::move(finish_.keep), std::move(done_), what_);
     return;
   }
   if (handle_ != nullptr) {
+    if (!error_ && op_failed(handle_)) {
+      comm_->note_unraised(what_ + ": " + rtd_last_error());  // nobody looked
+    }
     rtd_work_free(handle_);
   }
 }
@@ -72,7 +78,7 @@ bool WorkRTD::isSuccess() const {
 std::exception_ptr WorkRTD::exception() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!error_ && op_failed(handle_)) {
-    return failure(what_, rtd_last_error());
+    return failure(*comm_, what_, rtd_last_error());
   }
   return error_;
 }
@@ -82,7 +88,7 @@ void WorkRTD::throw_if_failed() {
     std::rethrow_exception(error_);
   }
   if (op_failed(handle_)) {
-    error_ = failure(what_, rtd_last_error());
+    error_ = failure(*comm_, what_, rtd_last_error());
     std::rethrow_exception(error_);
   }
 }
@@ -95,7 +101,7 @@ void WorkRTD::finish_host(std::chrono::milliseconds timeout) {
   }
   const int64_t ms = timeout == kNoTimeout ? -1 : timeout.count();
   if (op_wait(handle_, ms) != 0) {
-    error_ = failure(what_, rtd_last_error());
+    error_ = failure(*comm_, what_, rtd_last_error());
     std::rethrow_exception(error_);
   }
   if (finish_.after) {
@@ -116,14 +122,14 @@ bool WorkRTD::wait(std::chrono::milliseconds timeout) {
   if (finish_.blocking) {
     const int64_t ms = timeout == kNoTimeout ? -1 : timeout.count();
     if (op_wait(handle_, ms) != 0) {
-      error_ = failure(what_, rtd_last_error());
+      error_ = failure(*comm_, what_, rtd_last_error());
       std::rethrow_exception(error_);
     }
   }
   if (done_) {
     done_->block(current_stream(comm_->device()));
   } else if (op_wait_stream(handle_, current_stream(comm_->device()).native_handle()) != 0) {
-    error_ = failure(what_, rtd_last_error());
+    error_ = failure(*comm_, what_, rtd_last_error());
     std::rethrow_exception(error_);
   }
   finished_ = true;
@@ -153,6 +159,7 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkRTD::getFuture() {
         self->finish_host(kNoTimeout);
         self->future_->markCompleted(c10::IValue(self->finish_.outputs));
       } catch (...) {
+        self->comm_->note_raised();
         self->future_->setError(std::current_exception());
       }
     });
@@ -162,7 +169,7 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkRTD::getFuture() {
   future_ = c10::make_intrusive<c10::ivalue::Future>(type, std::vector<c10::Device>{gpu});
   CurrentStream on(comm_->finishing_stream());
   if (!done_ && op_wait_stream(handle_, comm_->finishing_stream().native_handle()) != 0) {
-    future_->setError(failure(what_, rtd_last_error()));
+    future_->setError(failure(*comm_, what_, rtd_last_error()));
     return future_;
   }
   // Recorded on the finishing stream: a wait on the future orders the

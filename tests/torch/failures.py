@@ -10,6 +10,9 @@ RTD_TORCH_ASYNC_ERRORS=1 the failure must be raised in its main thread all
 the same (the failure watch). exit:
 as late, with that raise turned off (RTD_TORCH_ASYNC_ERRORS=0) and rank 0
 ending its script: the process must still exit 1, naming the failure.
+exit_unwaited (any device): rank 0 drops an all_reduce's Work unwaited, rank 1
+never calls it, rank 0 waits past the timeout and ends its script: the
+process must exit 1, naming the failure.
 dropped: rank 0 drops an all_reduce's Work unwaited, rank 1 never calls it,
 and rank 0 destroys the group: the collective is cut short, which rank 0
 must be told of (a RuntimeWarning, printed as caught).
@@ -49,6 +52,14 @@ try:
                         time.sleep(0.05)
                 else:
                     sys.exit(0)
+        else:
+            time.sleep(12)
+            sys.exit(0)
+    elif case == "exit_unwaited":  # any device: a Work dropped unwaited, its failure unraised
+        if rank != 1:
+            dist.all_reduce(torch.ones(4, device=device), async_op=True)
+            time.sleep(8)  # past the timeout, with no call of the group
+            sys.exit(0)
         else:
             time.sleep(12)
             sys.exit(0)

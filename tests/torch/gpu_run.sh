@@ -64,6 +64,8 @@ step test_failure_late 60 "${py_impl[@]}" env RTD_TORCH_DEVICE=cuda "${run[@]}" 
   "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=1
 step test_failure_exit 60 "${py_impl[@]}" env RTD_TORCH_DEVICE=cuda "${run[@]}" failure exit \
   "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=0
+step test_failure_exit_unwaited 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure exit_unwaited \
+  "rank 1 has not called it"
 grep -hE "checks passed|stream order|cuda graph|train:|ddp_auto_hook:|fsdp_features:|^ok:|FAILED|Error" "$out"/test_*.log | head -30
 [ "${BENCH:-1}" = 0 ] && exit 0
 dt=("$b/bin/dtrun" --nproc-per-node=2 --env RTD_LOG=warn)

@@ -25,8 +25,10 @@ engines' path still runs beside them (FSDP2's casts, the reductions' sums).
 See docs/torch.md.
 """
 
+import atexit
 import datetime
 import os
+import sys
 import types
 import warnings
 
@@ -97,13 +99,29 @@ def _extension() -> types.ModuleType:
     return _C
 
 
+def _exit_status() -> None:
+    """At the interpreter's exit: a collective of the C++ backend that failed
+    after its call returned, and that nothing raised (its Work dropped
+    unwaited), is printed and fails the process, as the Python backend's
+    failure watch does: a job must not end as a success without it."""
+    unraised = sys.modules["rt_dist.torch._C"].unraised_failures()
+    for message in unraised:
+        print(f"rtd: {message} (found at exit: this process fails)", file=sys.stderr, flush=True)
+    if unraised:
+        sys.stdout.flush()
+        os._exit(1)
+
+
 def _create(store: dist.Store, rank: int, size: int,
             timeout: datetime.timedelta) -> dist.ProcessGroup:
     if _bad_settings:
         raise ValueError("rt_dist: " + "; ".join(_bad_settings))
     if _impl() == "python":
         return ProcessGroupRTD(store, rank, size, timeout)
-    return _extension().ProcessGroupRTD(store, rank, size, timeout)
+    group = _extension().ProcessGroupRTD(store, rank, size, timeout)
+    atexit.unregister(_exit_status)  # once, and after what the program registered before
+    atexit.register(_exit_status)
+    return group
 
 
 # The torch this backend is tested with (docs/torch.md). On torch 2.4.1 its
