@@ -14,9 +14,9 @@ std::mutex g_mu;  // guards the two below
 std::vector<const Comm*> g_live;
 std::vector<std::string> g_unraised;  // of communicators destroyed
 
-// The failure of `comm`, if it failed and nothing raised it ("" if not).
-std::string unraised(const Comm& comm, bool raised) {
-  if (raised || rtd_comm_failed(comm.handle()) == 0) return "";
+// The failure of `comm` itself, if it failed ("" if not).
+std::string comm_failure(const Comm& comm) {
+  if (rtd_comm_failed(comm.handle()) == 0) return "";
   return comm.options().name + " on rank " + std::to_string(comm.options().rank) + ": " +
          rtd_last_error();
 }
@@ -34,7 +34,8 @@ std::vector<std::string> unraised_failures() {
 }
 
 std::string Comm::unraised_failure() const {
-  std::string why = unraised(*this, raised_);
+  if (raised_) return "";  // the program saw a failure of it: the others follow from that one
+  std::string why = comm_failure(*this);
   std::lock_guard<std::mutex> lock(dropped_mu_);
   std::vector<std::string> ops = unraised_ops_;
   for (const Dropped& d : dropped_) {  // failed, not yet reaped

@@ -93,9 +93,8 @@ def slot(path, rank, world, settings=None):
 
 
 def close_slots(path=None):
-    """Releases the checkpoint directory `path` (all of them: None) in this
-    process: waits for its save, frees its copies, drops its lock. path:
-    absolute."""
+    """Releases the checkpoint directory `path` (all of them: None; absolute)
+    in this process: its checkpointer (and lock) and its pinned copies."""
     with _slots_lock:
         for key in [k for k in _slots if path is None or k[0] == path]:
             _slots.pop(key).close()

@@ -58,8 +58,8 @@ PathLike = str | os.PathLike
 
 def close(path: PathLike | None = None) -> None:
     """Releases the checkpoint directory `path` (every one: None) in this
-    process: waits for its save, frees its pinned copies, drops its lock.
-    Every rank calls it, as it made them."""
+    process: drops its lock and its pinned copies for async saves (a save
+    still writing keeps its own until it ends). Every rank calls it."""
     _s.close_slots(None if path is None else os.path.abspath(os.fspath(path)))
 
 
