@@ -126,6 +126,13 @@ struct Checkpointer::Impl {
   // Takes the directory for this job at its first save, and puts back a
   // checkpoint that a crash left aside while the same step was saved again.
   void prepare_dir() {
+    // Removed while this job held it (by hand, a cleanup script): made again
+    // and taken again, as at a first save, rather than every save failing.
+    if (lock && !fs::exists(fs::path(options.dir) / ".lock")) {
+      log::get("checkpoint")
+          ->warn("{} was removed while this job saved there; making it again", options.dir);
+      lock.reset();
+    }
     const bool first = !lock;
     if (first) create_dirs_durably(options.dir);
     refuse_links(options.dir);  // at every save: a link planted meanwhile too

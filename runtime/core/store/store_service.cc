@@ -105,7 +105,10 @@ grpc::Status StoreService::admit_write(grpc::CallbackServerContext* ctx, const s
 template <typename Fn>
 grpc::ServerUnaryReactor* StoreService::write(grpc::CallbackServerContext* ctx,
                                               const std::string& key, Fn&& body) {
-  grpc::Status status = admit_write(ctx, key);
+  // The key's size at the door, whatever the write would do: a compare_set
+  // whose expected value differs stores nothing and would have passed it.
+  grpc::Status status = key_refusal(key);
+  if (status.ok()) status = admit_write(ctx, key);
   if (status.ok()) status = status_of(body);
   return finish(ctx, status);
 }
@@ -132,7 +135,6 @@ grpc::ServerUnaryReactor* StoreService::CompareSet(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* StoreService::Delete(grpc::CallbackServerContext* ctx,
                                                const proto::DeleteRequest* req,
                                                proto::DeleteResponse* resp) {
-  if (grpc::Status refused = key_refusal(req->key()); !refused.ok()) return finish(ctx, refused);
   return write(ctx, req->key(), [&] { resp->set_deleted(store_.remove(req->key())); });
 }
 

@@ -272,8 +272,7 @@ int rtd_ckpt_save(rtd_ckpt* ckpt, int64_t step, const rtd_ckpt_tensor* tensors, 
  * NULL) before it returns. */
 int rtd_ckpt_load(rtd_ckpt* ckpt, const rtd_ckpt_tensor* tensors, int64_t n, int64_t newest,
                   int fallback, int64_t* step,
-                  void (*on_meta)(void* arg, const char* key, const char* value),
-                  void* arg);
+                  void (*on_meta)(void* arg, const char* key, const char* value), void* arg);
 /* Waits for what the checkpointer does in the background, then frees it. */
 void rtd_ckpt_destroy(rtd_ckpt* ckpt);
 /* The manifest (JSON, as on disk) of the newest checkpoint in dir of a step

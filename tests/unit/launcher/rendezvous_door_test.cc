@@ -374,6 +374,16 @@ TEST_F(RendezvousDoorTest, WaitingGetsAreWeighedAndBoundedAndLongKeysRefused) {
     proto::DeleteResponse out;
     EXPECT_EQ(stub->Delete(&ctx, req, &out).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
+  {  // a compare-and-set that would store nothing (its expected value differs) all the same
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(kTokenMetadataKey, kToken);
+    proto::CompareSetRequest req;
+    req.set_key(long_key);
+    req.set_expected("not there");
+    req.set_desired("v");
+    proto::CompareSetResponse out;
+    EXPECT_EQ(stub->CompareSet(&ctx, req, &out).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
   constexpr int kCalls = 45;
   grpc::CompletionQueue cq;
   auto calls = start_gets(*stub, cq, kCalls, "late");

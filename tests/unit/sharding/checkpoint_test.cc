@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -72,6 +73,31 @@ TEST_F(CheckpointTest, ARankWritesAFileForEachIoThread) {
   EXPECT_TRUE(fs::exists(dir_ / "step_00000006" / "rank_00001.1.bin"));
   EXPECT_FALSE(fs::exists(dir_ / "step_00000006" / "rank_00001.2.bin"));
   EXPECT_EQ(load_and_check(2, 6), 6);
+}
+
+// A directory removed under the running job is made (and locked) again by
+// the next save, which then loads.
+TEST_F(CheckpointTest, ADirectoryRemovedUnderTheJobIsMadeAgain) {
+  run_ranks(2, [&](Store& store, int rank) {
+    Checkpointer c(store, rank, 2, options());
+    std::vector<float> w(70, 1.0f);
+    State s;
+    s.tensors.push_back(
+        Tensor{"w", DType::kFloat32, {10, 7}, {{35u * rank, 35, w.data() + 35 * rank}}});
+    c.save(1, s);
+    if (rank == 0) {
+      fs::remove_all(dir_);
+      store.set("removed", "1");
+    }
+    store.get("removed", std::chrono::seconds(30));
+    c.save(2, s);
+    std::vector<float> got(70, 0.0f);
+    State l;
+    l.tensors.push_back(Tensor{"w", DType::kFloat32, {10, 7}, {{0, 70, got.data()}}});
+    EXPECT_EQ(c.load(l), 2);
+    EXPECT_EQ(got[69], 1.0f);
+  });
+  EXPECT_TRUE(fs::exists(dir_ / ".lock"));
 }
 
 TEST_F(CheckpointTest, SmallPiecesAreReadAndCheckedOneByOne) {
