@@ -121,6 +121,16 @@ def load_into(model, opt, sd, reader):
     set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
 
 
+def load_fresh(seed, expect_step, what):
+    """A fresh model and optimizer (other values) loaded from DIR's newest
+    checkpoint, which must be expect_step."""
+    model, opt, sd = fresh_state(seed, expect_step)
+    reader = CheckpointReader(DIR)
+    load_into(model, opt, sd, reader)
+    check(reader.step == expect_step, f"{what}: loaded step {reader.step}, not {expect_step}")
+    return model, opt, sd
+
+
 def check_runs():
     """DCP chunks as element ranges: against indexing, for chunks cut along
     any dimension (tensor parallelism cuts the second)."""
@@ -156,10 +166,7 @@ def save_phase():
     dist.barrier()
 
     # A fresh model and optimizer load it, and both go on alike.
-    model2, opt2, sd2 = fresh_state(2, 5)
-    reader = CheckpointReader(DIR)
-    load_into(model2, opt2, sd2, reader)
-    check(reader.step == 5, f"loaded step {reader.step}, not 5")
+    model2, opt2, sd2 = load_fresh(2, 5, "the first load")
     same(sd2["extra"], {"step": 5, "note": "after three steps"}, "extra")
     same(sd2["ddp"], sd["ddp"], "ddp")
     same(full(model2, opt2), full(model, opt), "loaded state")
@@ -200,10 +207,7 @@ def save_phase():
             f.seek(10)
             f.write(bytes([byte[0] ^ 0xFF]))
     dist.barrier()
-    model3, opt3, sd3 = fresh_state(3, 5)
-    reader = CheckpointReader(DIR)
-    load_into(model3, opt3, sd3, reader)
-    check(reader.step == 5, f"after the corruption loaded step {reader.step}, not 5")
+    _, _, sd3 = load_fresh(3, 5, "after the corruption")
     same(sd3["extra"], {"step": 5, "note": "after three steps"}, "extra after the fallback")
     try:
         dcp.load(fresh_state(4, 6)[2], storage_reader=CheckpointReader(DIR, step=6))
@@ -217,10 +221,7 @@ def save_phase():
     future.result()
     steps = sorted(os.path.basename(p) for p in glob.glob(os.path.join(DIR, "step_*")))
     check(steps == ["step_00000006", "step_00000007"], f"kept {steps}")
-    model4, opt4, sd4 = fresh_state(4, 7)
-    reader = CheckpointReader(DIR)
-    load_into(model4, opt4, sd4, reader)
-    check(reader.step == 7, f"loaded step {reader.step}, not 7")
+    model4, opt4, _ = load_fresh(4, 7, "after the async save")
     same(full(model4, opt4), full(model, opt), "state after the async save")
 
     # A second async_save after training on: the staged copies are reused, and
@@ -228,10 +229,7 @@ def save_phase():
     train(model, opt, 1)
     sd8 = state(model, opt, {"step": 8, "note": "async again"})
     dcp.async_save(sd8, storage_writer=CheckpointWriter(DIR, step=8, keep_last=2)).result()
-    model5, opt5, sd5 = fresh_state(6, 8)
-    reader = CheckpointReader(DIR)
-    load_into(model5, opt5, sd5, reader)
-    check(reader.step == 8, f"loaded step {reader.step}, not 8")
+    model5, opt5, _ = load_fresh(6, 8, "after the second async save")
     same(full(model5, opt5), full(model, opt), "state after the second async save")
 
     # What a user gets wrong is named.
@@ -259,10 +257,7 @@ def save_phase():
 
 def load_phase():
     expected = torch.load(os.path.join(DIR, "full.pt"), weights_only=False)
-    model, opt, sd = fresh_state(5, 8)
-    reader = CheckpointReader(DIR)
-    load_into(model, opt, sd, reader)
-    check(reader.step == 8, f"loaded step {reader.step}, not 8")
+    model, opt, sd = load_fresh(5, 8, f"on {dist.get_world_size()} ranks")
     msd, osd = full(model, opt)
     same(msd, expected["model"], f"model on {dist.get_world_size()} ranks")
     same(osd, expected["optim"], f"optimizer on {dist.get_world_size()} ranks")

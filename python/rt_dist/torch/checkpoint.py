@@ -63,6 +63,13 @@ def close(path: PathLike | None = None) -> None:
     _s.close_slots(None if path is None else os.path.abspath(os.fspath(path)))
 
 
+def _sync_current_stream() -> None:
+    """Waits for the work queued on the current CUDA stream, once a save or
+    load (the library reads and writes GPU tensors on streams of its own)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.current_stream().synchronize()
+
+
 class CheckpointWriter(StorageWriter):
     """A DCP StorageWriter into a librt_dist checkpoint directory.
 
@@ -131,7 +138,7 @@ class CheckpointWriter(StorageWriter):
 
     @property
     def should_synchronize_after_execute(self) -> bool:
-        return False
+        return self._synchronize_after_execute
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
@@ -169,6 +176,7 @@ class CheckpointWriter(StorageWriter):
         tensors = _s.Tensors()
         meta, results, error = {}, [], None
         try:
+            _sync_current_stream()  # the writes of the tensors to save have landed
             for item in plan.items:
                 results.append(self._prepare(item, planner, tensors, meta))
         except Exception as e:  # every rank learns it in agree(), none waits
@@ -196,8 +204,6 @@ class CheckpointWriter(StorageWriter):
         chunk = item.tensor_data.chunk
         shape = list(item.tensor_data.size)
         if t.dtype in _s.DTYPES:
-            if t.device.type == "cuda":
-                torch.cuda.current_stream(t.device).synchronize()  # its writes have landed
             tensors.add(fqn, shape, chunk.offsets, t)
             return WriteResult(item.index, t.numel() * t.element_size(), None)
         if list(chunk.offsets) != [0] * len(shape) or list(chunk.sizes) != shape:
@@ -310,6 +316,7 @@ class CheckpointReader(StorageReader):
         targets = []  # (read item, destination, buffer the load fills)
         from_meta, error = [], None
         try:
+            _sync_current_stream()  # nothing queued still reads or writes the destinations
             for item in plan.items:
                 fqn = item.storage_index.fqn
                 if item.type == LoadItemType.BYTE_IO or fqn not in self._shapes:
@@ -319,8 +326,6 @@ class CheckpointReader(StorageReader):
                 dtype = self._dtypes[fqn]
                 if target.is_contiguous() and target.dtype == dtype:
                     buf = target  # filled in place (a GPU's through pinned buffers)
-                    if target.device.type == "cuda":
-                        torch.cuda.current_stream(target.device).synchronize()
                 else:
                     buf = torch.empty(tuple(item.lengths), dtype=dtype)
                 tensors.add(fqn, self._shapes[fqn], item.storage_offsets, buf)
