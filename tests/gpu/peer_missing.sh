@@ -21,12 +21,15 @@ absent() {  # what, pattern, log
 }
 job() {  # log, missing rank
   local start=$SECONDS rc
-  # One GPU: rank 1's program never runs, so it needs none.
+  # One GPU: rank 1's program never runs, so it needs none; rank 0 is told
+  # it is its node's only worker, or it would refuse 2 workers on 1 GPU.
+  local only=""
+  [ "$ngpu" -ge 2 ] || only="export LOCAL_WORLD_SIZE=1;"
   # shellcheck disable=SC2016  # $RANK and $@ are the inner shell's
   timeout -k 10 $((timeout_s + 60)) "$dtrun" --nproc-per-node=2 --max-restarts=0 \
     --env NCCL_NVLS_ENABLE=0 --env RTD_LOG=warn --env RTD_TIMEOUT_S=$timeout_s \
     --env RTD_MISSING_RANK="$2" \
-    bash -c 'if [ "$RANK" = "$RTD_MISSING_RANK" ]; then exec sleep 600; fi; exec "$@"' _ \
+    bash -c 'if [ "$RANK" = "$RTD_MISSING_RANK" ]; then exec sleep 600; fi; '"$only"' exec "$@"' _ \
     "$bench" --mode ours --ops all_reduce --dtypes float32 --min-bytes 4 --max-bytes 4 --iters 1 \
     >"$work/$1" 2>&1
   rc=$?
