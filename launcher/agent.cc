@@ -215,11 +215,14 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
   std::shared_ptr<Store> store;
   std::unique_ptr<Peers> peers_of_host;
   // The store and the heartbeats reach the host of the rounds (another one
-  // after the etcd backend replaced a lost host).
+  // after the etcd backend replaced a lost host). The host's own heartbeats
+  // stay in its process, where no load on its server can starve them.
   auto connect = [&] {
     store = make_grpc_store(p.store_addr, o.token, secret, o.tls)->bounded(limit);
     peers_of_host = std::make_unique<Peers>(
-        store, std::make_unique<HeartbeatClient>(p.store_addr, o.token, secret, limit, o.tls),
+        store,
+        std::make_unique<HeartbeatClient>(p.store_addr, o.token, secret, limit, o.tls,
+                                          p.server ? p.server->in_process_beat() : InProcessBeat{}),
         p.etcd != nullptr);
   };
   connect();

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "rendezvous.grpc.pb.h"
+#include "rt_dist/error.h"
 #include "runtime/core/store/grpc_status.h"
 #include "runtime/core/store/tls.h"
 
@@ -18,6 +19,9 @@ proto::HeartbeatRequest::State to_proto(NodeState state) {
                                         : proto::HeartbeatRequest::RUNNING;
 }
 
+// How often the host's own agent beats in process: the host's tick.
+constexpr std::chrono::milliseconds kInProcessTick{100};
+
 }  // namespace
 
 std::chrono::milliseconds heartbeat_hold(std::chrono::milliseconds timeout) {
@@ -28,7 +32,8 @@ struct HeartbeatClient::Impl {
   std::string address;
   std::string token;
   std::chrono::milliseconds timeout;
-  std::unique_ptr<proto::Rendezvous::Stub> stub;
+  std::unique_ptr<proto::Rendezvous::Stub> stub;  // none with in_process
+  InProcessBeat in_process;
   // What to beat for (round < 0: nothing yet); `version` counts watch() changes.
   proto::HeartbeatRequest request;
   long long version = 0;
@@ -42,12 +47,15 @@ struct HeartbeatClient::Impl {
 
 HeartbeatClient::HeartbeatClient(const std::string& address, const std::string& token,
                                  const std::string& secret, std::chrono::milliseconds timeout,
-                                 const TlsFiles& tls)
+                                 const TlsFiles& tls, InProcessBeat in_process)
     : impl_(std::make_unique<Impl>()) {
   impl_->address = address;
   impl_->token = token;
   impl_->timeout = timeout;
-  impl_->stub = proto::Rendezvous::NewStub(grpc::CreateChannel(address, channel_credentials(tls)));
+  impl_->in_process = std::move(in_process);
+  if (!impl_->in_process)
+    impl_->stub =
+        proto::Rendezvous::NewStub(grpc::CreateChannel(address, channel_credentials(tls)));
   impl_->request.set_round(-1);
   impl_->request.set_agent_secret(secret);
   impl_->request.set_hold_ms(heartbeat_hold(timeout).count());
@@ -97,10 +105,15 @@ HeartbeatReply HeartbeatClient::beat_now(int round, int node_rank, NodeState sta
   req.set_node_rank(node_rank);
   req.set_state(to_proto(state));
   req.set_agent_secret(impl_->request.agent_secret());
+  proto::HeartbeatResponse resp;
+  if (impl_->in_process) {
+    if (std::string refused = impl_->in_process(req, &resp); !refused.empty())
+      throw Error(ErrorCategory::kConfig, "heartbeat refused by the rendezvous host: " + refused);
+    return HeartbeatReply{resp.failure(), resp.rejoin(), resp.change(), resp.loss(), {}, ""};
+  }
   grpc::ClientContext ctx;
   ctx.AddMetadata(kTokenMetadataKey, impl_->token);
   ctx.set_deadline(std::chrono::system_clock::now() + impl_->timeout);
-  proto::HeartbeatResponse resp;
   grpc::Status status = impl_->stub->Heartbeat(&ctx, req, &resp);
   if (!status.ok()) throw error_from_grpc(status, "heartbeat", impl_->address);
   return HeartbeatReply{resp.failure(), resp.rejoin(), resp.change(), resp.loss(), {}, ""};
@@ -122,17 +135,26 @@ void HeartbeatClient::loop() {
     proto::HeartbeatRequest req = impl_->request;
     const bool had_news = impl_->news.has_value();
     if (had_news) req.set_hold_ms(0);  // a sign of life only
-    grpc::ClientContext ctx;
-    ctx.AddMetadata(kTokenMetadataKey, impl_->token);
-    // A held call is answered within its hold: the deadline is the moment the
-    // host will have been silent for the whole timeout.
-    ctx.set_deadline(impl_->last_answer + impl_->timeout);
-    impl_->in_flight = &ctx;
-    lock.unlock();
     proto::HeartbeatResponse resp;
-    grpc::Status status = impl_->stub->Heartbeat(&ctx, req, &resp);
-    lock.lock();
-    impl_->in_flight = nullptr;
+    grpc::Status status;
+    if (impl_->in_process) {
+      // The host's own agent: answered at once, then beat again next tick.
+      lock.unlock();
+      const std::string refused = impl_->in_process(req, &resp);
+      lock.lock();
+      if (!refused.empty()) status = grpc::Status(grpc::StatusCode::PERMISSION_DENIED, refused);
+    } else {
+      grpc::ClientContext ctx;
+      ctx.AddMetadata(kTokenMetadataKey, impl_->token);
+      // A held call is answered within its hold: the deadline is the moment
+      // the host will have been silent for the whole timeout.
+      ctx.set_deadline(impl_->last_answer + impl_->timeout);
+      impl_->in_flight = &ctx;
+      lock.unlock();
+      status = impl_->stub->Heartbeat(&ctx, req, &resp);
+      lock.lock();
+      impl_->in_flight = nullptr;
+    }
     if (impl_->stop) return;
     if (status.ok()) impl_->last_answer = std::chrono::system_clock::now();
     if (impl_->version != version || had_news) continue;  // watch() changed, or a sign of life
@@ -150,6 +172,8 @@ void HeartbeatClient::loop() {
       HeartbeatReply reply{resp.failure(), resp.rejoin(), resp.change(), resp.loss(), {}, ""};
       for (const auto& [key, value] : resp.values()) reply.values[key] = value;
       impl_->news = std::move(reply);
+    } else if (impl_->in_process) {
+      cv_.wait_for(lock, kInProcessTick, [&] { return impl_->stop || impl_->version != version; });
     }
   }
 }

@@ -5,11 +5,14 @@
 // back is sent again, so each agent costs the host one call per hold time,
 // and news reaches it within the host's tick (100 ms). The host finds silent
 // members itself (membership.h); a call that fails tells the agent that the
-// host is lost.
+// host is lost. The host's own agent beats in process instead
+// (RendezvousServer::in_process_beat): no load on the server's gRPC, which
+// strangers share, can starve its liveness or its news.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "launcher/membership.h"
+#include "rendezvous.pb.h"
 #include "runtime/core/tls_files.h"
 
 namespace rtd::launcher {
@@ -37,12 +41,20 @@ struct HeartbeatReply {
   std::string lost;  // non-empty: the host did not answer (why)
 };
 
+// A heartbeat answered at once, in the host's own process: empty when the
+// request is answered, else why it was refused.
+using InProcessBeat =
+    std::function<std::string(const proto::HeartbeatRequest&, proto::HeartbeatResponse*)>;
+
 class HeartbeatClient {
  public:
   // Every call gives up after its hold plus half the timeout.
   // secret: the agent's (JoinResponse.agent_secret), carried by every call.
+  // in_process: the host's own agent beats through it, every tick, not
+  // through gRPC (address is then only named in messages).
   HeartbeatClient(const std::string& address, const std::string& token, const std::string& secret,
-                  std::chrono::milliseconds timeout, const TlsFiles& tls = {});
+                  std::chrono::milliseconds timeout, const TlsFiles& tls = {},
+                  InProcessBeat in_process = {});
   ~HeartbeatClient();
   // Beat for this round, as this node, in this state, watching these keys.
   // A change cancels the call in flight and forgets the news of the last.

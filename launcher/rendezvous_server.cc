@@ -123,12 +123,7 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     });
   }
   ~RendezvousService() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    ticker_.join();
+    stop_ticker();
     service_->set_observer(nullptr);
     service_->set_write_guard(nullptr);
   }
@@ -192,6 +187,23 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
     return reactor;
   }
 
+  void stop_ticker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (ticker_.joinable()) ticker_.join();
+  }
+
+  // The host's own agent's heartbeat: what a call through gRPC gets, at once.
+  std::string beat_in_process(const proto::HeartbeatRequest& req, proto::HeartbeatResponse* resp) {
+    std::lock_guard<std::mutex> lock(held_mu_);
+    std::string refused;
+    answer(req, resp, std::chrono::system_clock::now(), &refused);
+    return refused;
+  }
+
   // Before the server shuts down: every waiting join and held heartbeat is
   // answered (the job failed), and no call is held any more.
   void cancel() {
@@ -202,6 +214,9 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
       stopping_ = true;
     }
     answer_held(true);
+    // Nothing more to tick (the host's own agent may keep this service
+    // beyond the server: in_process_beat).
+    stop_ticker();
   }
 
  private:
@@ -363,7 +378,7 @@ struct RendezvousServer::Impl {
   int port = 0;
 };
 
-RendezvousServer::RendezvousServer(const ServerOptions& o) : impl_(std::make_unique<Impl>()) {
+RendezvousServer::RendezvousServer(const ServerOptions& o) : impl_(std::make_shared<Impl>()) {
   if (o.port != 0) check_bindable(o.bind_ip, o.port);
   impl_->store = std::make_unique<StoreService>(o.token, o.store_limits);
   impl_->rendezvous = std::make_unique<RendezvousService>(o, impl_->store.get());
@@ -389,6 +404,12 @@ RendezvousServer::RendezvousServer(const ServerOptions& o) : impl_(std::make_uni
 RendezvousServer::~RendezvousServer() { shutdown(); }
 
 int RendezvousServer::port() const { return impl_->port; }
+
+InProcessBeat RendezvousServer::in_process_beat() const {
+  return [impl = impl_](const proto::HeartbeatRequest& req, proto::HeartbeatResponse* resp) {
+    return impl->rendezvous->beat_in_process(req, resp);
+  };
+}
 
 void RendezvousServer::shutdown() {
   if (!impl_->server) return;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "launcher/heartbeats.h"
 #include "launcher/membership.h"
 #include "runtime/core/store/store_service.h"
 #include "runtime/core/tls_files.h"
@@ -44,10 +45,14 @@ class RendezvousServer {
   ~RendezvousServer();
   int port() const;
   void shutdown();
+  // The heartbeat of the host's own agent, answered in this process (and
+  // never held): it keeps what it needs alive, so it may outlive the server
+  // (its answers then say the host shut down).
+  InProcessBeat in_process_beat() const;
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace rtd::launcher

@@ -9,6 +9,7 @@
 #include <future>
 #include <thread>
 
+#include "launcher/heartbeats.h"
 #include "launcher/rendezvous_server.h"
 #include "rendezvous.grpc.pb.h"
 #include "rt_dist/error.h"
@@ -207,6 +208,51 @@ TEST_F(RendezvousDoorTest, OnlyAnAgentSpeaksForItsNode) {
     std::this_thread::sleep_for(milliseconds(100));
   }
   EXPECT_NE(failure.find("node 1"), std::string::npos) << "failure: '" << failure << "'";
+}
+
+// The host's own agent beats in its process: however loaded the server's
+// gRPC is (here: no gRPC path at all), the host is neither silent to itself
+// nor lost to its agent, and the news still reaches it.
+TEST_F(RendezvousDoorTest, TheHostsOwnAgentBeatsInItsProcess) {
+  const milliseconds timeout(1000);
+  start(2, 2, {}, timeout);
+  auto host = join_async(request("host", 0, 2, 2));
+  auto b = join_async(request("b", -1, 2, 2));
+  auto [hs, hl] = host.get();
+  auto [bs, bl] = b.get();
+  ASSERT_TRUE(hs.ok() && bs.ok());
+  // Nothing listens at port 1: a beat through gRPC would find the host lost.
+  HeartbeatClient own("127.0.0.1:1", kToken, hl.agent_secret(), timeout, {},
+                      server_->in_process_beat());
+  auto other = std::make_unique<HeartbeatClient>(address_, kToken, bl.agent_secret(), timeout);
+  own.watch(0, 0, NodeState::kRunning, {});
+  other->watch(0, 1, NodeState::kRunning, {});
+  std::this_thread::sleep_for(3 * timeout);
+  EXPECT_FALSE(own.news().has_value()) << own.news()->lost << own.news()->failure;
+  EXPECT_FALSE(other->news().has_value()) << other->news()->lost << other->news()->failure;
+
+  other.reset();  // node 1's dtrun is gone: its held call closes
+  std::optional<HeartbeatReply> news;
+  const auto give_up = std::chrono::steady_clock::now() + seconds(10);
+  while (!news && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(milliseconds(50));
+    news = own.news();
+  }
+  ASSERT_TRUE(news.has_value()) << "the host's agent never heard that node 1 was lost";
+  EXPECT_TRUE(news->lost.empty()) << news->lost;
+  EXPECT_NE(news->failure.find("node 1"), std::string::npos) << news->failure;
+
+  // The server going away first leaves the beat answering (the job's end).
+  server_.reset();
+  own.watch(0, 0, NodeState::kDone, {});
+  news.reset();
+  const auto give_up2 = std::chrono::steady_clock::now() + seconds(10);
+  while (!news && std::chrono::steady_clock::now() < give_up2) {
+    std::this_thread::sleep_for(milliseconds(50));
+    news = own.news();
+  }
+  ASSERT_TRUE(news.has_value());
+  EXPECT_NE(news->failure.find("node 1"), std::string::npos) << news->failure;
 }
 
 TEST_F(RendezvousDoorTest, AJoinNamingAMembersIdMustCarryItsSecret) {
