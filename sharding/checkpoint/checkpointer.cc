@@ -98,6 +98,7 @@ struct Checkpointer::Impl {
   std::map<int, std::unique_ptr<gpu::CopyStream>> copies;
   std::exception_ptr error;
   std::unique_ptr<DirLock> lock;  // rank 0's, from the first save on
+  std::string series;             // rank 0's, with the lock
 
   std::string save_prefix(int n) const {
     return "ckpt/" + options.dir + "/save" + std::to_string(n) + "/";
@@ -142,6 +143,7 @@ struct Checkpointer::Impl {
         log::get("checkpoint")
             ->info("took over {}: its lock was left by a job that ended ({})", options.dir,
                    lock->taken_over());
+      take_series();
     }
     for (const auto& entry : fs::directory_iterator(options.dir)) {
       const std::string name = entry.path().filename().string();
@@ -160,6 +162,24 @@ struct Checkpointer::Impl {
       else
         fs::rename(entry.path(), base);
     }
+  }
+
+  // The directory's series, written into every manifest saved here; a
+  // directory without one (new, or saved before series were written) takes
+  // its newest readable step's, else a new one.
+  void take_series() {
+    series = read_series(options.dir);
+    if (!series.empty()) return;
+    for (std::int64_t step : list_checkpoints(options.dir)) {
+      try {
+        series = read_manifest((fs::path(options.dir) / step_dir_name(step)).string()).series();
+      } catch (const Error&) {
+        continue;  // a damaged step does not name the series
+      }
+      break;
+    }
+    if (series.empty()) series = new_series();
+    replace_file((fs::path(options.dir) / kSeriesName).string(), series + "\n");
   }
 
   // Puts the new step_<S>/ in place; a step saved again replaces the old one
@@ -189,6 +209,7 @@ struct Checkpointer::Impl {
     manifest.set_format_version(kFormatVersion);
     manifest.set_step(step);
     manifest.set_world_size(world_size);
+    manifest.set_series(series);
     for (const auto& [k, v] : state.meta) (*manifest.mutable_meta())[k] = v;
     std::map<std::string, proto::CheckpointTensor*> by_name;
     for (int r = 0; r < world_size; ++r) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <set>
 #include <utility>
 
@@ -105,6 +106,27 @@ void check_step(const proto::CheckpointManifest& m, const std::string& dir,
                     ", but its directory is " + base +
                     ": the step directories were renamed or swapped; put them back under their "
                     "own names (the manifest's step is the truth)");
+}
+
+// The manifest of <dir>/step_<S>/ is of <dir>'s series: a step directory
+// copied in from another job's checkpoints (two jobs' step_100 swapped)
+// would otherwise resume as this job. Manifests or directories from before
+// series were written are not checked.
+void check_series(const proto::CheckpointManifest& m, const std::string& dir,
+                  const std::string& path) {
+  if (m.series().empty()) return;
+  std::filesystem::path step = std::filesystem::path(dir).lexically_normal();
+  if (step.filename().empty()) step = step.parent_path();
+  if (step.filename().string().rfind("step_", 0) != 0) return;
+  const std::filesystem::path parent = step.parent_path();
+  if (!std::filesystem::exists(parent / kSeriesName)) return;
+  const std::string series = read_series(parent.string());
+  if (series != m.series())
+    throw Error(ErrorCategory::kConfig,
+                "manifest " + path + " was saved in another checkpoint directory (series " +
+                    m.series() + "; " + parent.string() + " is series " + series +
+                    "): a step directory was copied in from another job's checkpoints; load "
+                    "it from the directory it was saved in, or copy that whole directory");
 }
 
 // A manifest no checkpoint comes near (a million tensors is about 200 MB of JSON).
@@ -219,7 +241,32 @@ proto::CheckpointManifest read_manifest(const std::string& dir) {
   }
   check_values(manifest, path);
   check_step(manifest, dir, path);
+  check_series(manifest, dir, path);
   return manifest;
+}
+
+std::string read_series(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / kSeriesName).string();
+  if (!std::filesystem::exists(path)) return "";
+  FileReader f(path);                 // never through a link
+  constexpr std::size_t kBytes = 17;  // 16 hex digits and a newline
+  std::string text(std::min(f.size(), kBytes + 1), '\0');
+  f.read(0, text.data(), text.size());
+  if (text.size() != kBytes || text.back() != '\n' ||
+      text.find_first_not_of("0123456789abcdef") != kBytes - 1)
+    throw Error(ErrorCategory::kConfig,
+                "checkpoint series file " + path +
+                    " is malformed (16 hex digits and a newline expected): it was edited or "
+                    "corrupted; remove it, and the next save writes the newest step's series");
+  text.pop_back();
+  return text;
+}
+
+std::string new_series() {
+  std::random_device random;
+  char text[17];
+  std::snprintf(text, sizeof(text), "%08x%08x", random(), random());
+  return text;
 }
 
 std::string latest_text(std::int64_t step) {

@@ -18,6 +18,9 @@ namespace rtd::ckpt {
 
 inline constexpr int kFormatVersion = 2;
 inline constexpr const char* kManifestName = "manifest.json";
+// The file holding a checkpoint directory's series: 16 hex digits, made at
+// the directory's first save and written into every manifest saved there.
+inline constexpr const char* kSeriesName = "series";
 
 std::string step_dir_name(std::int64_t step);  // "step_00000100"
 std::string dtype_name(DType dtype);
@@ -30,9 +33,17 @@ std::string manifest_to_json(const proto::CheckpointManifest& manifest);
 // fails its CRC-32C, is from a newer format version, or holds values no
 // checkpoint has (negative or overflowing sizes, pieces outside their tensor
 // or file, file names that leave the directory, a tensor named twice), or
-// is of another step than its directory step_<S> is named for: checked
-// before anything is allocated from it.
+// is of another step than its directory step_<S> is named for, or of
+// another series than the directory holding step_<S> (a step copied in from
+// another job's checkpoints): checked before anything is allocated from it.
 proto::CheckpointManifest read_manifest(const std::string& dir);
+
+// The series of checkpoint directory `dir` (its `series` file); empty when it
+// has none (saved before series were written). Throws naming the file when
+// it is malformed.
+std::string read_series(const std::string& dir);
+// A new series: 16 random hex digits.
+std::string new_series();
 
 // Why `tensor` cannot be assembled whole from the manifest's pieces (empty:
 // it can), checked before its memory is allocated: larger than all the

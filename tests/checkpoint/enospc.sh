@@ -25,7 +25,7 @@ done
 if ls "$dir/c" | grep -q tmp; then echo "FAILED: left $(ls "$dir/c")"; fail=1; else
   echo "ok: nothing of the failed save is left"; fi
 left=$(ls "$dir/c" | tr '\n' ' ')
-[ "$left" = "latest step_00000005 " ] && echo "ok: the checkpoint before is all that is left" ||
+[ "$left" = "latest series step_00000005 " ] && echo "ok: the checkpoint before is all that is left" ||
   { echo "FAILED: left: $left"; fail=1; }
 free=$(df -k --output=avail "$dir" | tail -1)
 [ "$free" -ge 64 ] && echo "ok: the failed save's space is free again (${free} KiB)" ||

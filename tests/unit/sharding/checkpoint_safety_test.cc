@@ -194,6 +194,62 @@ TEST_F(CheckpointTest, SwappedStepDirectoriesAreRefused) {
   EXPECT_NE(error.find("renamed or swapped"), std::string::npos) << error;
 }
 
+// Two jobs' checkpoint directories, a step of one copied over the other's:
+// every manifest carries its directory's series, and a step of another
+// series is refused, naming both (a load falls back to this job's steps). A
+// directory copied whole keeps its series and loads; one saved before series
+// were written takes its newest step's.
+TEST_F(CheckpointTest, AStepCopiedInFromAnotherJobsDirectoryIsRefused) {
+  save(1, 1, options());
+  save(1, 2, options());
+  const fs::path mine = dir_;
+  const std::string series = read_series(mine.string());
+  ASSERT_EQ(series.size(), 16u);
+  EXPECT_EQ(read_manifest((mine / "step_00000002").string()).series(), series);
+
+  dir_ = mine.string() + "_other";
+  fs::remove_all(dir_);
+  save(1, 2, options());
+  const std::string other = read_series(dir_.string());
+  EXPECT_NE(other, series);
+  fs::remove_all(mine / "step_00000002");
+  fs::copy(dir_ / "step_00000002", mine / "step_00000002", fs::copy_options::recursive);
+  fs::remove_all(dir_);
+  dir_ = mine;
+  try {
+    read_manifest((mine / "step_00000002").string());
+    ADD_FAILURE() << "a step copied in from another job's directory was read as this job's";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("saved in another checkpoint directory (series " + other),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(series), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(load_and_check(1, 1), 1) << "the load falls back to this job's own step";
+
+  // Copied whole: the copy is the same series, and loads.
+  fs::remove_all(mine / "step_00000002");
+  const fs::path copy = mine.string() + "_copy";
+  fs::remove_all(copy);
+  fs::copy(mine, copy, fs::copy_options::recursive);
+  dir_ = copy;
+  EXPECT_EQ(load_and_check(1, 1), 1);
+  // Saved before series were written: the first save takes the newest step's.
+  fs::remove(copy / kSeriesName);
+  save(1, 3, options());
+  EXPECT_EQ(read_series(copy.string()), series);
+  // A series file edited by hand is named.
+  std::ofstream(copy / kSeriesName, std::ios::trunc) << "not hex\n";
+  try {
+    read_manifest((copy / "step_00000003").string());
+    ADD_FAILURE() << "a malformed series file was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is malformed"), std::string::npos) << e.what();
+  }
+  fs::remove_all(copy);
+  dir_ = mine;
+}
+
 // A save cut short (the job stopped or killed mid-save) leaves its
 // temporary directory; the next job's first save, holding the directory,
 // removes it.
