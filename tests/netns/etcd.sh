@@ -11,9 +11,12 @@
 # 5. in-process recovery (the workers' store in etcd): the host's dtrun is
 #    killed, the other nodes' workers keep their processes and end with the
 #    loss of a run without the failure;
-# 6. the trainer, saving checkpoints, loses two of the three etcd members:
-#    every node stops with a message that says so, and the last checkpoint
-#    resumes.
+# 6. the trainer, saving checkpoints, on a paused etcd (all three members
+#    stopped): a pause shorter than the heartbeat timeout is ridden out; a
+#    longer one stops every node at its lease's TTL, each saying that it
+#    lost its lease, no worker blamed for an abort;
+# 7. the trainer loses two of the three etcd members: every node stops with
+#    a message that says so, and the last checkpoint resumes.
 # Exits 77 (skipped) without root, iproute2 or etcd.
 set -u
 dtrun=$1 mlp=$2
@@ -45,13 +48,15 @@ start_etcd e1 11; p1=$!
 start_etcd e2 12; p2=$!
 start_etcd e3 13; p3=$!
 etcd_pids="$p1 $p2 $p3"
-healthy=0
-for _ in $(seq 100); do
-  if in_ns "${tag}a" env ETCDCTL_API=3 etcdctl --endpoints="$members" --dial-timeout=1s \
-      endpoint health >/dev/null 2>&1; then healthy=1; break; fi
-  sleep 0.2
-done
-[ $healthy = 1 ] || { tail -n 20 "$out"/e*.log; setup_failed "the etcd cluster did not become healthy"; }
+healthy() {  # waits up to 20 s for every member to answer
+  for _ in $(seq 100); do
+    in_ns "${tag}a" env ETCDCTL_API=3 etcdctl --endpoints="$members" --dial-timeout=1s \
+      endpoint health >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  return 1
+}
+healthy || { tail -n 20 "$out"/e*.log; setup_failed "the etcd cluster did not become healthy"; }
 echo "ok: a 3-member etcd cluster is up"
 
 show='echo $$ >> '"$out"'/worker.$DTRUN_ADDR; echo round=$DTRUN_ROUND world=$WORLD_SIZE rank=$RANK restarts=$TORCHELASTIC_RESTART_COUNT; while [ ! -e '"$out"'/finish ]; do sleep 0.2; done'
@@ -160,17 +165,51 @@ if [ -n "$got" ] && [ -n "$want" ] && awk -v a="$got" -v b="$want" 'BEGIN{d=(a-b
   echo "ok: the final loss $got is the unbroken run's $want to 1e-6"
 else echo "FAILED: final loss '$got', without the failure '$want'"; fail=1; fi
 
-# 6. The trainer with checkpoints; two etcd members die: every node stops
-# and says why, and the last checkpoint resumes.
-train() {  # host, log
+train() {  # host, log, job: the trainer with checkpoints
   nsenter --net=/run/netns/"$tag$1" "$dtrun" --nproc-per-node=1 --nnodes=3 --rdzv-backend=etcd --rdzv="$members" \
-    --rdzv-id=job2 --token=t --heartbeat-timeout=5 --rdzv-timeout=60 --env RTD_LOG=warn \
+    --rdzv-id="$3" --token=t --heartbeat-timeout=5 --rdzv-timeout=60 --env RTD_LOG=warn \
     "$mlp" --global-batch 12 --steps 100000 --pace-ms 20 --log-every 50 \
-    --ckpt-dir "$out/ck" --ckpt-every 10 >"$2" 2>&1 &
+    --ckpt-dir "$out/ck_$3" --ckpt-every 10 >"$2" 2>&1 &
 }
-train a "$out/ta"; pa=$!
-train b "$out/tb"; pb=$!
-train c "$out/tc"; pc=$!
+steps_in() { cat "$@" | grep -c " loss "; }
+
+# 6. etcd paused: 2 s (under the 5 s timeout) is ridden out; a longer pause
+# stops every node at its lease's TTL, saying so.
+train a "$out/pa" job3; qa=$!
+train b "$out/pb" job3; qb=$!
+train c "$out/pc" job3; qc=$!
+pids="$pids $qa $qb $qc"
+for _ in $(seq 150); do cat "$out/pa" "$out/pb" "$out/pc" | grep -q "step 100 loss" && break; sleep 0.2; done
+kill -STOP "$p1" "$p2" "$p3"; sleep 2; kill -CONT "$p1" "$p2" "$p3"
+before=$(steps_in "$out/pa" "$out/pb" "$out/pc")
+for _ in $(seq 50); do [ "$(steps_in "$out/pa" "$out/pb" "$out/pc")" -ge $((before + 2)) ] && break; sleep 0.2; done
+if [ "$(steps_in "$out/pa" "$out/pb" "$out/pc")" -ge $((before + 2)) ] && running "$qa" && running "$qb" && running "$qc"
+then echo "ok: a 2 s pause of etcd is ridden out"
+else echo "FAILED: the job did not go on after a 2 s pause of etcd"; tail -n 5 "$out/pa" "$out/pb" "$out/pc"; fail=1; fi
+kill -STOP "$p1" "$p2" "$p3"
+paused=$(date +%s.%N)
+for _ in $(seq 100); do [ "$(cat "$out/pa" "$out/pb" "$out/pc" | grep -c "job failed")" -ge 3 ] && break; sleep 0.2; done
+kill -CONT "$p1" "$p2" "$p3"
+for n in a b c; do
+  eval "p=\$q$n"
+  if gone "$p"; then wait "$p"; rc=$?; else rc=running; fi
+  [ "$rc" != 0 ] && [ "$rc" != running ] && echo "ok: node $n stopped (exit $rc)" ||
+    { echo "FAILED: node $n: exit $rc 20 s into a pause of etcd"; fail=1; }
+  check "node $n says it lost its lease" "lost its lease in etcd" "$out/p$n"
+  at=$(grep -m1 "lost its lease in etcd" "$out/p$n" | awk '{print $1, $2}')
+  [ -n "$at" ] && echo "info: node $n found its lease lost $(awk "BEGIN{printf \"%.1f\", $(date -d "$at" +%s.%N) - $paused}") s into the pause"
+  if grep -q "killed by signal 6" "$out/p$n"; then
+    echo "FAILED: node $n blames a worker's abort"; grep "killed by signal" "$out/p$n" | head -2; fail=1
+  fi
+done
+
+# 7. The trainer with checkpoints; two etcd members die: every node stops
+# and says why, and the last checkpoint resumes.
+healthy && echo "ok: etcd is healthy again after the pause" ||
+  { echo "FAILED: etcd did not recover from the pause"; fail=1; }
+train a "$out/ta" job2; pa=$!
+train b "$out/tb" job2; pb=$!
+train c "$out/tc" job2; pc=$!
 pids="$pids $pa $pb $pc"
 # Rank 0 (the elected host's worker) prints the loss.
 for _ in $(seq 150); do cat "$out/ta" "$out/tb" "$out/tc" | grep -q "step 100 loss" && break; sleep 0.2; done
@@ -189,7 +228,7 @@ if grep -qE "lost its lease in etcd|etcd at .* the cluster lost its quorum" "$ou
   echo "ok: a node says etcd is gone"
 else echo "FAILED: no node says etcd is gone"; cat "$out/tall"; fail=1; fi
 in_ns "${tag}a" "$dtrun" --nproc-per-node=3 --env RTD_LOG=warn "$mlp" --global-batch 12 --steps 5 \
-  --log-every 1 --ckpt-dir "$out/ck" --ckpt-every 1000 >"$out/resume" 2>&1
+  --log-every 1 --ckpt-dir "$out/ck_job2" --ckpt-every 1000 >"$out/resume" 2>&1
 rc=$?
 [ $rc -eq 0 ] && echo "ok: the last checkpoint loads" || { echo "FAILED: resuming exited $rc"; cat "$out/resume"; fail=1; }
 check "it resumed" "resumed from step" "$out/resume"
