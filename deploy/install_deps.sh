@@ -41,7 +41,11 @@ done
 # tests then say they were skipped, and why).
 install_torch() {
   [ "${1:-}" = "--build-only" ] && return 0
-  "${sudo_cmd[@]}" "$(dirname "$0")/install_torch.sh" && return 0
+  # The GPU machine's torch, then the newest release (tests/torch/newest.sh;
+  # a new release is tested by raising this version).
+  "${sudo_cmd[@]}" "$(dirname "$0")/install_torch.sh" &&
+    "${sudo_cmd[@]}" "$(dirname "$0")/install_torch.sh" /opt/rt_dist/torch-venv-newest 2.15.0 &&
+    return 0
   if [ "${RTD_SKIP_TORCH_TESTS:-0}" = 1 ]; then
     echo "install_deps: WARNING: torch could not be installed; RTD_SKIP_TORCH_TESTS=1: the tests of the rtd backend (tests/torch) will be skipped" >&2
     return 0

@@ -5,6 +5,7 @@
 # python/CMakeLists.txt):
 #   python/build_ext.sh PYTHON PACKAGE_DIR
 # PACKAGE_DIR: the folder holding rt_dist/ (a bundle's lib/rt_dist/python).
+# CXX: the compiler (default c++; "ccache c++" keeps the objects for next time).
 set -euo pipefail
 py=${1:?usage: python/build_ext.sh PYTHON PACKAGE_DIR} dest=${2:?usage: python/build_ext.sh PYTHON PACKAGE_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,8 +18,8 @@ for i in "${includes[@]}"; do flags+=(-isystem "$i"); done
 objs=$(mktemp -d)
 trap 'rm -rf "$objs"' EXIT
 ls "$here"/csrc/*.cc | xargs -P "$(nproc)" -I{} sh -c \
-  'c++ "$@" -c "$0" -o "'"$objs"'/$(basename "$0" .cc).o"' {} "${flags[@]}"
+  '${CXX:-c++} "$@" -c "$0" -o "'"$objs"'/$(basename "$0" .cc).o"' {} "${flags[@]}"
 mkdir -p "$dest/rt_dist/torch"
-c++ -shared -o "$dest/rt_dist/torch/_C$suffix" "$objs"/*.o -L"$libdir" -lc10 -ltorch -ltorch_cpu \
+${CXX:-c++} -shared -o "$dest/rt_dist/torch/_C$suffix" "$objs"/*.o -L"$libdir" -lc10 -ltorch -ltorch_cpu \
   -ltorch_python -ldl -Wl,-rpath,"$libdir"
 echo "build_ext: $dest/rt_dist/torch/_C$suffix for torch $version"

@@ -151,6 +151,14 @@ def register() -> None:
             dist.Backend.default_device_backend_map[device] = BACKEND
     if _impl() == "cpp":
         return  # the C++ backend replaces nothing of torch's
+    if _version() != TESTED:
+        # The Python implementation replaces private names of torch, known
+        # only on the torch it is tested with (on 2.15 its groups are not
+        # even made): elsewhere it replaces nothing, and its groups refuse.
+        _bad_setting(f"RTD_TORCH_IMPL=python needs torch {TESTED[0]}.{TESTED[1]}, whose private "
+                     f"names it replaces; this is torch {torch.__version__}: unset RTD_TORCH_IMPL "
+                     "for the C++ implementation")
+        return
     if _switch("RTD_TORCH_DDP_HOOK", "1"):
         _ddp_hook.install_on_ddp()
     _ddp_hook.install_ddp_support()
