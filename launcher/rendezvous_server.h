@@ -47,7 +47,7 @@ class RendezvousServer {
   void shutdown();
   // The heartbeat of the host's own agent, answered in this process (and
   // never held): it keeps what it needs alive, so it may outlive the server
-  // (its answers then say the host shut down).
+  // (its answers then carry the job's end: its failure, or the shutdown).
   InProcessBeat in_process_beat() const;
 
  private:

@@ -115,6 +115,11 @@ void check_step(const proto::CheckpointManifest& m, const std::string& dir,
 void check_series(const proto::CheckpointManifest& m, const std::string& dir,
                   const std::string& path) {
   if (m.series().empty()) return;
+  if (m.series().size() != 16 ||
+      m.series().find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw Error(ErrorCategory::kConfig, "manifest " + path + " has a malformed series ('" +
+                                            m.series().substr(0, 32) +
+                                            "'; 16 hex digits expected): the file was edited");
   std::filesystem::path step = std::filesystem::path(dir).lexically_normal();
   if (step.filename().empty()) step = step.parent_path();
   if (step.filename().string().rfind("step_", 0) != 0) return;

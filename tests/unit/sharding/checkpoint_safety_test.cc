@@ -246,6 +246,17 @@ TEST_F(CheckpointTest, AStepCopiedInFromAnotherJobsDirectoryIsRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("is malformed"), std::string::npos) << e.what();
   }
+  // A manifest whose series is not one (its sum made to match) is named.
+  fs::remove(copy / kSeriesName);
+  proto::CheckpointManifest m = read_manifest((copy / "step_00000003").string());
+  m.set_series(std::string(4096, 'z'));
+  std::ofstream(copy / "step_00000003" / kManifestName, std::ios::trunc) << manifest_to_json(m);
+  try {
+    read_manifest((copy / "step_00000003").string());
+    ADD_FAILURE() << "a manifest with a malformed series was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has a malformed series"), std::string::npos) << e.what();
+  }
   fs::remove_all(copy);
   dir_ = mine;
 }
