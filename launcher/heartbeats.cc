@@ -19,6 +19,12 @@ proto::HeartbeatRequest::State to_proto(NodeState state) {
                                         : proto::HeartbeatRequest::RUNNING;
 }
 
+HeartbeatReply reply_of(const proto::HeartbeatResponse& resp) {
+  HeartbeatReply reply{resp.failure(), resp.rejoin(), resp.change(), resp.loss(), {}, ""};
+  for (const auto& [key, value] : resp.values()) reply.values[key] = value;
+  return reply;
+}
+
 // How often the host's own agent beats in process: the host's tick.
 constexpr std::chrono::milliseconds kInProcessTick{100};
 
@@ -109,14 +115,14 @@ HeartbeatReply HeartbeatClient::beat_now(int round, int node_rank, NodeState sta
   if (impl_->in_process) {
     if (std::string refused = impl_->in_process(req, &resp); !refused.empty())
       throw Error(ErrorCategory::kConfig, "heartbeat refused by the rendezvous host: " + refused);
-    return HeartbeatReply{resp.failure(), resp.rejoin(), resp.change(), resp.loss(), {}, ""};
+    return reply_of(resp);
   }
   grpc::ClientContext ctx;
   ctx.AddMetadata(kTokenMetadataKey, impl_->token);
   ctx.set_deadline(std::chrono::system_clock::now() + impl_->timeout);
   grpc::Status status = impl_->stub->Heartbeat(&ctx, req, &resp);
   if (!status.ok()) throw error_from_grpc(status, "heartbeat", impl_->address);
-  return HeartbeatReply{resp.failure(), resp.rejoin(), resp.change(), resp.loss(), {}, ""};
+  return reply_of(resp);
 }
 
 void HeartbeatClient::loop() {
@@ -169,9 +175,7 @@ void HeartbeatClient::loop() {
       continue;
     }
     if (!resp.failure().empty() || resp.rejoin() || !resp.values().empty()) {
-      HeartbeatReply reply{resp.failure(), resp.rejoin(), resp.change(), resp.loss(), {}, ""};
-      for (const auto& [key, value] : resp.values()) reply.values[key] = value;
-      impl_->news = std::move(reply);
+      impl_->news = reply_of(resp);
     } else if (impl_->in_process) {
       cv_.wait_for(lock, kInProcessTick, [&] { return impl_->stop || impl_->version != version; });
     }

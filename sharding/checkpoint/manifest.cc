@@ -89,17 +89,31 @@ void check_values(const proto::CheckpointManifest& m, const std::string& path) {
   }
 }
 
+// dir as a step directory (a trailing slash dropped) when it is named
+// step_<N>; empty otherwise.
+std::filesystem::path step_directory(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  const std::string base = p.filename().string();
+  if (base.rfind("step_", 0) != 0 || base.size() == 5 ||
+      base.find_first_not_of("0123456789", 5) != std::string::npos)
+    return {};
+  return p;
+}
+
+// What a series is: 16 lowercase hex digits.
+bool is_series(const std::string& text) {
+  return text.size() == 16 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
 // The manifest of step_<S>/ is step S's: a directory renamed (or swapped
 // with another) would otherwise resume as the step it is named for from
 // another step's state. Directories not named step_<N> are not checked.
 void check_step(const proto::CheckpointManifest& m, const std::string& dir,
                 const std::string& path) {
-  const std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
-  const std::string base =
-      name.empty() ? std::filesystem::path(dir).parent_path().filename().string() : name;
-  if (base.rfind("step_", 0) != 0 || base.size() == 5 ||
-      base.find_first_not_of("0123456789", 5) != std::string::npos)
-    return;
+  const std::filesystem::path step = step_directory(dir);
+  if (step.empty()) return;
+  const std::string base = step.filename().string();
   if (base != step_dir_name(m.step()))
     throw Error(ErrorCategory::kConfig,
                 "manifest " + path + " is of step " + std::to_string(m.step()) +
@@ -115,14 +129,12 @@ void check_step(const proto::CheckpointManifest& m, const std::string& dir,
 void check_series(const proto::CheckpointManifest& m, const std::string& dir,
                   const std::string& path) {
   if (m.series().empty()) return;
-  if (m.series().size() != 16 ||
-      m.series().find_first_not_of("0123456789abcdef") != std::string::npos)
+  if (!is_series(m.series()))
     throw Error(ErrorCategory::kConfig, "manifest " + path + " has a malformed series ('" +
                                             m.series().substr(0, 32) +
                                             "'; 16 hex digits expected): the file was edited");
-  std::filesystem::path step = std::filesystem::path(dir).lexically_normal();
-  if (step.filename().empty()) step = step.parent_path();
-  if (step.filename().string().rfind("step_", 0) != 0) return;
+  const std::filesystem::path step = step_directory(dir);
+  if (step.empty()) return;
   const std::filesystem::path parent = step.parent_path();
   if (!std::filesystem::exists(parent / kSeriesName)) return;
   const std::string series = read_series(parent.string());
@@ -257,8 +269,7 @@ std::string read_series(const std::string& dir) {
   constexpr std::size_t kBytes = 17;  // 16 hex digits and a newline
   std::string text(std::min(f.size(), kBytes + 1), '\0');
   f.read(0, text.data(), text.size());
-  if (text.size() != kBytes || text.back() != '\n' ||
-      text.find_first_not_of("0123456789abcdef") != kBytes - 1)
+  if (text.size() != kBytes || text.back() != '\n' || !is_series(text.substr(0, kBytes - 1)))
     throw Error(ErrorCategory::kConfig,
                 "checkpoint series file " + path +
                     " is malformed (16 hex digits and a newline expected): it was edited or "

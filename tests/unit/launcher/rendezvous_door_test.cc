@@ -231,13 +231,17 @@ TEST_F(RendezvousDoorTest, TheHostsOwnAgentBeatsInItsProcess) {
   EXPECT_FALSE(own.news().has_value()) << own.news()->lost << own.news()->failure;
   EXPECT_FALSE(other->news().has_value()) << other->news()->lost << other->news()->failure;
 
+  auto await_news = [&own] {  // up to 10 s
+    std::optional<HeartbeatReply> news;
+    const auto give_up = std::chrono::steady_clock::now() + seconds(10);
+    while (!news && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(milliseconds(50));
+      news = own.news();
+    }
+    return news;
+  };
   other.reset();  // node 1's dtrun is gone: its held call closes
-  std::optional<HeartbeatReply> news;
-  const auto give_up = std::chrono::steady_clock::now() + seconds(10);
-  while (!news && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(milliseconds(50));
-    news = own.news();
-  }
+  std::optional<HeartbeatReply> news = await_news();
   ASSERT_TRUE(news.has_value()) << "the host's agent never heard that node 1 was lost";
   EXPECT_TRUE(news->lost.empty()) << news->lost;
   EXPECT_NE(news->failure.find("node 1"), std::string::npos) << news->failure;
@@ -245,12 +249,7 @@ TEST_F(RendezvousDoorTest, TheHostsOwnAgentBeatsInItsProcess) {
   // The server going away first leaves the beat answering (the job's end).
   server_.reset();
   own.watch(0, 0, NodeState::kDone, {});
-  news.reset();
-  const auto give_up2 = std::chrono::steady_clock::now() + seconds(10);
-  while (!news && std::chrono::steady_clock::now() < give_up2) {
-    std::this_thread::sleep_for(milliseconds(50));
-    news = own.news();
-  }
+  news = await_news();
   ASSERT_TRUE(news.has_value());
   EXPECT_NE(news->failure.find("node 1"), std::string::npos) << news->failure;
 }
