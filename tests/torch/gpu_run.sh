@@ -34,6 +34,14 @@ if [ "$ngpu" -lt 2 ]; then
   exit 77
 fi
 step test_collectives 90 env RTD_LOG=info "${run[@]}" dtrun 2 collectives.py cuda
+# DCP saved by 2 ranks on 2 GPUs, loaded by a job of 1 (N to M ranks).
+for be in nccl rtd; do
+  step test_dcp2_save_$be 150 "${run[@]}" dtrun 2 dcp_checkpoint.py $be \
+    "$out/dcp2_$be" "$b/bin/rtd-ckpt" save cuda
+  step test_dcp2_load_$be 120 env RTD_TORCH_GPUS=1 "${run[@]}" dtrun 1 dcp_checkpoint.py $be \
+    "$out/dcp2_$be" "$b/bin/rtd-ckpt" load cuda
+  rm -rf "$out/dcp2_$be"
+done
 # Which collectives the copy engines took (one line per staging buffer set up).
 for op in all_reduce all_gather reduce_scatter; do
   echo "test_collectives: $(grep -c "$op of .* staged by copy engines" "$out/test_collectives.log") $op sizes staged by copy engines"
