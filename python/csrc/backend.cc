@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <optional>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <utility>
 
@@ -96,13 +97,17 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::launch(const at::Device& device, OpTy
   std::shared_ptr<Comm> comm = comm_for(device, what);
   comm->check(where(what));
   comm->reap();
+  std::optional<OnDevice> on_device;  // whatever GPU the script made current
+  if (comm->cuda()) {
+    on_device.emplace(comm->device());
+  }
   void* stream = comm->cuda() ? current_stream(comm->device()).native_handle() : nullptr;
   rtd_work* handle = call ? call(comm->handle(), stream) : nullptr;  // none: nothing to move
   if (call && handle == nullptr) {
     raise_last_error(where(what));
   }
   ++calls_;
-  return c10::make_intrusive<WorkRTD>(std::move(comm), handle, type, where(what),
+  return c10::make_intrusive<WorkRTD>(std::move(comm), handle, type, what, where(what),
                                       std::move(finish));
 }
 

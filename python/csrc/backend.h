@@ -12,9 +12,12 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <vector>
@@ -80,6 +83,13 @@ class BackendRTD : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // Sends and receives between the two are queued, then launched as one
+  // group (batch_isend_irecv: a pair of ranks that each receive before they
+  // send would otherwise wait on each other on the GPU). Collectives in
+  // between run at once.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return calls_; }
@@ -119,6 +129,21 @@ class BackendRTD : public c10d::Backend {
   void add_recv(Exchange& x, const at::Tensor& t, int peer);
   c10::intrusive_ptr<c10d::Work> run_exchange(const at::Device& device, c10d::OpType type,
                                               const char* what, Exchange x);
+  // A send to this rank (SEND) or a receive from it (RECV): matched with
+  // the other half by tag, in the order posted.
+  c10::intrusive_ptr<c10d::Work> exchange_with_self(c10d::OpType type, const at::Tensor& t,
+                                                    int tag);
+  // c10d::Backend's uneven reduce-scatter (inputs of different sizes):
+  // padded to the largest, reduced by one reduce-scatter, copied out.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_uneven(at::Tensor& output,
+                                                       const std::vector<at::Tensor>& inputs,
+                                                       const c10d::ReduceScatterOptions& opts);
+  // `last` runs after the reduction's own finishing steps; `result` is the
+  // Work's result.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(at::Tensor& output, at::Tensor& input,
+                                                     const c10d::ReduceScatterOptions& opts,
+                                                     std::function<void()> last,
+                                                     const at::Tensor& result, const char* what);
 
   std::mutex mu_;  // one caller at a time into librt_dist
   c10::intrusive_ptr<c10d::Store> store_;
@@ -126,6 +151,18 @@ class BackendRTD : public c10d::Backend {
   BackendConfig config_;  // read once, when the group is made
   std::shared_ptr<Comm> cpu_;
   std::shared_ptr<Comm> cuda_;
+  // Halves of exchanges with this rank itself not yet matched, by tag.
+  struct SelfHalf {
+    at::Tensor tensor;
+    c10::intrusive_ptr<LocalWork> work;
+  };
+  std::map<int, std::deque<SelfHalf>> self_sends_, self_recvs_;
+  // Between startCoalescing and endCoalescing: the sends and receives queued.
+  std::optional<Exchange> batch_;
+  std::optional<at::Device> batch_device_;
+  // Queues a send or receive in batch_, if one is open.
+  c10::intrusive_ptr<c10d::Work> queue_in_batch(const at::Device& device, c10d::OpType type,
+                                                const at::Tensor& t, int peer);
   uint64_t calls_ = 0;
   uint64_t monitored_rounds_ = 0;
 };

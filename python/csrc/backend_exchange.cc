@@ -71,11 +71,90 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::run_exchange(const at::Device& device
                 });
 }
 
+c10::intrusive_ptr<c10d::Work> BackendRTD::exchange_with_self(OpType type, const at::Tensor& t,
+                                                              int tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool sending = type == OpType::SEND;
+  auto& waiting = sending ? self_recvs_[tag] : self_sends_[tag];
+  auto work = c10::make_intrusive<LocalWork>(
+      type, sending ? "send" : "recv", getRank(),
+      sending ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{t});
+  if (waiting.empty()) {
+    (sending ? self_sends_[tag] : self_recvs_[tag]).push_back(SelfHalf{t, work});
+    return work;
+  }
+  SelfHalf other = std::move(waiting.front());
+  waiting.pop_front();
+  const at::Tensor& from = sending ? t : other.tensor;
+  const at::Tensor& to = sending ? other.tensor : t;
+  TORCH_CHECK_VALUE(from.numel() == to.numel() && from.scalar_type() == to.scalar_type(),
+                    where(sending ? "send" : "recv"), " to this rank itself (tag ", tag,
+                    "): ", from.numel(), " x ", from.scalar_type(), " sent, ", to.numel(), " x ",
+                    to.scalar_type(), " received");
+  to.copy_(from.reshape(to.sizes()));
+  other.work->complete();
+  work->complete();
+  return work;
+}
+
+void BackendRTD::startCoalescing() {
+  std::lock_guard<std::mutex> lock(mu_);
+  TORCH_CHECK(!batch_, where("startCoalescing"), ": a batch is open already");
+  batch_.emplace();
+  batch_device_.reset();
+}
+
+c10::intrusive_ptr<c10d::Work> BackendRTD::endCoalescing() {
+  std::optional<Exchange> batch;
+  std::optional<at::Device> device;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TORCH_CHECK(batch_, where("endCoalescing"), ": no batch is open");
+    batch.swap(batch_);
+    device.swap(batch_device_);
+  }
+  if (!device) {  // nothing queued (or only exchanges with this rank itself)
+    auto done = c10::make_intrusive<LocalWork>(OpType::COALESCED, "batch_isend_irecv", getRank(),
+                                               std::vector<at::Tensor>{});
+    done->complete();
+    return done;
+  }
+  return run_exchange(*device, OpType::COALESCED, "batch_isend_irecv", std::move(*batch));
+}
+
+c10::intrusive_ptr<c10d::Work> BackendRTD::queue_in_batch(const at::Device& device, OpType type,
+                                                          const at::Tensor& t, int peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!batch_) {
+    return nullptr;
+  }
+  const char* what = type == OpType::SEND ? "send" : "recv";
+  TORCH_CHECK_VALUE(!batch_device_ || *batch_device_ == device, where(what), ": a batch on ",
+                    batch_device_->str(), " and a tensor on ", device.str(),
+                    "; one batch runs on one device");
+  batch_device_ = device;
+  if (type == OpType::SEND) {
+    add_send(*batch_, t, peer);
+  } else {
+    batch_->finish.outputs.push_back(t);
+    add_recv(*batch_, t, peer);
+  }
+  auto queued = c10::make_intrusive<LocalWork>(type, what, getRank(), std::vector<at::Tensor>{});
+  queued->complete();
+  return queued;
+}
+
 c10::intrusive_ptr<c10d::Work> BackendRTD::send(std::vector<at::Tensor>& tensors, int dst,
                                                 int tag) {
   const char* what = "send";
   TORCH_CHECK_VALUE(tensors.size() == 1, where(what), ": one tensor per call");
   const at::Device device = device_of(tensors, what);
+  if (dst == getRank()) {
+    return exchange_with_self(OpType::SEND, tensors[0], tag);
+  }
+  if (auto queued = queue_in_batch(device, OpType::SEND, tensors[0], dst)) {
+    return queued;
+  }
   Exchange x;
   add_send(x, tensors[0], dst);
   if (x.ops.empty()) {
@@ -92,6 +171,12 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::recv(std::vector<at::Tensor>& tensors
   const char* what = "recv";
   TORCH_CHECK_VALUE(tensors.size() == 1, where(what), ": one tensor per call");
   const at::Device device = device_of(tensors, what);
+  if (src == getRank()) {
+    return exchange_with_self(OpType::RECV, tensors[0], tag);
+  }
+  if (auto queued = queue_in_batch(device, OpType::RECV, tensors[0], src)) {
+    return queued;
+  }
   Exchange x;
   x.finish.outputs = tensors;
   add_recv(x, tensors[0], src);

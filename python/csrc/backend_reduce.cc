@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "backend.h"
@@ -187,7 +188,12 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::reduce(std::vector<at::Tensor>& tenso
 
 c10::intrusive_ptr<c10d::Work> BackendRTD::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  const char* what = "reduce_scatter_tensor";
+  return reduce_scatter_flat(output, input, opts, nullptr, output, "reduce_scatter_tensor");
+}
+
+c10::intrusive_ptr<c10d::Work> BackendRTD::reduce_scatter_flat(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts,
+    std::function<void()> last, const at::Tensor& result, const char* what) {
   const at::Device device = device_of({output, input}, what);
   TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(), where(what), ": input has ",
                     input.numel(), " elements, not ", getSize(), " x ", output.numel());
@@ -197,7 +203,7 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::_reduce_scatter_base(
   TORCH_CHECK_VALUE(code >= 0, where(what), ": the reduction ", opts.reduceOp.op_,
                     " is not supported (SUM, AVG, MIN, MAX)");
   Finish finish;
-  finish.outputs = {output};
+  finish.outputs = {result};
   at::Tensor in = input.contiguous();
   at::Tensor out = contiguous_or_staged(output, finish);
   at::Tensor wi = in;
@@ -215,6 +221,9 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::_reduce_scatter_base(
   const int dtype = reduce_code(wi.scalar_type());
   TORCH_CHECK_TYPE(dtype >= 0, where(what), ": dtype ", input.scalar_type(),
                    " cannot be reduced (floating, integer, bool and complex types can)");
+  if (last) {
+    then(finish.after, std::move(last));
+  }
   finish.keep = {output, input, in, out, wi, wo};
   void* pi = ptr(wi);
   void* po = ptr(wo);
@@ -229,17 +238,42 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> BackendRTD::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK_VALUE(outputs.size() == 1 && inputs.size() == 1, where("reduce_scatter"),
+  const char* what = "reduce_scatter";
+  TORCH_CHECK_VALUE(outputs.size() == 1 && inputs.size() == 1, where(what),
                     ": one output tensor per call");
+  TORCH_CHECK_VALUE(static_cast<int>(inputs[0].size()) == getSize(), where(what), ": ",
+                    inputs[0].size(), " inputs, not one per rank (", getSize(), ")");
+  at::Tensor out = outputs[0];
   std::vector<at::Tensor> parts;
   for (const at::Tensor& t : inputs[0]) {
-    TORCH_CHECK_VALUE(t.numel() == outputs[0].numel(), where("reduce_scatter"),
-                      ": every input must have the output's size");
+    if (t.numel() != out.numel()) {
+      return reduce_scatter_uneven(out, inputs[0], opts);
+    }
     parts.push_back(t.reshape({-1}));
   }
   at::Tensor flat = at::cat(parts);
-  at::Tensor out = outputs[0];
-  return _reduce_scatter_base(out, flat, opts);
+  return reduce_scatter_flat(out, flat, opts, nullptr, out, what);
+}
+
+c10::intrusive_ptr<c10d::Work> BackendRTD::reduce_scatter_uneven(
+    at::Tensor& output, const std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const char* what = "reduce_scatter";
+  TORCH_CHECK_VALUE(inputs[getRank()].numel() == output.numel(), where(what), ": the output has ",
+                    output.numel(), " elements, this rank's input ", inputs[getRank()].numel());
+  int64_t largest = 0;
+  for (const at::Tensor& t : inputs) {
+    largest = std::max(largest, t.numel());
+  }
+  at::Tensor flat = at::zeros({getSize() * largest}, output.options());
+  for (int r = 0; r < getSize(); ++r) {
+    flat.narrow(0, r * largest, inputs[r].numel()).copy_(inputs[r].reshape({-1}));
+  }
+  at::Tensor padded = at::empty({largest}, output.options());
+  auto copy_out = [output, padded]() mutable {
+    output.copy_(padded.narrow(0, 0, output.numel()).view(output.sizes()));
+  };
+  return reduce_scatter_flat(padded, flat, opts, copy_out, output, what);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendRTD::reduce_scatter_tensor_coalesced(

@@ -17,6 +17,10 @@ c10::Stream current_stream(int device) { return cuda().getStream(gpu(device)); }
 
 c10::Stream pool_stream(int device) { return cuda().getStreamFromGlobalPool(gpu(device)); }
 
+OnDevice::OnDevice(int device) : previous_(cuda().exchangeDevice(gpu(device))) {}
+
+OnDevice::~OnDevice() { cuda().uncheckedSetDevice(previous_); }
+
 CurrentStream::CurrentStream(const c10::Stream& stream)
     : previous_(cuda().exchangeStream(stream)) {}
 

@@ -17,6 +17,21 @@ c10::Stream current_stream(int device);
 // future's events are recorded.
 c10::Stream pool_stream(int device);
 
+// Makes GPU `device` the calling thread's current one while alive: what
+// CUDA does on "the current device" (its legacy default stream, which is
+// torch's current stream unless a script set another; events made without
+// a device) is then the group's GPU, whatever the script set current.
+class OnDevice {
+ public:
+  explicit OnDevice(int device);
+  ~OnDevice();
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  c10::Device previous_;
+};
+
 // Makes `stream` the current one on its device while alive.
 class CurrentStream {
  public:

@@ -2,7 +2,11 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/jit_type.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
+
+#include <set>
+#include <string>
 
 #include "device_streams.h"
 #include "errors.h"
@@ -31,14 +35,26 @@ std::exception_ptr failure(Comm& comm, const std::string& where, const std::stri
 
 }  // namespace
 
-WorkRTD::WorkRTD(std::shared_ptr<Comm> comm, rtd_work* handle, c10d::OpType type, std::string what,
-                 Finish finish)
-    : c10d::Work(-1, type),
+const char* profiling_title(const char* op) {
+  if (!at::hasCallbacks()) {
+    return nullptr;
+  }
+  // c10d::Work's profiler span keeps the pointer: one lasting string per op.
+  static std::mutex mu;
+  static std::set<std::string> titles;
+  std::lock_guard<std::mutex> lock(mu);
+  return titles.insert(std::string("rtd:") + op).first->c_str();
+}
+
+WorkRTD::WorkRTD(std::shared_ptr<Comm> comm, rtd_work* handle, c10d::OpType type, const char* op,
+                 std::string what, Finish finish)
+    : c10d::Work(-1, type, profiling_title(op)),
       comm_(std::move(comm)),
       handle_(handle),
       what_(std::move(what)),
       finish_(std::move(finish)) {
   if (comm_->cuda() && finish_.after) {
+    OnDevice on_device(comm_->device());
     CurrentStream on(comm_->finishing_stream());
     if (op_wait_stream(handle_, comm_->finishing_stream().native_handle()) != 0) {
       raise_last_error(what_);
@@ -51,6 +67,7 @@ WorkRTD::WorkRTD(std::shared_ptr<Comm> comm, rtd_work* handle, c10d::OpType type
 
 WorkRTD::~WorkRTD() {
   std::lock_guard<std::mutex> lock(mu_);
+  end_profiling();
   if (!finished_ && !finish_.keep.empty() && !done()) {
     comm_->keep_until_done(handle_, std::move(finish_.keep), std::move(done_), what_);
     return;
@@ -109,6 +126,14 @@ void WorkRTD::finish_host(std::chrono::milliseconds timeout) {
   }
   finished_ = true;
   finish_.keep.clear();
+  end_profiling();
+}
+
+void WorkRTD::end_profiling() {
+  if (recordFunctionEndCallback_) {
+    recordFunctionEndCallback_();
+    recordFunctionEndCallback_ = nullptr;
+  }
 }
 
 bool WorkRTD::wait(std::chrono::milliseconds timeout) {
@@ -126,6 +151,15 @@ bool WorkRTD::wait(std::chrono::milliseconds timeout) {
       std::rethrow_exception(error_);
     }
   }
+  if (timeout != kNoTimeout && op_wait(handle_, timeout.count()) != 0) {
+    // A deadline of the caller's: the host waits for the operation, as with
+    // ProcessGroupNCCL, and a late one fails in the words torch's tests expect.
+    error_ = failure(*comm_, what_,
+                     "caught collective operation timeout: not done within the wait's " +
+                         std::to_string(timeout.count()) + " ms: " + rtd_last_error());
+    std::rethrow_exception(error_);
+  }
+  OnDevice on_device(comm_->device());
   if (done_) {
     done_->block(current_stream(comm_->device()));
   } else if (op_wait_stream(handle_, current_stream(comm_->device()).native_handle()) != 0) {
@@ -134,6 +168,7 @@ bool WorkRTD::wait(std::chrono::milliseconds timeout) {
   }
   finished_ = true;
   finish_.keep.clear();  // the caller's stream is ordered after the operation
+  end_profiling();
   return true;
 }
 
@@ -167,6 +202,7 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkRTD::getFuture() {
   }
   const c10::Device gpu(c10::DeviceType::CUDA, comm_->device());
   future_ = c10::make_intrusive<c10::ivalue::Future>(type, std::vector<c10::Device>{gpu});
+  OnDevice on_device(comm_->device());
   CurrentStream on(comm_->finishing_stream());
   if (!done_ && op_wait_stream(handle_, comm_->finishing_stream().native_handle()) != 0) {
     future_->setError(failure(*comm_, what_, rtd_last_error()));
@@ -176,6 +212,21 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkRTD::getFuture() {
   // waiter's stream after the operation (and its finishing step).
   future_->markCompleted(c10::IValue(finish_.outputs));
   return future_;
+}
+
+LocalWork::LocalWork(c10d::OpType type, const char* op, int rank, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type, profiling_title(op)), rank_(rank), outputs_(std::move(outputs)) {
+  std::vector<c10::Device> devices;
+  if (!outputs_.empty() && outputs_[0].is_cuda()) {
+    devices.push_back(outputs_[0].device());
+  }
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                     devices);
+}
+
+void LocalWork::complete() {
+  future_->markCompleted(c10::IValue(outputs_));
+  finish();
 }
 
 int WorkRTD::sourceRank() const { return handle_ == nullptr ? -1 : rtd_work_source(handle_); }

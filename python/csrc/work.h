@@ -2,7 +2,8 @@
 // FSDP2 and scripts use ProcessGroupNCCL's:
 // - a GPU operation runs on the communicator's stream, ordered after the
 //   caller's current stream; wait() orders the caller's current stream after
-//   it without blocking the host (a barrier's wait blocks the host);
+//   it without blocking the host (a barrier's wait blocks the host, and so
+//   does a wait given a timeout, which fails once it passes);
 // - a host operation's wait() blocks until it is done;
 // - getFuture() completes with the outputs (GPU: at once, its events
 //   recorded after the operation; host: when it is done);
@@ -40,8 +41,10 @@ class WorkRTD : public c10d::Work {
  public:
   // Takes `handle` (freed with the Work). A GPU operation's finishing step
   // is queued here, at its launch.
-  WorkRTD(std::shared_ptr<Comm> comm, rtd_work* handle, c10d::OpType type, std::string what,
-          Finish finish);
+  // `op` names the operation in torch's profiler ("rtd:<op>"); `what`
+  // in errors.
+  WorkRTD(std::shared_ptr<Comm> comm, rtd_work* handle, c10d::OpType type, const char* op,
+          std::string what, Finish finish);
   ~WorkRTD() override;
 
   bool isCompleted() override;
@@ -58,6 +61,7 @@ class WorkRTD : public c10d::Work {
   // Host: waits, then the finishing step; once. Throws a failure.
   void finish_host(std::chrono::milliseconds timeout);
   void throw_if_failed();
+  void end_profiling();  // the profiler's span ends where the caller saw it done
 
   std::shared_ptr<Comm> comm_;
   rtd_work* handle_;
@@ -69,5 +73,31 @@ class WorkRTD : public c10d::Work {
   std::exception_ptr error_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
+
+// The Work of what the backend does without librt_dist:
+// - a send to this rank itself or a receive from it, done when both are
+//   posted, the data then copied on the caller's current stream (as NCCL
+//   does a rank's send to itself within a group); pending, wait() blocks
+//   until its other half is posted or the timeout passes;
+// - a send or receive queued between startCoalescing and endCoalescing
+//   (done at once: the batch's Work, from endCoalescing, is the one to wait).
+class LocalWork : public c10d::Work {
+ public:
+  // `op`: its name in torch's profiler, as WorkRTD's.
+  LocalWork(c10d::OpType type, const char* op, int rank, std::vector<at::Tensor> outputs);
+  void complete();
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  int sourceRank() const override { return rank_; }
+
+ private:
+  int rank_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// torch profiler's name of an operation, "rtd:<op>", or none while no
+// profiler listens (c10d::Work then records nothing).
+const char* profiling_title(const char* op);
 
 }  // namespace rtd_torch
