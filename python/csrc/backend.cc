@@ -107,8 +107,12 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::launch(const at::Device& device, OpTy
     raise_last_error(where(what));
   }
   ++calls_;
-  return c10::make_intrusive<WorkRTD>(std::move(comm), handle, type, what, where(what),
-                                      std::move(finish));
+  auto work = c10::make_intrusive<WorkRTD>(std::move(comm), handle, type, what, where(what),
+                                           std::move(finish));
+  if (batch_) {  // for endCoalescing's Work
+    batch_launched_.push_back(work);
+  }
+  return work;
 }
 
 }  // namespace rtd_torch

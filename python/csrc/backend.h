@@ -86,7 +86,7 @@ class BackendRTD : public c10d::Backend {
   // Sends and receives between the two are queued, then launched as one
   // group (batch_isend_irecv: a pair of ranks that each receive before they
   // send would otherwise wait on each other on the GPU). Collectives in
-  // between run at once.
+  // between run at once; endCoalescing's Work covers them too.
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
@@ -159,6 +159,7 @@ class BackendRTD : public c10d::Backend {
   std::map<int, std::deque<SelfHalf>> self_sends_, self_recvs_;
   // Between startCoalescing and endCoalescing: the sends and receives queued.
   std::optional<Exchange> batch_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> batch_launched_;  // collectives meanwhile
   std::optional<at::Device> batch_device_;
   // Queues a send or receive in batch_, if one is open.
   c10::intrusive_ptr<c10d::Work> queue_in_batch(const at::Device& device, c10d::OpType type,

@@ -102,24 +102,34 @@ void BackendRTD::startCoalescing() {
   TORCH_CHECK(!batch_, where("startCoalescing"), ": a batch is open already");
   batch_.emplace();
   batch_device_.reset();
+  batch_launched_.clear();
 }
 
 c10::intrusive_ptr<c10d::Work> BackendRTD::endCoalescing() {
   std::optional<Exchange> batch;
   std::optional<at::Device> device;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
   {
     std::lock_guard<std::mutex> lock(mu_);
     TORCH_CHECK(batch_, where("endCoalescing"), ": no batch is open");
     batch.swap(batch_);
     device.swap(batch_device_);
+    works.swap(batch_launched_);
   }
-  if (!device) {  // nothing queued (or only exchanges with this rank itself)
+  if (device) {  // sends and receives were queued (not only with this rank itself)
+    works.push_back(
+        run_exchange(*device, OpType::COALESCED, "batch_isend_irecv", std::move(*batch)));
+  }
+  if (works.size() == 1) {
+    return works[0];
+  }
+  if (works.empty()) {
     auto done = c10::make_intrusive<LocalWork>(OpType::COALESCED, "batch_isend_irecv", getRank(),
                                                std::vector<at::Tensor>{});
     done->complete();
     return done;
   }
-  return run_exchange(*device, OpType::COALESCED, "batch_isend_irecv", std::move(*batch));
+  return c10::make_intrusive<BatchWork>(std::move(works));
 }
 
 c10::intrusive_ptr<c10d::Work> BackendRTD::queue_in_batch(const at::Device& device, OpType type,

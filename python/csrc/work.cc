@@ -229,6 +229,71 @@ void LocalWork::complete() {
   finish();
 }
 
+BatchWork::BatchWork(std::vector<c10::intrusive_ptr<c10d::Work>> works)
+    : c10d::Work(-1, c10d::OpType::COALESCED), works_(std::move(works)) {}
+
+bool BatchWork::isCompleted() {
+  for (auto& w : works_) {
+    if (!w->isCompleted()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool BatchWork::isSuccess() const {
+  for (const auto& w : works_) {
+    if (!w->isSuccess()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::exception_ptr BatchWork::exception() const {
+  for (const auto& w : works_) {
+    if (auto e = w->exception()) {
+      return e;
+    }
+  }
+  return nullptr;
+}
+
+bool BatchWork::wait(std::chrono::milliseconds timeout) {
+  for (auto& w : works_) {
+    w->wait(timeout);
+  }
+  return true;
+}
+
+std::vector<at::Tensor> BatchWork::result() {
+  std::vector<at::Tensor> all;
+  for (auto& w : works_) {
+    for (at::Tensor& t : w->result()) {
+      all.push_back(t);
+    }
+  }
+  return all;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> BatchWork::getFuture() {
+  auto type = c10::ListType::create(c10::TensorType::get());
+  c10::List<c10::intrusive_ptr<c10::ivalue::Future>> each(c10::FutureType::create(type));
+  for (auto& w : works_) {
+    each.push_back(w->getFuture());
+  }
+  return c10::collectAll(each)->then(
+      [outputs = result()](c10::ivalue::Future& all) {
+        for (const c10::IValue& f : all.value().toList()) {  // the first failure, if any
+          if (f.toFuture()->hasError()) {
+            f.toFuture()->value();
+          }
+        }
+        return c10::IValue(outputs);
+      },
+      type);
+}
+
 int WorkRTD::sourceRank() const { return handle_ == nullptr ? -1 : rtd_work_source(handle_); }
 
 }  // namespace rtd_torch

@@ -96,6 +96,23 @@ class LocalWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// The Work of several operations launched between startCoalescing and
+// endCoalescing: done when each is; wait() waits for each in turn.
+class BatchWork : public c10d::Work {
+ public:
+  explicit BatchWork(std::vector<c10::intrusive_ptr<c10d::Work>> works);
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override { wait(); }
+  std::vector<at::Tensor> result() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
+
 // torch profiler's name of an operation, "rtd:<op>", or none while no
 // profiler listens (c10d::Work then records nothing).
 const char* profiling_title(const char* op);

@@ -419,6 +419,19 @@ if IMPL != "python":
     for p in range(n):
         sent = (torch.arange(5) % 7 + p * 3 + rank).float()  # values() on rank p, salt=rank
         same(f"batch_isend_irecv from rank {p}", recvs[p], on(sent))
+    # A collective and sends and receives in one batch (torch's coalescing
+    # manager, as batch_isend_irecv uses it): the batch's Work covers each.
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    here = torch.device(device, torch.cuda.current_device() if device == "cuda" else None)
+    got, before, after = on(torch.full((3,), float(rank))), (rank - 1) % n, (rank + 1) % n
+    into = on(torch.zeros(3))
+    with _coalescing_manager(group=rtd, device=here, async_ops=True) as cm:
+        dist.broadcast(got, 0)
+        dist.isend(on(torch.full((3,), float(rank))), after)
+        dist.irecv(into, before)
+    cm.wait()
+    same("broadcast in a batch", got, on(torch.zeros(3)))
+    same("a ring of sends in a batch", into, on(torch.full((3,), float(before))))
     # A reduce-scatter of inputs of different sizes (rank r's part: r + 1 elements).
     parts = [on(values(torch.float32, r + 1, salt=r)) for r in range(n)]
     for op in (R.SUM, R.MAX):
