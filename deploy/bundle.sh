@@ -27,6 +27,12 @@ if [ "$with_tests" = --with-tests ]; then
   for t in unit_tests collectives_mp_test gpu_collectives_test gpu_ce_shared_test e2e_tests; do
     [ -x "$build/tests/$t" ] && cp "$build/tests/$t" "$out/bin/"
   done
+  # PyTorch's distributed suite needs expecttest (pure Python), which the
+  # GPU machine's torch lacks: the build's torch venv lends its copy.
+  tp=${RTD_TORCH_PYTHON:-/opt/rt_dist/torch-venv/bin/python}
+  et=$("$tp" -c "import expecttest, os; print(os.path.dirname(expecttest.__file__))" 2>/dev/null) &&
+    mkdir -p "$out/lib/rt_dist/test_python" && cp -r "$et" "$out/lib/rt_dist/test_python/" &&
+    rm -rf "$out/lib/rt_dist/test_python/expecttest/__pycache__"
 fi
 
 system_lib='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libresolv|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libnccl|libnvidia|libcublas)'

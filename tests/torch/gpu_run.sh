@@ -82,6 +82,13 @@ step test_failure_exit 60 "${py_impl[@]}" env RTD_TORCH_DEVICE=cuda "${run[@]}" 
   "rank 1 has not called it" RTD_TORCH_ASYNC_ERRORS=0
 step test_failure_exit_unwaited 60 env RTD_TORCH_DEVICE=cuda "${run[@]}" failure exit_unwaited \
   "rank 1 has not called it"
+# PyTorch's own suite on nccl and on rtd: the cases of the GPU defects fixed
+# (conformance/gpu_cases.txt; the bundle's lib/rt_dist/test_python lends expecttest).
+mapfile -t cases <"$here/tests/torch/conformance/gpu_cases.txt"
+step test_conformance 400 env REFERENCE=nccl SHARDS=4 SHARD_LIMIT=300 \
+  "$here/tests/torch/conformance/run.sh" "$py" "$b/lib/rt_dist/python:$b/lib/rt_dist/test_python" \
+  "$out/conformance" 2 "${cases[@]}"
+tail -3 "$out/conformance/compare.txt" 2>/dev/null | sed 's/^/test_conformance: /'
 grep -hE "checks passed|stream order|cuda graph|train:|ddp_auto_hook:|fsdp_features:|^ok:|FAILED|Error" "$out"/test_*.log | head -30
 [ "${BENCH:-1}" = 0 ] && exit 0
 dt=("$b/bin/dtrun" --nproc-per-node=2 --env RTD_LOG=warn)

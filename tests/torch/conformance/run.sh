@@ -20,6 +20,16 @@ case $shards in ''|*[!0-9]*|0) echo "SHARDS must be a positive number, not '$sha
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../need_torch.sh"
 need_torch "$py"
+if [ "$ref" = nccl ]; then  # GPUs: one a process, or skipped (failed with RTD_REQUIRE_GPU=1)
+  have=$("$py" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+  if [ "$have" -lt "$world" ]; then
+    [ "${RTD_REQUIRE_GPU:-0}" = 1 ] && { echo "FAILED: $have GPU(s), $world needed (RTD_REQUIRE_GPU=1)"; exit 1; }
+    echo "SKIPPED: $have GPU(s) visible to torch, $world needed"; exit 77
+  fi
+fi
+# The suite's helpers import expecttest (a test dependency of torch's).
+PYTHONPATH=$pypath "$py" -c "import expecttest" 2>/dev/null ||
+  { echo "FAILED: $py cannot import expecttest (pip install expecttest, or put it on PYTHONPATH)"; exit 1; }
 mkdir -p "$out"
 backends="$ref rtd"
 if [ -n "${REFERENCE_LOG:-}" ]; then
