@@ -87,10 +87,17 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::exchange_with_self(OpType type, const
   waiting.pop_front();
   const at::Tensor& from = sending ? t : other.tensor;
   const at::Tensor& to = sending ? other.tensor : t;
-  TORCH_CHECK_VALUE(from.numel() == to.numel() && from.scalar_type() == to.scalar_type(),
-                    where(sending ? "send" : "recv"), " to this rank itself (tag ", tag,
-                    "): ", from.numel(), " x ", from.scalar_type(), " sent, ", to.numel(), " x ",
-                    to.scalar_type(), " received");
+  if (from.numel() != to.numel() || from.scalar_type() != to.scalar_type()) {
+    // Both halves fail: the one posted first is waited for elsewhere.
+    const std::string message = where(sending ? "send" : "recv") + " to this rank itself (tag " +
+                                std::to_string(tag) + "): " + std::to_string(from.numel()) + " x " +
+                                c10::toString(from.scalar_type()) + " sent, " +
+                                std::to_string(to.numel()) + " x " +
+                                c10::toString(to.scalar_type()) + " received";
+    const c10::ValueError error({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, message);
+    other.work->complete(std::make_exception_ptr(error));
+    throw error;
+  }
   to.copy_(from.reshape(to.sizes()));
   other.work->complete();
   work->complete();

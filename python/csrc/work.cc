@@ -224,9 +224,13 @@ LocalWork::LocalWork(c10d::OpType type, const char* op, int rank, std::vector<at
                                                      devices);
 }
 
-void LocalWork::complete() {
-  future_->markCompleted(c10::IValue(outputs_));
-  finish();
+void LocalWork::complete(std::exception_ptr error) {
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  finish(error);
 }
 
 BatchWork::BatchWork(std::vector<c10::intrusive_ptr<c10d::Work>> works)

@@ -85,7 +85,8 @@ class LocalWork : public c10d::Work {
  public:
   // `op`: its name in torch's profiler, as WorkRTD's.
   LocalWork(c10d::OpType type, const char* op, int rank, std::vector<at::Tensor> outputs);
-  void complete();
+  // Done; with an error, failed (wait() and the future raise it).
+  void complete(std::exception_ptr error = nullptr);
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   int sourceRank() const override { return rank_; }

@@ -419,6 +419,15 @@ if IMPL != "python":
     for p in range(n):
         sent = (torch.arange(5) % 7 + p * 3 + rank).float()  # values() on rank p, salt=rank
         same(f"batch_isend_irecv from rank {p}", recvs[p], on(sent))
+    # A receive from itself of another size than the send: both fail, naming it.
+    pending = dist.irecv(on(torch.zeros(4)), rank)
+    for half in (lambda: dist.isend(on(torch.zeros(3)), rank), pending.wait):
+        try:
+            half()
+            raise AssertionError("a send to itself of another size was taken")
+        except ValueError as e:
+            assert "to this rank itself" in str(e), str(e)
+    checks += 1
     # A collective and sends and receives in one batch (torch's coalescing
     # manager, as batch_isend_irecv uses it): the batch's Work covers each.
     from torch.distributed.distributed_c10d import _coalescing_manager
@@ -426,7 +435,7 @@ if IMPL != "python":
     got, before, after = on(torch.full((3,), float(rank))), (rank - 1) % n, (rank + 1) % n
     into = on(torch.zeros(3))
     with _coalescing_manager(group=rtd, device=here, async_ops=True) as cm:
-        dist.broadcast(got, 0)
+        dist.broadcast(got, 0, async_op=True)  # waited for through the batch
         dist.isend(on(torch.full((3,), float(rank))), after)
         dist.irecv(into, before)
     cm.wait()
