@@ -64,6 +64,7 @@ else
   echo "${#names[@]} tests in $shards shards"
   for backend in $backends; do
     target=""; [ "$backend" = rtd ] && target=rtd
+    rm -f "$out/$backend".*.log  # an earlier run's shards
     for ((s = 0; s < shards; s++)); do
       part=()
       for ((i = s; i < ${#names[@]}; i += shards)); do part+=("${names[i]}"); done
