@@ -98,10 +98,11 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::launch(const at::Device& device, OpTy
   comm->check(where(what));
   comm->reap();
   std::optional<OnDevice> on_device;  // whatever GPU the script made current
+  void* stream = nullptr;
   if (comm->cuda()) {
     on_device.emplace(comm->device());
+    stream = current_stream(comm->device()).native_handle();
   }
-  void* stream = comm->cuda() ? current_stream(comm->device()).native_handle() : nullptr;
   rtd_work* handle = call ? call(comm->handle(), stream) : nullptr;  // none: nothing to move
   if (call && handle == nullptr) {
     raise_last_error(where(what));

@@ -75,16 +75,20 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::exchange_with_self(OpType type, const
                                                               int tag) {
   std::lock_guard<std::mutex> lock(mu_);
   const bool sending = type == OpType::SEND;
-  auto& waiting = sending ? self_recvs_[tag] : self_sends_[tag];
+  auto& others = sending ? self_recvs_ : self_sends_;  // the halves this one can match
   auto work = c10::make_intrusive<LocalWork>(
       type, sending ? "send" : "recv", getRank(),
       sending ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{t});
-  if (waiting.empty()) {
-    (sending ? self_sends_[tag] : self_recvs_[tag]).push_back(SelfHalf{t, work});
+  auto waiting = others.find(tag);
+  if (waiting == others.end()) {
+    (sending ? self_sends_ : self_recvs_)[tag].push_back(SelfHalf{t, work});
     return work;
   }
-  SelfHalf other = std::move(waiting.front());
-  waiting.pop_front();
+  SelfHalf other = std::move(waiting->second.front());
+  waiting->second.pop_front();
+  if (waiting->second.empty()) {
+    others.erase(waiting);  // no tag stays behind once matched
+  }
   const at::Tensor& from = sending ? t : other.tensor;
   const at::Tensor& to = sending ? other.tensor : t;
   if (from.numel() != to.numel() || from.scalar_type() != to.scalar_type()) {
@@ -131,10 +135,7 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::endCoalescing() {
     return works[0];
   }
   if (works.empty()) {
-    auto done = c10::make_intrusive<LocalWork>(OpType::COALESCED, "batch_isend_irecv", getRank(),
-                                               std::vector<at::Tensor>{});
-    done->complete();
-    return done;
+    return LocalWork::done(OpType::COALESCED, "batch_isend_irecv", getRank());
   }
   return c10::make_intrusive<BatchWork>(std::move(works));
 }
@@ -156,9 +157,7 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::queue_in_batch(const at::Device& devi
     batch_->finish.outputs.push_back(t);
     add_recv(*batch_, t, peer);
   }
-  auto queued = c10::make_intrusive<LocalWork>(type, what, getRank(), std::vector<at::Tensor>{});
-  queued->complete();
-  return queued;
+  return LocalWork::done(type, what, getRank());
 }
 
 c10::intrusive_ptr<c10d::Work> BackendRTD::send(std::vector<at::Tensor>& tensors, int dst,

@@ -224,6 +224,12 @@ LocalWork::LocalWork(c10d::OpType type, const char* op, int rank, std::vector<at
                                                      devices);
 }
 
+c10::intrusive_ptr<LocalWork> LocalWork::done(c10d::OpType type, const char* op, int rank) {
+  auto work = c10::make_intrusive<LocalWork>(type, op, rank, std::vector<at::Tensor>{});
+  work->complete();
+  return work;
+}
+
 void LocalWork::complete(std::exception_ptr error) {
   if (error) {
     future_->setError(error);

@@ -87,6 +87,8 @@ class LocalWork : public c10d::Work {
   LocalWork(c10d::OpType type, const char* op, int rank, std::vector<at::Tensor> outputs);
   // Done; with an error, failed (wait() and the future raise it).
   void complete(std::exception_ptr error = nullptr);
+  // A Work done at once, with no result.
+  static c10::intrusive_ptr<LocalWork> done(c10d::OpType type, const char* op, int rank);
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   int sourceRank() const override { return rank_; }
