@@ -1,6 +1,6 @@
 # The host<->GPU link alone, as the offloaded optimizer uses it: pinned host
 # memory to the GPU, back, and both directions at once (two streams), 1 GiB
-# copies. One of the three floors of an offloaded step (results:notebook/benchmarks.md).
+# copies. One of the three floors of an offloaded step (411ccc3:docs/benchmarks.md).
 # Prints one "RESULT {json}" line of GB/s.
 #   python3 bench/pcie_copy.py
 # As a load beside another benchmark (the offloaded step's copies, while the

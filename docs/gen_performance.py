@@ -4,18 +4,25 @@ project's performance figures live:
     python3 docs/gen_performance.py --check   # fail if a claim lacks what it
                                               # needs or the page is stale
     python3 docs/gen_performance.py --check --claims FILE   # another claims file
+    ... --require-history   # exit 77 (skipped) where the history is not at hand
 A claim needs its value, an anchor (name and value, from the same run), the
 hardware, date, commit, the command that reproduces it and where its raw
-results are. Standard library only."""
+results are: REV:PATH (a commit of this repository's history that holds
+them, bench/keep_results.sh), a page of docs/, or "lost: why". Where the
+history is at hand (not a shallow clone), each REV:PATH must resolve.
+Standard library only."""
 
 import json
 import os
 import re
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLAIMS = os.path.join(HERE, "claims.json")
 PAGE = os.path.join(HERE, "performance.md")
+ROOT = os.path.dirname(HERE)
+RAW_IN_HISTORY = re.compile(r"([0-9a-f]{7,40}):(\S+)")
 FIELDS = ("id", "topic", "claim", "value", "hardware", "date", "commit", "command", "raw")
 
 
@@ -34,9 +41,38 @@ def problems(claims: list) -> list:
             found.append(f"{name}: commit {c['commit']!r} is not a hash")
         if c.get("date") and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", c["date"]):
             found.append(f"{name}: date {c['date']!r} is not YYYY-MM-DD")
+        raw = str(c.get("raw", ""))
+        if raw and not (RAW_IN_HISTORY.fullmatch(raw) or raw.startswith(("docs/", "lost: "))):
+            found.append(f"{name}: raw {raw!r} is neither REV:PATH, a page of docs/ nor 'lost: why'")
         if name in seen:
             found.append(f"{name}: the id is used twice")
         seen.add(name)
+    return found
+
+
+def history_at_hand() -> bool:
+    """Whether this checkout has the repository's history (a shallow clone,
+    or a tree outside git, has not: its REV:PATH citations go unchecked)."""
+    try:
+        out = subprocess.run(["git", "-C", ROOT, "rev-parse", "--is-shallow-repository"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return out == "false"
+
+
+def unresolved(claims: list) -> list:
+    """The REV:PATH citations that name nothing in this repository's history."""
+    found = []
+    for c in claims:
+        m = RAW_IN_HISTORY.fullmatch(str(c.get("raw", "")))
+        if not m:
+            continue
+        spec = f"{m.group(1)}:{m.group(2).rstrip('/')}"
+        ok = subprocess.run(["git", "-C", ROOT, "cat-file", "-e", spec],
+                            capture_output=True).returncode == 0
+        if not ok:
+            found.append(f"{c['id']}: raw {c['raw']!r}: not in this repository's history")
     return found
 
 
@@ -48,9 +84,10 @@ def page(claims: list) -> str:
         "Generated from `docs/claims.json` by `docs/gen_performance.py`: edit the",
         "claims, then run it (CI fails when this page is stale or a claim lacks an",
         "anchor, a command or a commit). How each was measured: the topic pages",
-        "(docs/torch.md, docs/sharding.md, docs/ddp.md, ...) and the raw results, which",
-        "live on the `results` branch: `results:DIR/` reads",
-        "`git show results:DIR/README.md` (or `git archive results DIR | tar -x`).",
+        "(docs/torch.md, docs/sharding.md, docs/ddp.md, ...) and the raw results,",
+        "kept in this repository's history, not in its tree: `REV:DIR/` reads",
+        "`git show REV:DIR/README.md` (or `git archive REV DIR | tar -x`);",
+        "docs/benchmarks.md says how they are kept.",
         "",
     ]
     for topic in sorted({c["topic"] for c in claims}):
@@ -83,6 +120,13 @@ def main() -> int:
     with open(path) as f:
         claims = json.load(f)["claims"]
     bad = problems(claims)
+    history = history_at_hand()
+    if not history and "--require-history" in args:
+        print("gen_performance: skipped: the raw results' citations need the repository's "
+              "history, and this checkout has none (a shallow clone, or no git)")
+        return 77
+    if history:
+        bad += unresolved(claims)
     if bad:
         print("gen_performance: " + "\n  ".join([f"{path}:"] + bad))
         return 1
@@ -93,7 +137,9 @@ def main() -> int:
             print("gen_performance: docs/performance.md is stale: "
                   "run python3 docs/gen_performance.py")
             return 1
-        print(f"gen_performance: {len(claims)} claims, each with its anchor, command and commit")
+        print(f"gen_performance: {len(claims)} claims, each with its anchor, command and commit; "
+              + ("their raw results' citations resolve" if history else
+                 "their raw results' citations NOT checked: no history here (a shallow clone)"))
         return 0
     with open(PAGE, "w") as f:
         f.write(text)

@@ -31,7 +31,7 @@ void adamw(const AdamWShard& s, ThreadTeam& team, Kernel kernel = Kernel::kBest)
 // 8 threads, AVX2 from 8, else what the CPU has. From 8 threads on the step is
 // bound by memory, and on four of the GPU machine's hosts AVX-512 ranged from
 // 15% slower than AVX2 to 4% faster there (its clock drops on some); on one
-// thread it was 3-27% faster (results:notebook/benchmarks.md, "The host AdamW's kernels").
+// thread it was 3-27% faster (411ccc3:docs/benchmarks.md, "The host AdamW's kernels").
 Kernel best_kernel(int threads);
 // The name of best_kernel(threads): "avx512", "avx2" or "scalar".
 const char* adamw_kernel(int threads = 1);

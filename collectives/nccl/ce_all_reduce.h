@@ -15,7 +15,7 @@
 // The copies of steps 2 and 4 take the peers in rotation (rank + 1, rank + 2,
 // ...) on one stream: while every rank does the same, each GPU is read (or
 // written) by one peer at a time, which on 4×H200 moved 1.7× the bytes per
-// second of all peers at once (results:notebook/benchmarks.md). `copy_streams` > 1
+// second of all peers at once (411ccc3:docs/benchmarks.md). `copy_streams` > 1
 // spreads them over that many streams (forked from and joined to the main
 // stream), for topologies where all-to-all traffic does not contend.
 // Flags, mappings and the copy rotation are CePeers' and CeCall's (ce_peers.h).

@@ -116,7 +116,7 @@ class CommState {
  public:
   // record_end() calls per query of the newest operation. A query costs
   // 0.8-2.4 us on H200 hosts: 0.05-0.08 us a call made every 16th, 0.02-0.03
-  // every 64th (results:notebook/benchmarks.md); the slots in flight between queries are
+  // every 64th (411ccc3:docs/benchmarks.md); the slots in flight between queries are
   // events only.
   static constexpr std::uint64_t kQueryEvery = 64;
 

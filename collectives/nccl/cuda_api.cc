@@ -68,7 +68,7 @@ class RealCudaApi : public CudaApi {
   // thread that never chose a device (the watchdog's, a caller's fresh one)
   // that is device 0's: a context more, of about half a GiB, on another
   // rank's GPU (a two-rank job's GPU 0 held 0.51 GiB more with the
-  // runtime's call on the watchdog's thread: results:notebook/benchmarks.md).
+  // runtime's call on the watchdog's thread: 411ccc3:docs/benchmarks.md).
   cudaError_t exchange_capture_mode(cudaStreamCaptureMode* mode) override {
     static const auto exchange = driver_api().thread_exchange_capture_mode;
     if (exchange == nullptr) return cudaThreadExchangeStreamCaptureMode(mode);

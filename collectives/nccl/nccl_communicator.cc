@@ -71,7 +71,7 @@ void NcclCommunicator::start_watchdog() {
 // thread of its own waited for until the deadline (direct_init.h). With
 // direct_init = 0, [two communicators]: init runs on a nonblocking
 // communicator, polled against the deadline and aborted there, and the
-// blocking one is split off it (0.6 s more on 2 GPUs, results:notebook/benchmarks.md).
+// blocking one is split off it (0.6 s more on 2 GPUs, 411ccc3:docs/benchmarks.md).
 NcclCommunicator::NcclCommunicator(NcclOptions options)
     : rank_(options.rank),
       size_(options.size),

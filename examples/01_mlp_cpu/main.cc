@@ -8,7 +8,7 @@
 // resume in the other. --offload moves FSDP's optimizer states to the host's
 // AdamW thread (or a file: nvme), --delayed-update 1 steps with the weights of
 // the step before last (its effect on this loss curve is shown in
-// results:notebook/benchmarks.md). Uses only the public API.
+// 411ccc3:docs/benchmarks.md). Uses only the public API.
 #include <cblas.h>
 #include <unistd.h>
 

@@ -6,7 +6,7 @@
 # show the ranks' endpoints on its TCP transport over the veth; every
 # element must be right; the trainer's DDP steps give the same final weights
 # as on Gloo over the same link. The busbw of both, in the same run, is
-# printed (tests do not time: results:notebook/benchmarks.md holds the figures).
+# printed (tests do not time: 411ccc3:docs/benchmarks.md holds the figures).
 # Exits 77 (skipped) without root, iproute2 or mpirun.
 set -u
 bench=$1 mlp=$2

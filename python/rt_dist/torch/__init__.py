@@ -185,7 +185,7 @@ def _gemm_carveout(value: str | None) -> None:
     """RTD_TORCH_GEMM_SM_CARVEOUT=N: PyTorch's own (experimental) knob, for
     every GEMM of the process. A GEMM on Hopper holds every SM until it
     ends; kernels of other streams then wait for it (measured in
-    results:notebook/benchmarks.md: FSDP2 on rtd gains, on nccl it loses)."""
+    411ccc3:docs/benchmarks.md: FSDP2 on rtd gains, on nccl it loses)."""
     if value is None or value == "":
         return
     if not value.isdigit() or int(value) > 1024:
