@@ -22,6 +22,7 @@
 #include "runtime/core/store/grpc_status.h"
 #include "runtime/core/store/store_service.h"
 #include "runtime/core/store/tls.h"
+#include "runtime/core/store/tls_door.h"
 
 namespace rtd::launcher {
 namespace {
@@ -374,6 +375,7 @@ class RendezvousService final : public proto::Rendezvous::CallbackService {
 struct RendezvousServer::Impl {
   std::unique_ptr<StoreService> store;
   std::unique_ptr<RendezvousService> rendezvous;
+  std::unique_ptr<TlsDoor> door;  // with TLS: names the peers it refuses
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
@@ -385,11 +387,11 @@ RendezvousServer::RendezvousServer(const ServerOptions& o) : impl_(std::make_sha
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   bound_control_server(builder);
-  builder.AddListeningPort(join_host_port(o.bind_ip, o.port), server_credentials(o.tls),
-                           &impl_->port);
+  impl_->door = add_control_port(builder, o.bind_ip, o.port, o.tls, "rendezvous", &impl_->port);
   builder.RegisterService(impl_->store.get());
   builder.RegisterService(impl_->rendezvous.get());
   impl_->server = builder.BuildAndStart();
+  if (impl_->server && impl_->door) impl_->door->open();
   if (!impl_->server || impl_->port == 0) {
     // Another process may have taken the port since the check above: say so.
     if (o.port != 0) check_bindable(o.bind_ip, o.port);
@@ -415,6 +417,7 @@ void RendezvousServer::shutdown() {
   if (!impl_->server) return;
   impl_->rendezvous->cancel();
   impl_->store->cancel_waits();
+  if (impl_->door) impl_->door->close();
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   impl_->server->Wait();
   impl_->server.reset();

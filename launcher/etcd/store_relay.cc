@@ -12,6 +12,7 @@
 #include "rt_dist/error.h"
 #include "runtime/core/store/store_service.h"
 #include "runtime/core/store/tls.h"
+#include "runtime/core/store/tls_door.h"
 
 namespace rtd::launcher {
 namespace {
@@ -168,6 +169,7 @@ class RelayService final : public proto::Store::Service {
 
 struct StoreRelay::Impl {
   std::unique_ptr<RelayService> service;
+  std::unique_ptr<TlsDoor> door;  // with TLS: names the peers it refuses
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
@@ -183,9 +185,10 @@ StoreRelay::StoreRelay(const std::string& bind_ip, std::shared_ptr<Store> store,
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxControlMessageBytes);
   const std::string address = join_host_port(bind_ip, 0);
-  builder.AddListeningPort(address, server_credentials(tls), &impl_->port);
+  impl_->door = add_control_port(builder, bind_ip, 0, tls, "store relay", &impl_->port);
   builder.RegisterService(impl_->service.get());
   impl_->server = builder.BuildAndStart();
+  if (impl_->server && impl_->door) impl_->door->open();
   if (!impl_->server || impl_->port == 0)
     throw Error(ErrorCategory::kConfig, "cannot serve the job's store to this node's workers on " +
                                             address + ": gRPC could not listen there");
@@ -195,6 +198,7 @@ StoreRelay::~StoreRelay() {
   if (!impl_->server) return;
   // Waiting gets end with the server (their workers are gone or going).
   impl_->service->stop();
+  if (impl_->door) impl_->door->close();
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   impl_->server->Wait();
 }

@@ -6,7 +6,7 @@
 # too, from the DTRUN_TLS_* dtrun gives them); a node with the rogue
 # certificate, and one without TLS, are refused with a message saying why;
 # with --tls-peer-names, so is one whose certificate the CA signed for
-# another name.
+# another name; the host's log names each refused node's address.
 # Then the same through etcd (--rdzv-backend=etcd) requiring client
 # certificates, where etcd is installed.
 # Exits 77 (skipped) without root, iproute2 or openssl.
@@ -60,7 +60,7 @@ wait $pa; ra=$?
 if [ $ra -eq 0 ] && [ $rb -eq 0 ] && grep -q "step 20 loss" "$out/a1"; then
   echo "ok: the trainer ran on 2 nodes over mutual TLS"
 else
-  echo "FAILED: the TLS job exited $ra / $rb"; tail -5 "$out/a1" "$out/b1"; fail=1
+  echo "FAILED: the TLS job exited $ra / $rb"; tail -n 5 "$out/a1" "$out/b1"; fail=1
 fi
 
 # 2. A node whose certificate another CA signed: refused, saying why.
@@ -72,6 +72,7 @@ wait $pa; ra=$?
 [ $rb -ne 0 ] && [ $ra -ne 0 ] && echo "ok: a wrong certificate ends the join (exit $rb), the host times out (exit $ra)" ||
   { echo "FAILED: with a wrong certificate the nodes exited $ra / $rb"; fail=1; }
 check "the node with the wrong certificate says why" "the TLS handshake with it fails" "$out/b2"
+check "the host names the refused node's address" "rendezvous: a connection from 10.213.11.2:" "$out/a2"
 check "the host names who joined" "only 1 of 2 nodes joined" "$out/a2"
 
 # 3. A node without TLS against a host that requires it.
@@ -101,7 +102,7 @@ pids="$pids $pa"
 node "$b" "$out/b5" 29605 $(tls node) --tls-peer-names=node,spare --rdzv-timeout=60; rb=$?
 wait $pa; ra=$?
 [ $ra -eq 0 ] && [ $rb -eq 0 ] && echo "ok: both nodes' certificates name the pinned node" ||
-  { echo "FAILED: pinned names, the right certificates: exit $ra / $rb"; tail -5 "$out/a5" "$out/b5"; fail=1; }
+  { echo "FAILED: pinned names, the right certificates: exit $ra / $rb"; tail -n 5 "$out/a5" "$out/b5"; fail=1; }
 node "$a" "$out/a6" 29606 $(tls node) --tls-peer-names=node --rdzv-timeout=8 & pa=$!
 pids="$pids $pa"
 node "$b" "$out/b6" 29606 $other --tls-peer-names=node --rdzv-timeout=5; rb=$?
@@ -109,6 +110,7 @@ wait $pa; ra=$?
 [ $rb -ne 0 ] && [ $ra -ne 0 ] && echo "ok: a certificate for another name is refused (exit $rb)" ||
   { echo "FAILED: a certificate for another name: exit $ra / $rb"; fail=1; }
 check "the refused node says why" "the TLS handshake with it fails" "$out/b6"
+check "the host names the node refused for its name" "rendezvous: a connection from 10.213.11.2:" "$out/a6"
 "$dtrun" --nnodes=2 --rdzv=10.213.11.1:29607 --tls-peer-names=node true >"$out/pin_alone" 2>&1
 [ $? -eq 2 ] && echo "ok: --tls-peer-names without the files exits 2" ||
   { echo "FAILED: --tls-peer-names alone"; fail=1; }
@@ -132,7 +134,7 @@ if command -v etcd >/dev/null; then
       endpoint health >/dev/null 2>&1 && { up=1; break; }
     sleep 0.2
   done
-  [ $up = 1 ] || { tail -5 "$out/etcd.log"; setup_failed "etcd with TLS did not start"; }
+  [ $up = 1 ] || { tail -n 5 "$out/etcd.log"; setup_failed "etcd with TLS did not start"; }
   enode() {  # namespace, log, flags...
     local ns=$1 log=$2
     shift 2
@@ -147,7 +149,7 @@ if command -v etcd >/dev/null; then
   if [ $ra -eq 0 ] && [ $rb -eq 0 ] && grep -q "step 20 loss" "$out/e1a" "$out/e1b"; then
     echo "ok: the trainer ran on 2 nodes through etcd over mutual TLS"
   else
-    echo "FAILED: the etcd TLS job exited $ra / $rb"; tail -5 "$out/e1a" "$out/e1b"; fail=1
+    echo "FAILED: the etcd TLS job exited $ra / $rb"; tail -n 5 "$out/e1a" "$out/e1b"; fail=1
   fi
   enode "$b" "$out/e2b" --rdzv-timeout=10; rb=$?
   [ $rb -ne 0 ] && echo "ok: a node without the certificates is refused by etcd (exit $rb)" ||

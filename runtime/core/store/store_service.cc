@@ -2,31 +2,20 @@
 // waiting Gets held as entries, not threads (store_service.h).
 #include "runtime/core/store/store_service.h"
 
-#include <malloc.h>
-
 #include <vector>
 
 #include "runtime/core/store/grpc_status.h"
+#include "runtime/core/store/tls_door.h"
 
 namespace rtd {
 namespace {
 
 constexpr std::chrono::milliseconds kTick{50};
 
-long long ms_since(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                               since)
-      .count();
-}
-
 grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* ctx, const grpc::Status& status) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(status);
   return reactor;
-}
-
-std::string shown(const std::string& key) {
-  return "'" + key.substr(0, 64) + (key.size() > 64 ? "...'" : "'");
 }
 
 // "ipv4:10.0.0.2:41234" -> "ipv4:10.0.0.2", "ipv6:[::1]:5" -> "ipv6:[::1]".
@@ -46,6 +35,7 @@ void bound_control_server(grpc::ServerBuilder& builder) {
 }
 
 grpc::Status check_token(grpc::ServerContextBase* ctx, const std::string& token) {
+  note_call(*ctx);  // past the TLS handshake, if a door watches it (tls_door.h)
   if (token.empty()) return grpc::Status::OK;  // an unauthenticated job (dtrun warned)
   const auto& md = ctx->client_metadata();
   auto it = md.find(kTokenMetadataKey);
@@ -75,7 +65,7 @@ grpc::Status to_status(const Error& e) {
 }
 
 StoreService::StoreService(std::string token, StoreServiceLimits limits)
-    : token_(std::move(token)), limits_(limits), store_(limits.store) {
+    : token_(std::move(token)), limits_(limits), store_(limits.store), waiters_(limits) {
   store_.set_observer([this](const std::string& key) {
     wake(key);
     if (observer_) observer_(key);
@@ -84,10 +74,14 @@ StoreService::StoreService(std::string token, StoreServiceLimits limits)
     std::unique_lock<std::mutex> lock(mu_);
     while (!cv_.wait_for(lock, kTick, [this] { return stopping_; })) {
       lock.unlock();
-      expire();
+      waiters_.expire();
       lock.lock();
     }
   });
+}
+
+void StoreService::wake(const std::string& key) {
+  waiters_.wake(key, [&] { return store_.try_get(key); });
 }
 
 StoreService::~StoreService() {
@@ -141,9 +135,9 @@ grpc::ServerUnaryReactor* StoreService::Delete(grpc::CallbackServerContext* ctx,
 grpc::Status StoreService::key_refusal(const std::string& key) const {
   if (key.size() <= limits_.store.max_key_bytes) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      "store: a key of " + std::to_string(key.size()) + " bytes (" + shown(key) +
-                          "), more than the " + std::to_string(limits_.store.max_key_bytes) +
-                          " a key may have");
+                      "store: a key of " + std::to_string(key.size()) + " bytes (" +
+                          shown_key(key) + "), more than the " +
+                          std::to_string(limits_.store.max_key_bytes) + " a key may have");
 }
 
 grpc::ServerUnaryReactor* StoreService::Check(grpc::CallbackServerContext* ctx,
@@ -187,18 +181,19 @@ grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* ctx,
   const auto now = std::chrono::steady_clock::now();
   if (wait.count() == 0)
     return finish(ctx, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                    "store: key " + shown(req->key()) + " is not set"));
+                                    "store: key " + shown_key(req->key()) + " is not set"));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  {
-    Waiter waiter{ctx, reactor, resp, req->key(), peer_host(ctx->peer()), now, now + wait};
-    std::lock_guard<std::mutex> lock(mu_);
-    status = admit_waiter_locked(waiter);
-    if (status.ok()) {
-      waiter_bytes_ += waiter.weight();
-      ++by_peer_[waiter.peer];
-      waiters_.emplace(req->key(), std::move(waiter));
-    }
-  }
+  status = waiters_.admit(StoreWaiters::Entry{
+      .key = req->key(),
+      .peer = peer_host(ctx->peer()),
+      .since = now,
+      .until = now + wait,
+      .cancelled = [ctx] { return ctx->IsCancelled(); },
+      .answer =
+          [reactor, resp](const grpc::Status& answer, const std::string* value) {
+            if (value) resp->set_value(*value);
+            reactor->Finish(answer);
+          }});
   if (!status.ok()) {
     reactor->Finish(status);
     return reactor;
@@ -208,104 +203,15 @@ grpc::ServerUnaryReactor* StoreService::Get(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
-grpc::Status StoreService::admit_waiter_locked(const Waiter& w) const {
-  if (stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the store is shutting down");
-  auto exhausted = [](const std::string& why) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        "store: " + why + "; retry, or wait for fewer keys at once");
-  };
-  if (waiters_.size() >= limits_.max_waiters)
-    return exhausted(std::to_string(waiters_.size()) +
-                     " calls already wait for keys, the most the store holds");
-  if (waiter_bytes_ + w.weight() > limits_.max_waiter_bytes)
-    return exhausted("the calls waiting for keys already hold " + std::to_string(waiter_bytes_) +
-                     " bytes, the most the store gives them");
-  const auto it = by_peer_.find(w.peer);
-  if (it != by_peer_.end() && it->second >= limits_.max_waiters_per_peer)
-    return exhausted(std::to_string(it->second) + " calls from " + w.peer +
-                     " already wait for keys, the most one host may have waiting");
-  return grpc::Status::OK;
-}
-
-void StoreService::forget_waiter_locked(const Waiter& w) {
-  waiter_bytes_ -= w.weight();
-  auto it = by_peer_.find(w.peer);
-  if (it != by_peer_.end() && --it->second == 0) by_peer_.erase(it);
-}
-
-void StoreService::trim_after(std::size_t released) {
-  // Thousands of cancelled waits leave their memory in malloc's free lists.
-  if (released >= 1024) malloc_trim(0);
-}
-
-void StoreService::wake(const std::string& key) {
-  std::vector<Waiter> ready;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto [first, last] = waiters_.equal_range(key);
-    for (auto it = first; it != last; ++it) {
-      forget_waiter_locked(it->second);
-      ready.push_back(it->second);
-    }
-    waiters_.erase(first, last);
-  }
-  if (ready.empty()) return;
-  auto value = store_.try_get(key);
-  for (Waiter& w : ready) {
-    if (value) {
-      w.response->set_value(*value);
-      w.reactor->Finish(grpc::Status::OK);
-    } else {
-      // Deleted again at once: the wait is over all the same, said as it is.
-      w.reactor->Finish(grpc::Status(grpc::StatusCode::ABORTED,
-                                     "store: key " + shown(key) + " was deleted while waited for"));
-    }
-  }
-}
-
-void StoreService::expire() {
-  const auto now = std::chrono::steady_clock::now();
-  std::vector<Waiter> due;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (it->second.until <= now || it->second.ctx->IsCancelled()) {
-        forget_waiter_locked(it->second);
-        due.push_back(it->second);
-        it = waiters_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (Waiter& w : due) {
-    w.reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                   "store: key " + shown(w.key) + " did not appear within " +
-                                       std::to_string(ms_since(w.since)) + " ms"));
-  }
-  const std::size_t released = due.size();
-  due.clear();
-  trim_after(released);
-}
-
 void StoreService::cancel_waits() {
-  std::multimap<std::string, Waiter> all;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    all.swap(waiters_);
-    waiter_bytes_ = 0;
-    by_peer_.clear();
   }
   cv_.notify_all();
-  for (auto& [key, w] : all)
-    w.reactor->Finish(
-        grpc::Status(grpc::StatusCode::UNAVAILABLE, "the store is shutting down (the job ended)"));
+  waiters_.cancel();
 }
 
-std::size_t StoreService::waiting() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return waiters_.size();
-}
+std::size_t StoreService::waiting() { return waiters_.size(); }
 
 }  // namespace rtd

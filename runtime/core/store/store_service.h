@@ -23,28 +23,10 @@
 #include "rt_dist/error.h"
 #include "runtime/core/secrets_equal.h"
 #include "runtime/core/store/memory_store.h"
+#include "runtime/core/store/store_waiters.h"
 
 namespace rtd {
 
-// The bounds of the job's store on the port (docs/dtrun.md, "Limits").
-struct StoreServiceLimits {
-  StoreLimits store{.max_keys = 262144,
-                    .max_bytes = 256u << 20,
-                    .max_key_bytes = 4096,
-                    .max_value_bytes = (4u << 20) - (64u << 10)};
-  // Gets waiting at once: counted, and weighed (their keys, and what gRPC
-  // holds for a call: kWaiterCost), in all and per peer host, so that no
-  // client (a worker, or anyone without a token) can grow the host's memory
-  // past them or take every place.
-  std::size_t max_waiters = 16384;
-  std::size_t max_waiter_bytes = 256u << 20;
-  std::size_t max_waiters_per_peer = 4096;
-  std::chrono::milliseconds max_wait{24 * 3600 * 1000};  // a Get's timeout_ms, clamped
-  std::size_t max_check_keys = 4096;                     // keys of one Check
-  // What one waiting Get costs the host besides its key: gRPC's call state,
-  // the request and the reply (about 20-29 KB were seen with 66,000 waits).
-  static constexpr std::size_t kWaiterCost = 24u << 10;
-};
 // The largest message a server of the control plane takes.
 inline constexpr int kMaxControlMessageBytes = 4 << 20;
 // The memory gRPC itself may use on a server of the control plane (its
@@ -107,40 +89,22 @@ class StoreService final : public proto::Store::CallbackService {
   std::size_t waiting();
 
  private:
-  struct Waiter {
-    grpc::CallbackServerContext* ctx;
-    grpc::ServerUnaryReactor* reactor;
-    proto::GetResponse* response;
-    std::string key;
-    std::string peer;  // its host (the peer's address without the port)
-    std::chrono::steady_clock::time_point since;
-    std::chrono::steady_clock::time_point until;
-    std::size_t weight() const { return key.size() + StoreServiceLimits::kWaiterCost; }
-  };
   // Refusal of a request naming keys longer than the store keeps (OK: none).
   grpc::Status key_refusal(const std::string& key) const;
-  // Whether one more waiter fits (mu_ held); the refusal if not.
-  grpc::Status admit_waiter_locked(const Waiter& w) const;
-  void forget_waiter_locked(const Waiter& w);  // its weight and place given back
-  // Gives memory freed by many waiters back to the system.
-  static void trim_after(std::size_t released);
+  void wake(const std::string& key);  // the Gets waiting for key, after its write
   grpc::Status admit_write(grpc::CallbackServerContext* ctx, const std::string& key);
   template <typename Fn>
   grpc::ServerUnaryReactor* write(grpc::CallbackServerContext* ctx, const std::string& key,
                                   Fn&& body);
-  void wake(const std::string& key);
-  void expire();
 
   const std::string token_;
   const StoreServiceLimits limits_;
   MemoryStore store_;
   WriteGuard guard_;
   std::function<void(const std::string&)> observer_;
-  std::mutex mu_;
+  StoreWaiters waiters_;
+  std::mutex mu_;  // stopping_, for the ticker
   std::condition_variable cv_;
-  std::multimap<std::string, Waiter> waiters_;
-  std::size_t waiter_bytes_ = 0;                // their weight (mu_)
-  std::map<std::string, std::size_t> by_peer_;  // waiters per peer host (mu_)
   bool stopping_ = false;
   std::thread ticker_;
 };
