@@ -17,7 +17,18 @@ For each variant and round, rank 0 prints:
 dcp: FileSystemWriter's defaults and async_save's default stager; dcp8: 8
 writer threads, and DefaultStager with pinned memory, async staging and
 non-blocking copies (its fastest); rtd: CheckpointWriter (4 I/O threads, its
-own pinned staging on a side stream).
+own pinned staging on a side stream); rtd-step: the same with
+until_step=the optimizer (the copies of its tensors waited for by its next
+step, not at once).
+
+STEP_AFTER=1 (with BATCH rows a step, default 4, bf16 autocast): each
+async_save is followed at once by a training step (forward, backward,
+optimizer step; for DCP's stagers, staging_completion waited for before the
+optimizer step, as DCP asks), and rank 0 prints instead of held_s:
+  base_s     a training step with no save, just before
+  step_s     the step right after async_save returned, to its end on the GPU
+  delay_s    step_s - base_s: how long the save held training
+ASYNC_ONLY=1 skips dcp.save and dcp.load.
 """
 
 import json
@@ -42,6 +53,9 @@ L = int(os.environ.get("L", "16"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 DIR = os.path.abspath(os.environ.get("DIR", "checkpoint_bench"))
 VARIANTS = os.environ.get("VARIANTS", "dcp dcp8 rtd").split()
+STEP_AFTER = os.environ.get("STEP_AFTER", "0") == "1"
+ASYNC_ONLY = os.environ.get("ASYNC_ONLY", "0") == "1"
+BATCH = int(os.environ.get("BATCH", "4"))
 
 
 def drop_cache(path):
@@ -56,7 +70,7 @@ def drop_cache(path):
 
 
 def remove(variant, path):
-    if variant != "rtd":
+    if not variant.startswith("rtd"):
         shutil.rmtree(path, ignore_errors=True)
         return
     for name in os.listdir(path) if os.path.isdir(path) else []:
@@ -64,14 +78,16 @@ def remove(variant, path):
             shutil.rmtree(os.path.join(path, name), ignore_errors=True)
 
 
-def writer(variant, path, step):
+def writer(variant, path, step, opt=None):
     if variant == "rtd":  # keeps all: the older ones are removed outside the timings, as DCP's
         return CheckpointWriter(path, step=step, keep_last=0)
+    if variant == "rtd-step":
+        return CheckpointWriter(path, step=step, keep_last=0, until_step=opt)
     return FileSystemWriter(path, thread_count=8 if variant == "dcp8" else 1)
 
 
 def reader(variant, path):
-    return CheckpointReader(path) if variant == "rtd" else FileSystemReader(path)
+    return CheckpointReader(path) if variant.startswith("rtd") else FileSystemReader(path)
 
 
 def stager(variant):
@@ -88,6 +104,42 @@ def timed(f):
     torch.cuda.synchronize()
     dist.barrier()
     return time.perf_counter() - start, out
+
+
+def train_step(model, opt, x, before_step=None):
+    with torch.autocast("cuda", torch.bfloat16):
+        loss = model(x).float().square().mean()
+    loss.backward()
+    if before_step is not None:
+        before_step()
+    opt.step()
+    opt.zero_grad()
+
+
+def async_save_then_step(variant, sd, path, step, model, opt, x):
+    """async_save, then at once a training step: how long the save held it."""
+    dist.barrier()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    train_step(model, opt, x)
+    torch.cuda.synchronize()
+    base = time.perf_counter() - t0
+    dist.barrier()
+    start = time.perf_counter()
+    kwargs = {"storage_writer": writer(variant, path, step, opt)}
+    if stager(variant) is not None:
+        kwargs["async_stager"] = stager(variant)
+    response = dcp.async_save(sd, **kwargs)
+    call = time.perf_counter() - start
+    staged = getattr(response, "staging_completion", None)
+    t1 = time.perf_counter()
+    train_step(model, opt, x, before_step=staged.result if staged is not None else None)
+    torch.cuda.synchronize()
+    after = time.perf_counter() - t1
+    (response.upload_completion if staged is not None else response).result()
+    total = time.perf_counter() - start
+    return {"call_s": call, "base_s": base, "step_s": after, "delay_s": after - base,
+            "total_s": total}
 
 
 def async_save(variant, sd, path, step):
@@ -123,8 +175,8 @@ def main():
         fully_shard(layer)
     fully_shard(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model(torch.randn(4, H, device="cuda")).square().mean().backward()
-    opt.step()  # the optimizer's state exists
+    x = torch.randn(BATCH, H, device="cuda")
+    train_step(model, opt, x)  # the optimizer's state exists
     msd, osd = get_state_dict(model, opt)
     sd = {"model": msd, "optim": osd}
     params = sum(p.numel() for p in model.parameters())
@@ -145,16 +197,21 @@ def main():
             # file: its steps are removed, the directory at the end.
             if rank == 0:
                 remove(variant, path)
-            save_s, _ = timed(lambda: dcp.save(sd, storage_writer=writer(variant, path, 2 * r)))
-            if rank == 0:
-                drop_cache(path)
-            load_s, _ = timed(lambda: dcp.load(sd, storage_reader=reader(variant, path)))
-            if rank == 0:
-                remove(variant, path)
+            row = {"round": r, "variant": variant}
+            if not ASYNC_ONLY:
+                row["save_s"], _ = timed(
+                    lambda: dcp.save(sd, storage_writer=writer(variant, path, 2 * r, opt)))
+                if rank == 0:
+                    drop_cache(path)
+                row["load_s"], _ = timed(lambda: dcp.load(sd, storage_reader=reader(variant, path)))
+                if rank == 0:
+                    remove(variant, path)
             dist.barrier()
-            call_s, held_s, total_s = async_save(variant, sd, path, 2 * r + 1)
-            row = {"round": r, "variant": variant, "save_s": save_s, "load_s": load_s,
-                   "call_s": call_s, "held_s": held_s, "total_s": total_s}
+            if STEP_AFTER:
+                row.update(async_save_then_step(variant, sd, path, 2 * r + 1, model, opt, x))
+            else:
+                row["call_s"], row["held_s"], row["total_s"] = async_save(variant, sd, path,
+                                                                          2 * r + 1)
             results.append(row)
             if rank == 0:
                 print(" ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
@@ -166,6 +223,7 @@ def main():
     if rank == 0 and os.environ.get("BENCH_JSON"):
         with open(os.environ["BENCH_JSON"], "w") as f:
             json.dump({"params": params, "state_bytes": state_bytes, "H": H, "L": L,
+                       "batch": BATCH, "step_after": STEP_AFTER,
                        "world": dist.get_world_size(), "rows": results}, f, indent=1)
     dist.destroy_process_group()
     return 0

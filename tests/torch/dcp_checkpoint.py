@@ -11,7 +11,8 @@ CheckpointWriter; `rtd-ckpt verify` accepts it; loaded into a fresh model and
 optimizer, which then train on exactly as the originals; a later step whose
 piece is corrupted is named and the one before loaded; a rank that cannot
 prepare its part fails every rank at once; dcp.async_save through the writer;
-a second async save reusing the staged copies; keep_last; a second
+a second async save reusing the staged copies; an async save held until
+the optimizer's next step (until_step), training at once after it; keep_last; a second
 keep_last for the directory, an empty directory and a negative step refused;
 the full state written for the load job.
 load (M ranks, another job): the newest checkpoint into M shards equals the
@@ -108,6 +109,13 @@ def same(a, b, what):
         check(a.dtype == b.dtype and torch.equal(a, b), f"{what}: tensors differ")
     else:
         check(a == b, f"{what}: {a!r} != {b!r}")
+
+
+def same_values(a, b):
+    """Whether two full model states hold equal tensors (no check recorded)."""
+    a_t = [t for t in torch.utils._pytree.tree_leaves(a) if isinstance(t, torch.Tensor)]
+    b_t = [t for t in torch.utils._pytree.tree_leaves(b) if isinstance(t, torch.Tensor)]
+    return len(a_t) == len(b_t) and all(torch.equal(x.cpu(), y.cpu()) for x, y in zip(a_t, b_t))
 
 
 def fresh_state(seed, step):
@@ -250,19 +258,41 @@ def save_phase():
     except ValueError:
         pass
 
-    msd, osd = full(model, opt)
+    try:
+        CheckpointWriter(DIR, until_step="opt")
+        check(False, "until_step took something else than an optimizer")
+    except ValueError:
+        pass
+
+    # until_step: the copies of the optimizer's tensors are waited for by its
+    # next step, not at once. A step right after the call changes the
+    # parameters and the state; the checkpoint holds those of the call.
+    train(model, opt, 1)
+    msd, osd = torch.utils._pytree.tree_map(  # copies: AdamW's steps are the live tensors
+        lambda t: t.clone() if isinstance(t, torch.Tensor) else t, full(model, opt))
+    sd9 = state(model, opt, {"step": 9, "note": "until the step"})
+    # Training goes on while the save runs its collectives: on a group of its own.
+    ckpt_group = dist.new_group(backend="gloo")
+    future = dcp.async_save(sd9, storage_writer=CheckpointWriter(DIR, step=9, keep_last=2,
+                                                                 until_step=opt),
+                            process_group=ckpt_group)
+    train(model, opt, 2)  # its first step waits for the copies
+    future.result()
+    model7, opt7, _ = load_fresh(7, 9, "after the save held until the step")
+    same(full(model7, opt7), (msd, osd), "state saved before the step")
+    check(not same_values(full(model, opt), (msd, osd)), "training after the save changed nothing")
     if rank == 0:
-        torch.save({"model": msd, "optim": osd, "ddp": sd8["ddp"]}, os.path.join(DIR, "full.pt"))
+        torch.save({"model": msd, "optim": osd, "ddp": sd9["ddp"]}, os.path.join(DIR, "full.pt"))
 
 
 def load_phase():
     expected = torch.load(os.path.join(DIR, "full.pt"), weights_only=False)
-    model, opt, sd = load_fresh(5, 8, f"on {dist.get_world_size()} ranks")
+    model, opt, sd = load_fresh(5, 9, f"on {dist.get_world_size()} ranks")
     msd, osd = full(model, opt)
     same(msd, expected["model"], f"model on {dist.get_world_size()} ranks")
     same(osd, expected["optim"], f"optimizer on {dist.get_world_size()} ranks")
     same(sd["ddp"], expected["ddp"], "ddp")
-    same(sd["extra"], {"step": 8, "note": "async again"}, "extra")
+    same(sd["extra"], {"step": 9, "note": "until the step"}, "extra")
 
 
 def main():

@@ -225,6 +225,44 @@ def staging(path):
         return current
 
 
+def storage_of(value):
+    """The address of the storage behind a tensor (a DTensor's local one), or None."""
+    local = getattr(value, "_local_tensor", value)
+    if not isinstance(local, torch.Tensor) or local.device.type != "cuda":
+        return None
+    return local.untyped_storage().data_ptr()
+
+
+def optimizer_storages(optimizers):
+    """The storages of the optimizers' parameters and state tensors."""
+    found = set()
+    for opt in optimizers:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                found.add(storage_of(p))
+                for v in opt.state.get(p, {}).values():
+                    found.add(storage_of(v))
+    found.discard(None)
+    return found
+
+
+def wait_before_step(optimizers, event):
+    """Makes the current stream wait for event before the next step() of
+    each optimizer (once each; the host does not wait)."""
+    for opt in optimizers:
+        _wait_once_before_step(opt, event)
+
+
+def _wait_once_before_step(opt, event):
+    handle = None
+
+    def hook(_opt, _args, _kwargs):
+        torch.cuda.current_stream().wait_event(event)
+        handle.remove()
+
+    handle = opt.register_step_pre_hook(hook)
+
+
 _side_streams = {}
 
 

@@ -47,6 +47,7 @@ from torch.distributed.checkpoint.planner import (
     SavePlanner,
     WriteItemType,
 )
+from torch.distributed.checkpoint._nested_dict import flatten_state_dict, unflatten_state_dict
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 
 from rt_dist.torch import _checkpoint_slots as _s
@@ -80,11 +81,29 @@ class CheckpointWriter(StorageWriter):
     dcp.async_save, the writer stages the state itself: GPU tensors are
     copied into pinned host memory kept from save to save, on a side stream
     after the work queued so far, and the current stream waits for those
-    copies only, not the host."""
+    copies only, not the host.
+
+    until_step: an optimizer (or several) whose parameters and state are in
+    the saved state. The current stream then waits at once only for the
+    copies of the other tensors; the copies of that optimizer's tensors run
+    beside the next forward and backward, and its next step() makes the
+    current stream wait for them (a step pre-hook): the training stream is
+    held only when backward ends before they do. Only for a state whose
+    other tensors nothing but that optimizer's step writes in place."""
 
     def __init__(self, path: PathLike, *, step: int | None = None, keep_last: int = 3,
-                 io_threads: int = 4, piece_bytes: int = 64 << 20) -> None:
+                 io_threads: int = 4, piece_bytes: int = 64 << 20,
+                 until_step: torch.optim.Optimizer | list[torch.optim.Optimizer] | None = None
+                 ) -> None:
         super().__init__()
+        if until_step is None:
+            until_step = []
+        elif isinstance(until_step, torch.optim.Optimizer):
+            until_step = [until_step]
+        if not all(isinstance(o, torch.optim.Optimizer) for o in until_step):
+            raise ValueError("until_step takes a torch.optim.Optimizer or a list of them, "
+                             f"not {until_step!r}")
+        self._until_step = list(until_step)
         self.path = os.path.abspath(os.fspath(path))
         self.step = step
         if step is not None and (not isinstance(step, int) or step < 0):
@@ -150,18 +169,37 @@ class CheckpointWriter(StorageWriter):
                                                    pin_memory=torch.cuda.is_available())
             staging.signature = signature
         staging.idle.clear()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            current = torch.cuda.current_stream()
-            side = _s.side_stream(current.device)
-            side.wait_stream(current)
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return _copy_state_dict(state_dict, staging.state)
+        current = torch.cuda.current_stream()
+        side = _s.side_stream(current.device)
+        side.wait_stream(current)
+        if not self._until_step:
             with torch.cuda.stream(side):
                 staged = _copy_state_dict(state_dict, staging.state, non_blocking=True)
             self._event = torch.cuda.Event()
             self._event.record(side)
             current.wait_event(self._event)  # later writes to the state wait for the copies
-        else:
-            staged = _copy_state_dict(state_dict, staging.state)
-        return staged
+            return staged
+        # The other tensors first, waited for at once; then the optimizers'
+        # tensors, waited for by their next step.
+        flat, mapping = flatten_state_dict(state_dict)
+        flat_copies, _ = flatten_state_dict(staging.state)
+        owned = _s.optimizer_storages(self._until_step)
+        later = [k for k, v in flat.items() if _s.storage_of(v) in owned]
+        first = [k for k in flat if k not in set(later)]
+        with torch.cuda.stream(side):
+            staged = _copy_state_dict({k: flat[k] for k in first},
+                                      {k: flat_copies[k] for k in first}, non_blocking=True)
+            others = torch.cuda.Event()
+            others.record(side)
+            staged.update(_copy_state_dict({k: flat[k] for k in later},
+                                           {k: flat_copies[k] for k in later}, non_blocking=True))
+        current.wait_event(others)
+        self._event = torch.cuda.Event()
+        self._event.record(side)
+        _s.wait_before_step(self._until_step, self._event)
+        return unflatten_state_dict(staged, mapping)
 
     def synchronize_staging(self) -> None:
         if self._event is not None:
