@@ -43,7 +43,8 @@ def problems(claims: list) -> list:
             found.append(f"{name}: date {c['date']!r} is not YYYY-MM-DD")
         raw = str(c.get("raw", ""))
         if raw and not (RAW_IN_HISTORY.fullmatch(raw) or raw.startswith(("docs/", "lost: "))):
-            found.append(f"{name}: raw {raw!r} is neither REV:PATH, a page of docs/ nor 'lost: why'")
+            found.append(f"{name}: raw {raw!r} is neither REV:PATH, a page of docs/ "
+                         "nor 'lost: why'")
         if name in seen:
             found.append(f"{name}: the id is used twice")
         seen.add(name)
