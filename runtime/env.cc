@@ -133,7 +133,6 @@ NcclSettings nccl_settings_from(const Config& config, NcclSettings settings) {
   settings.staged_copy_engines = settings.staged_copy_engines || config.ce_staged;
   if (settings.staged_sites.empty()) settings.staged_sites = config.ce_sites;
   if (settings.inline_bytes < 0) settings.inline_bytes = config.nccl_inline_bytes;
-  if (settings.split_share < 0) settings.split_share = config.nccl_split_share ? 1 : 0;
   if (settings.direct_init < 0) settings.direct_init = config.nccl_direct_init ? 1 : 0;
   return settings;
 }

@@ -49,9 +49,6 @@ double NcclCommunicator::init_and_split(const ncclUniqueId& id, const std::strin
   const auto initialized = std::chrono::steady_clock::now();
   start_watchdog();
   ncclConfig_t data_config = make_config(true);
-  // Only this split may share the init communicator's resources: it is
-  // destroyed next, so the two never run at once (a trainer's split() must not).
-  if (options_.settings.split_share > 0) data_config.splitShare = 1;
   ncclComm_t data_comm = nullptr;
   {
     CallWatchdog::Scope scope(*watchdog_, "creating the blocking data-path communicator");

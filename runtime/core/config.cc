@@ -107,8 +107,6 @@ constexpr ConfigVar kVars[] = {
     {"RTD_CE_SITES", "",
      "staged sites' methods instead of measuring, KIND[:COUNT]=METHOD comma-separated (KIND "
      "all_reduce, all_gather, reduce_scatter or *; METHOD kernels, copy_engines or measure)"},
-    {"RTD_NCCL_SPLIT_SHARE", "0",
-     "1: the data-path communicator split off the init one shares its resources (splitShare)"},
     {"RTD_NCCL_DIRECT_INIT", "1",
      "1: the blocking data-path communicator made directly, bounded by the timeout; 0: a "
      "nonblocking init communicator and a blocking one split off it (0.6 s more)"},
@@ -250,7 +248,11 @@ Config Config::from_env(const EnvMap& env) {
   c.ce_sites = parse_string(env, "RTD_CE_SITES", "");
   c.nccl_inline_bytes =
       parse_int(env, "RTD_NCCL_INLINE_BYTES", 0).value_or(Config::kNcclInlineBytes);
-  c.nccl_split_share = parse_switch(env, "RTD_NCCL_SPLIT_SHARE");
+  if (lookup(env, "RTD_NCCL_SPLIT_SHARE")) {
+    throw Error(ErrorCategory::kConfig,
+                "environment variable RTD_NCCL_SPLIT_SHARE is no longer read: the shared split "
+                "it asked for measured no faster, and was removed; unset it");
+  }
   c.nccl_direct_init = parse_switch(env, "RTD_NCCL_DIRECT_INIT", true);
   if (!c.nccl_cta_policy.empty() && c.nccl_cta_policy != "default" &&
       c.nccl_cta_policy != "efficiency" && c.nccl_cta_policy != "zero") {

@@ -75,10 +75,9 @@ struct Config {
   // RTD_NCCL_INLINE_BYTES: small calls on the caller's stream.
   static constexpr long long kNcclInlineBytes = 1 << 20;
   long long nccl_inline_bytes = kNcclInlineBytes;
-  bool nccl_split_share = false;  // RTD_NCCL_SPLIT_SHARE: the data-path split shares resources
-  bool nccl_direct_init = true;   // RTD_NCCL_DIRECT_INIT: the data-path communicator made directly
-  std::string trace_dir;          // RTD_TRACE_DIR (empty: no trace)
-  int trace_events = 200000;      // RTD_TRACE_EVENTS: the ring's size
+  bool nccl_direct_init = true;  // RTD_NCCL_DIRECT_INIT: the data-path communicator made directly
+  std::string trace_dir;         // RTD_TRACE_DIR (empty: no trace)
+  int trace_events = 200000;     // RTD_TRACE_EVENTS: the ring's size
 
   // Throws rtd::Error(kConfig) naming the variable when a value is malformed.
   static Config from_env(const EnvMap& env);

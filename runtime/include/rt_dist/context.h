@@ -55,11 +55,6 @@ struct NcclSettings {
   // so that its kernels start ahead of compute; 0 at the default priority
   // (ProcessGroupNCCL's).
   int stream_priority = -1;
-  // The data-path communicator split off the init one shares its resources
-  // (NCCL's splitShare), meant to take the split's 0.5 s out of the start-up;
-  // measured on 2xH200 with NCCL 2.28, the split took as long (411ccc3:docs/benchmarks.md).
-  // -1: RTD_NCCL_SPLIT_SHARE (default 0: off).
-  int split_share = -1;
   // 1: the blocking data-path communicator made directly (ncclCommInitRankConfig,
   // blocking, on a thread of its own waited for against the timeout), with no
   // nonblocking communicator and no split: a 2-GPU job reaches its first

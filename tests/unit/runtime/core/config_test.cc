@@ -49,9 +49,24 @@ TEST(Config, NonNumberNamesTheVariable) {
   }
 }
 
+// A knob removed after it measured no gain is refused, naming it, not ignored.
+TEST(Config, ARemovedKnobIsNamedNotIgnored) {
+  for (const char* value : {"0", "1"}) {
+    try {
+      Config::from_env({{"RTD_NCCL_SPLIT_SHARE", value}});
+      FAIL() << "RTD_NCCL_SPLIT_SHARE=" << value << " was taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.category(), ErrorCategory::kConfig);
+      EXPECT_NE(std::string(e.what()).find("RTD_NCCL_SPLIT_SHARE is no longer read"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(Config, SwitchesAreZeroOrOneAndNamedOtherwise) {
-  for (const char* name : {"DTRUN_RECOVERY_JOIN", "RTD_CHECK_COLLECTIVES", "RTD_CE_STAGED",
-                           "RTD_NCCL_SPLIT_SHARE", "RTD_NCCL_DIRECT_INIT"}) {
+  for (const char* name :
+       {"DTRUN_RECOVERY_JOIN", "RTD_CHECK_COLLECTIVES", "RTD_CE_STAGED", "RTD_NCCL_DIRECT_INIT"}) {
     try {
       Config::from_env({{name, "2"}});
       FAIL() << name << "=2 was taken";
@@ -65,13 +80,10 @@ TEST(Config, SwitchesAreZeroOrOneAndNamedOtherwise) {
   Config on = Config::from_env({{"DTRUN_RECOVERY_JOIN", "1"},
                                 {"RTD_CHECK_COLLECTIVES", "1"},
                                 {"RTD_CE_STAGED", "1"},
-                                {"RTD_NCCL_SPLIT_SHARE", "1"},
                                 {"RTD_NCCL_DIRECT_INIT", "1"}});
-  EXPECT_TRUE(on.recovery_join && on.check_collectives && on.ce_staged && on.nccl_split_share &&
-              on.nccl_direct_init);
+  EXPECT_TRUE(on.recovery_join && on.check_collectives && on.ce_staged && on.nccl_direct_init);
   Config off = Config::from_env({{"RTD_CE_STAGED", "0"}, {"RTD_NCCL_DIRECT_INIT", "0"}});
-  EXPECT_FALSE(off.recovery_join || off.check_collectives || off.ce_staged ||
-               off.nccl_split_share || off.nccl_direct_init);
+  EXPECT_FALSE(off.recovery_join || off.check_collectives || off.ce_staged || off.nccl_direct_init);
   EXPECT_TRUE(Config::from_env({}).nccl_direct_init) << "the direct NCCL init is the default";
 }
 
