@@ -187,7 +187,8 @@ class CheckpointWriter(StorageWriter):
         flat_copies, _ = flatten_state_dict(staging.state)
         owned = _s.optimizer_storages(self._until_step)
         later = [k for k, v in flat.items() if _s.storage_of(v) in owned]
-        first = [k for k in flat if k not in set(later)]
+        later_keys = set(later)
+        first = [k for k in flat if k not in later_keys]
         with torch.cuda.stream(side):
             staged = _copy_state_dict({k: flat[k] for k in first},
                                       {k: flat_copies[k] for k in first}, non_blocking=True)

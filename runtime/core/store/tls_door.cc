@@ -68,6 +68,11 @@ std::string key_of(const sockaddr_storage& a) {
   return "";
 }
 
+// "ip:port", an IPv6 address in brackets.
+std::string host_port(const std::string& ip, int port) {
+  return (ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
+}
+
 }  // namespace
 
 std::string door_peer_key(const std::string& grpc_peer) {
@@ -128,8 +133,7 @@ struct TlsDoor::Impl {
 TlsDoor::TlsDoor(const std::string& ip, int port, std::string server)
     : impl_(std::make_unique<Impl>()) {
   impl_->server = std::move(server);
-  const std::string where =
-      (ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
+  const std::string where = host_port(ip, port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -319,9 +323,7 @@ std::unique_ptr<TlsDoor> add_control_port(grpc::ServerBuilder& builder, const st
                                           int port, const TlsFiles& tls, const std::string& server,
                                           int* selected_port) {
   if (!tls.enabled()) {
-    const std::string host = ip.find(':') != std::string::npos ? "[" + ip + "]" : ip;
-    builder.AddListeningPort(host + ":" + std::to_string(port), server_credentials(tls),
-                             selected_port);
+    builder.AddListeningPort(host_port(ip, port), server_credentials(tls), selected_port);
     return nullptr;
   }
   auto door = std::make_unique<TlsDoor>(ip, port, server);
