@@ -18,7 +18,9 @@ namespace {
   X(rtd_all_reduce) X(rtd_broadcast) X(rtd_all_gather) X(rtd_reduce_scatter)            \
   X(rtd_all_to_all) X(rtd_barrier) X(rtd_send) X(rtd_recv) X(rtd_group)                 \
   X(rtd_work_done) X(rtd_work_wait) X(rtd_work_wait_stream) X(rtd_work_error)           \
-  X(rtd_work_source) X(rtd_work_free)
+  X(rtd_work_source) X(rtd_work_free) X(rtd_free)                                       \
+  X(rtd_job_store_open) X(rtd_job_store_set) X(rtd_job_store_get) X(rtd_job_store_add)    \
+  X(rtd_job_store_check) X(rtd_job_store_remove) X(rtd_job_store_close) X(rtd_job_info_read)
 // clang-format on
 
 struct Table {
@@ -128,4 +130,24 @@ int rtd_work_wait_stream(rtd_work* work, void* stream) {
 int rtd_work_error(rtd_work* work) { return table.rtd_work_error(work); }
 int rtd_work_source(rtd_work* work) { return table.rtd_work_source(work); }
 void rtd_work_free(rtd_work* work) { table.rtd_work_free(work); }
+void rtd_free(void* p) { table.rtd_free(p); }
+rtd_job_store* rtd_job_store_open(void) { return table.rtd_job_store_open(); }
+int rtd_job_store_set(rtd_job_store* store, const char* key, const void* value, size_t len) {
+  return table.rtd_job_store_set(store, key, value, len);
+}
+int rtd_job_store_get(rtd_job_store* store, const char* key, int64_t timeout_ms, void** value,
+                      size_t* len) {
+  return table.rtd_job_store_get(store, key, timeout_ms, value, len);
+}
+int rtd_job_store_add(rtd_job_store* store, const char* key, int64_t delta, int64_t* result) {
+  return table.rtd_job_store_add(store, key, delta, result);
+}
+int rtd_job_store_check(rtd_job_store* store, const char* key, int* exists) {
+  return table.rtd_job_store_check(store, key, exists);
+}
+int rtd_job_store_remove(rtd_job_store* store, const char* key, int* removed) {
+  return table.rtd_job_store_remove(store, key, removed);
+}
+void rtd_job_store_close(rtd_job_store* store) { table.rtd_job_store_close(store); }
+int rtd_job_info_read(rtd_job_info* info) { return table.rtd_job_info_read(info); }
 }

@@ -6,6 +6,7 @@
 #include "backend.h"
 #include "c_api_loader.h"
 #include "comm.h"
+#include "job_store.h"
 
 namespace py = pybind11;
 
@@ -23,6 +24,30 @@ PYBIND11_MODULE(_C, m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"))
       .def_property_readonly("calls", &BackendRTD::calls,
                              "operations launched through librt_dist (for tests)");
+  using rtd_torch::JobStore;
+  py::class_<JobStore, c10d::Store, c10::intrusive_ptr<JobStore>>(
+      m, "JobStore", "dtrun's store under this worker's round: it outlives every rank")
+      .def(py::init([](std::chrono::milliseconds timeout) {
+             return c10::make_intrusive<JobStore>(timeout);
+           }),
+           py::arg("timeout") = c10d::Store::kDefaultTimeout,
+           py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "job_info",
+      [] {
+        const rtd_job_info i = rtd_torch::read_job_info();
+        py::dict d;
+        d["rank"] = i.rank;
+        d["world_size"] = i.world_size;
+        d["round"] = i.round;
+        d["generation"] = i.generation;
+        d["recovery"] = i.recovery != 0;
+        d["joining"] = i.joining != 0;
+        d["recovery_wait_s"] = static_cast<double>(i.recovery_wait_ms) / 1000.0;
+        d["timeout_s"] = static_cast<double>(i.timeout_ms) / 1000.0;
+        return d;
+      },
+      "what dtrun told this worker: its place, round, generation and in-process recovery");
   m.def("unraised_failures", &rtd_torch::unraised_failures,
         "failures of rtd communicators that nothing raised (reported at exit)");
   m.attr("TORCH_VERSION") = TORCH_BUILT_WITH;

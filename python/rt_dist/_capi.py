@@ -13,7 +13,7 @@ from rt_dist._codes import (  # noqa: F401  (re-exported: the interface's number
     AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, OP_ALL_GATHER,
     OP_ALL_REDUCE, OP_BROADCAST, OP_RECV, OP_REDUCE_SCATTER, OP_SEND, SUM)
 
-API_VERSION = 9
+API_VERSION = 10
 
 # rtd::ErrorCategory's order, plus one (0: no error).
 CATEGORIES = ("", "invalid argument", "configuration", "network", "timeout", "backend", "internal")

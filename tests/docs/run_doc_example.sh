@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs a documentation example as it is written: the first ```python block
 # after HEADING in DOC, under dtrun with N workers, in an empty directory;
-# passes when it exits 0 and its output holds EXPECT.
-#   tests/docs/run_doc_example.sh PYTHON DTRUN DOC HEADING N EXPECT
+# passes when it exits 0 and its output holds EXPECT. FLAGS: dtrun's own.
+#   tests/docs/run_doc_example.sh PYTHON DTRUN DOC HEADING N EXPECT [FLAGS...]
 # Exits 77 (skipped) when PYTHON has no torch.
 set -u
 python=$1 dtrun=$2 doc=$3 heading=$4 n=$5 expect=$6
+shift 6
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../torch/need_torch.sh"
 need_torch "$python"
@@ -25,7 +26,7 @@ open(out, "w").write(text[start + 10:end])
 PY
 cd "$work" || exit 1
 export TORCH_CPP_LOG_LEVEL=ERROR PYTHONWARNINGS=ignore
-timeout 300 "$dtrun" --nproc-per-node="$n" "$python" example.py >log 2>&1
+timeout 300 "$dtrun" --nproc-per-node="$n" "$@" "$python" example.py >log 2>&1
 rc=$?
 cat log
 [ $rc -eq 0 ] || { echo "FAILED: the example exited $rc"; exit 1; }

@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Raised whenever a signature below changes; the caller checks it first. */
-#define RTD_C_API_VERSION 9
+#define RTD_C_API_VERSION 10
 int rtd_c_api_version(void);
 
 /* The message of the last failure on this thread ("" if none). */
@@ -281,6 +281,34 @@ void rtd_ckpt_destroy(rtd_ckpt* ckpt);
  * Free it with rtd_free. */
 char* rtd_ckpt_read_manifest(const char* dir, int64_t newest, int64_t* step);
 void rtd_free(void* p);
+
+/* The job's store: dtrun's (DTRUN_STORE, with DTRUN_TOKEN and the TLS files
+ * of DTRUN_TLS_*), under the prefix of the worker's round, as librt_dist's
+ * own contexts see it. It outlives any rank: what a caller keeps across a
+ * lost worker goes there (rt_dist.torch's in-process recovery). NULL, with
+ * the reason, when the process was not started by dtrun. A handle may be
+ * used from any thread. */
+typedef struct rtd_job_store rtd_job_store;
+rtd_job_store* rtd_job_store_open(void);
+int rtd_job_store_set(rtd_job_store* store, const char* key, const void* value, size_t len);
+/* Waits up to timeout_ms (0: not at all) for the key; *value (free it with
+ * rtd_free) and *len its bytes. Nonzero when it is not there in time (a
+ * timeout, category 4) or the store cannot be reached. */
+int rtd_job_store_get(rtd_job_store* store, const char* key, int64_t timeout_ms, void** value,
+                      size_t* len);
+int rtd_job_store_add(rtd_job_store* store, const char* key, int64_t delta, int64_t* result);
+int rtd_job_store_check(rtd_job_store* store, const char* key, int* exists);
+int rtd_job_store_remove(rtd_job_store* store, const char* key, int* removed);
+void rtd_job_store_close(rtd_job_store* store);
+/* What dtrun told this worker (librt_dist's configuration, read once): its
+ * place, its round and generation, and in-process recovery's settings. */
+typedef struct rtd_job_info {
+  int rank, world_size, round, generation;
+  int recovery; /* 1: DTRUN_RECOVERY=in-process */
+  int joining;  /* 1: DTRUN_RECOVERY_JOIN (a worker of a node that joined) */
+  int64_t recovery_wait_ms, timeout_ms;
+} rtd_job_info;
+int rtd_job_info_read(rtd_job_info* info);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# In-process recovery of a PyTorch DDP job (rt_dist.torch.recovery) on CPU:
+# a worker SIGKILLs itself before, inside and after a collective, rank 0
+# included; dtrun --recovery=in-process starts it again alone, the survivors
+# keep their processes, the replacement gets the state from a survivor, and
+# the final weights and optimizer state equal the unbroken run's, bit for bit.
+#   tests/torch/recovery.sh PYTHON DTRUN [DEVICE]
+set -u
+python=$1 dtrun=$2 device=${3:-cpu}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/need_torch.sh"
+need_torch "$python"
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+export TORCH_CPP_LOG_LEVEL=ERROR PYTHONWARNINGS=ignore
+fail=0
+steps=20
+run() {  # log, nproc, dtrun flags (one word, may be empty), recovery.py arguments...
+  local log=$1 n=$2 flags=$3; shift 3
+  mkdir -p "$out/$log.d"
+  # shellcheck disable=SC2086
+  RECOVERY_DIR="$out/$log.d" timeout 200 "$dtrun" --nproc-per-node="$n" --max-restarts=0 $flags \
+    "$python" "$here/recovery.py" "$@" $steps "$device" >"$out/$log" 2>&1
+}
+digests() { grep -o "final digest [0-9a-f]*" "$out/$1" | awk '{print $3}' | sort -u; }
+check() {  # what, substring, log
+  if grep -qF -- "$2" "$out/$3"; then echo "ok: $1"; else echo "FAILED: $1 (no '$2')"; fail=1; fi
+}
+
+for n in 2 3; do
+  flags=""; [ $n = 3 ] && flags=--recovery=in-process  # the plain path, and Job without a loss
+  run plain$n $n "$flags" none 0 0 || { echo "FAILED: the unbroken run of $n"; cat "$out/plain$n"; exit 1; }
+  [ "$(digests plain$n | wc -l)" = 1 ] || { echo "FAILED: the ranks of the unbroken run differ"; fail=1; }
+done
+
+# n, where, the rank killed
+for c in "2 before 1" "2 after 0" "3 inside 0" "3 after 2" "3 before 1"; do
+  set -- $c; n=$1 where=$2 victim=$3 log="kill-$1-$2-$3"
+  if run $log $n --recovery=in-process $where $victim 8; then
+    echo "ok: $n workers, rank $victim killed $where a collective: the job finished"
+  else
+    echo "FAILED: $n workers, rank $victim killed $where: the job failed"; cat "$out/$log"; fail=1; continue
+  fi
+  check "$log: dtrun started rank $victim again alone" \
+    "worker rank $victim was killed by signal 9 (Killed); starting it again alone, in generation 1" $log
+  check "$log: the replacement resumed from a survivor's step" "rank $victim joined generation 1: resuming after step" $log
+  for r in $(seq 0 $((n - 1))); do
+    [ "$r" = "$victim" ] && continue
+    lines=$(grep -c "rank $r pid" "$out/$log")
+    [ "$lines" = 1 ] && echo "ok: $log: rank $r kept its process" ||
+      { echo "FAILED: $log: rank $r started $lines times"; fail=1; }
+    check "$log: rank $r recovered" "rank $r recovered in generation 1" $log
+  done
+  got=$(digests $log) want=$(digests plain$n)
+  if [ "$(echo "$got" | wc -l)" = 1 ] && [ "$got" = "$want" ]; then
+    echo "ok: $log: every rank's weights and optimizer state equal the unbroken run's ($got)"
+  else
+    echo "FAILED: $log: digests $(echo $got) against $want"; cat "$out/$log"; fail=1
+  fi
+  grep -h "from the kill" "$out/$log" | sed "s/^/  $log: /"
+done
+
+# DDP's own arithmetic (an all-reduce of each bucket) on 3 workers: the DDP
+# built anew after the loss lays out its first buckets otherwise, so a ring
+# sums some elements in another order; the weights then equal the unbroken
+# run's to float rounding (the largest difference is printed).
+export REDUCE=sum
+run plain-sum 3 --recovery=in-process none 0 0 && run kill-sum 3 --recovery=in-process before 1 8 ||
+  { echo "FAILED: the runs with DDP's all-reduce"; cat "$out/kill-sum"; fail=1; }
+"$python" - "$out/plain-sum.d/weights.pt" "$out/kill-sum.d/weights.pt" <<'PY' || fail=1
+import sys
+import torch
+a, b = (torch.load(p) for p in sys.argv[1:3])
+diff = max((a[k] - b[k]).abs().max().item() for k in a)
+scale = max(a[k].abs().max().item() for k in a)
+ok = diff <= 1e-6 * max(scale, 1.0)
+print(("ok" if ok else "FAILED") + f": DDP's all-reduce, 3 workers, rank 1 killed: the weights "
+      f"differ from the unbroken run's by at most {diff:.3g} (largest weight {scale:.3g})")
+sys.exit(0 if ok else 1)
+PY
+unset REDUCE
+
+# Without --recovery=in-process the loss is the job's: it fails, and says so.
+if run norec 2 "" before 1 8; then
+  echo "FAILED: a loss without --recovery=in-process finished"; fail=1
+else
+  echo "ok: without --recovery=in-process the loss fails the job"
+fi
+exit $fail
