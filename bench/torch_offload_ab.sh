@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# PyTorch FSDP2 with CPUOffloadPolicy on one GPU, its optimizer torch's fused
-# AdamW (its default; and its best: bf16 reduction, denormals flushed) or
+# PyTorch FSDP2 with CPUOffloadPolicy on one GPU, its optimizer torch's
+# AdamW (fused; as torch.optim.AdamW() makes it for host tensors, the
+# for-loop: torch_default; and its best: fused, bf16 reduction, denormals
+# flushed) or
 # rt_dist.torch.HostAdamW (after backward, and in it), on the same
 # transformers, alternating, in one run:
 #   bench/torch_offload_ab.sh BUNDLE OUT_DIR
@@ -20,6 +22,7 @@ for round in $(seq "${ROUNDS:-1}"); do
     for variant in ${VARIANTS:-torch rtd rtd_backward torch_best}; do
       case $variant in
         torch) env=(OPTIM=torch FUSED=1) ;;
+        torch_default) env=(OPTIM=torch FUSED=0) ;;
         torch_best) env=(OPTIM=torch FUSED=1 REDUCE=bf16 FLUSH_DENORMAL=1) ;;
         rtd) env=(OPTIM=rtd) ;;
         rtd_backward) env=(OPTIM=rtd_backward) ;;
