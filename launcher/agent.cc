@@ -307,7 +307,8 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
         if (!every_rank_recovers(job_store(), cur_round, p.layout.world_size())) {
           logger->warn(
               "{}; not every worker of the job recovers in process "
-              "(rtd::Recovery::enable): the round ends as for any failure",
+              "(rtd::Recovery::enable, rt_dist.torch.recovery.Job): the round ends as for any "
+              "failure",
               why);
           return std::nullopt;
         }

@@ -62,8 +62,12 @@ Model::Model(const MlpConfig& config, cudaStream_t s) : c_(config) {
 }
 
 void Model::init_master(float* out, cudaStream_t s) const {
-  // torch.nn.Linear's default: uniform in +-1/sqrt(fan_in); the input: uniform of variance 1.
-  init_uniform(out, layer_elems() * c_.layers, 1.0f / std::sqrt(static_cast<float>(c_.hidden)), 7,
+  // Uniform in +-2.66/sqrt(fan_in): variance 2.36/H, so that a GELU layer
+  // keeps its input's variance (E[gelu(z)^2] = 0.425 for z ~ N(0, 1)) and
+  // the deepest layers' activations and gradients stay in a normal range
+  // (torch.nn.Linear's +-1/sqrt(fan_in) divides their variance by about 12 a layer, to
+  // zeros and denormals). The input: uniform of variance 1.
+  init_uniform(out, layer_elems() * c_.layers, 2.66f / std::sqrt(static_cast<float>(c_.hidden)), 7,
                s);
 }
 
@@ -94,8 +98,8 @@ void Model::forward(cudaStream_t s, const LayerHooks* hooks) {
   }
   typed([&](auto* tag) {
     using T = ELEM(tag);
-    loss_and_grad(static_cast<const T*>(acts_[c_.layers]), static_cast<T*>(grad_a_), loss_, act,
-                  loss_scale_, s);
+    loss_and_grad(static_cast<const T*>(acts_[c_.layers]), static_cast<const T*>(acts_[0]),
+                  static_cast<T*>(grad_a_), loss_, act, loss_scale_, s);
   });
 }
 

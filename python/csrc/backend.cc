@@ -40,6 +40,15 @@ void BackendRTD::abort() {
   }
 }
 
+void BackendRTD::check(const char* what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto* comm : {&cpu_, &cuda_}) {
+    if (*comm) {
+      (*comm)->check(where(what));
+    }
+  }
+}
+
 void BackendRTD::shutdown() {
   std::shared_ptr<Comm> cpu, cuda;
   {

@@ -96,6 +96,9 @@ class BackendRTD : public c10d::Backend {
 
   // Operations launched (for tests).
   uint64_t calls() const { return calls_; }
+  // Throws the failure of either communicator (an asynchronous NCCL error,
+  // an operation past its timeout, an abort), if one failed.
+  void check(const char* what);
 
  private:
   using Call = std::function<rtd_work*(rtd_comm* comm, void* stream)>;

@@ -23,7 +23,12 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"))
       .def_property_readonly("calls", &BackendRTD::calls,
-                             "operations launched through librt_dist (for tests)");
+                             "operations launched through librt_dist (for tests)")
+      .def(
+          "check", [](BackendRTD& b) { b.check("check"); },
+          py::call_guard<py::gil_scoped_release>(),
+          "raises the failure of the group's communicators (an asynchronous NCCL error, an "
+          "abort), if one failed");
   using rtd_torch::JobStore;
   py::class_<JobStore, c10d::Store, c10::intrusive_ptr<JobStore>>(
       m, "JobStore", "dtrun's store under this worker's round: it outlives every rank")

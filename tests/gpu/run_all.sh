@@ -6,13 +6,13 @@
 # missing-peer and trace scripts, and `dtrun doctor` (with --bench) on the
 # node's GPUs.
 #   tests/gpu/run_all.sh BUNDLE_DIR [collectives] [ce_shared] [trace] [resume] [recovery]
-#                        [peer_missing] [doctor]
+#                        [loss] [peer_missing] [doctor]
 # (no step named: all). Prints one "== name: exit N" line a step (77: the
 # step skipped itself, saying why); exits 1 when any step failed.
 set -u
 bin=$1/bin
 shift
-steps=" ${*:-collectives ce_shared trace resume recovery peer_missing doctor} "
+steps=" ${*:-collectives ce_shared trace resume recovery loss peer_missing doctor} "
 want() { [[ $steps == *" $1 "* ]]; }
 here=$(cd "$(dirname "$0")" && pwd)
 export RTD_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0
@@ -52,6 +52,7 @@ fi
 want trace && step trace_copies 240 "$here/trace_copies.sh" "$bin/dtrun" "$bin/mlp_gpu"
 want resume && step checkpoint_resume 300 "$here/checkpoint_resume.sh" "$bin/dtrun" "$bin/mlp_gpu" "$ngpu"
 want recovery && step recovery 300 "$here/recovery.sh" "$bin/dtrun" "$bin/mlp_gpu"
+want loss && step loss_falls 300 "$here/loss_falls.sh" "$bin/dtrun" "$bin/mlp_gpu"
 want peer_missing && step peer_missing 200 "$here/peer_missing.sh" "$bin/dtrun" "$bin/collective_bench"
 if want doctor; then
   step doctor 60 "$bin/dtrun" doctor --nproc-per-node="$ngpu"

@@ -7,7 +7,8 @@ rank KILL_RANK of generation 0 SIGKILLs itself at step KILL_STEP, at WHERE:
 Each rank prints its pid once per process, and at the end a digest of its
 weights and optimizer state; rank 0 says how long the job took from the kill
 to its next completed step. Device: cpu, or cuda (LOCAL_RANK's GPU).
-  recovery.py WHERE KILL_RANK KILL_STEP STEPS DEVICE [SIZE]
+  recovery.py WHERE KILL_RANK KILL_STEP STEPS DEVICE
+RECOVERY_LAYERS=L RECOVERY_SIZE=H: L hidden layers of H^2 (default 1 of 64^2).
 """
 
 import hashlib
@@ -23,20 +24,23 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from rt_dist.torch import recovery
 
 where, kill_rank, kill_step, steps, device = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
-size = int(sys.argv[6]) if len(sys.argv) > 6 else 64
+size = int(os.environ.get("RECOVERY_SIZE", "64"))
 if device == "cuda":
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     device = f"cuda:{torch.cuda.current_device()}"
 stamp = os.path.join(os.environ.get("RECOVERY_DIR", "."), "killed_at")
 
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(32, size), torch.nn.GELU(),
-                            torch.nn.Linear(size, size), torch.nn.GELU(),
+hidden = [m for _ in range(int(os.environ.get("RECOVERY_LAYERS", "1")))
+          for m in (torch.nn.Linear(size, size), torch.nn.GELU())]
+model = torch.nn.Sequential(torch.nn.Linear(32, size), torch.nn.GELU(), *hidden,
                             torch.nn.Linear(size, 8)).to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 job = recovery.Job([model, optimizer])
 rank, world = dist.get_rank(), dist.get_world_size()
 print(f"rank {rank} pid {os.getpid()} generation {job.generation}", flush=True)
+if rank == 0 and job.generation == 0:
+    print(f"{sum(p.numel() for p in model.parameters())} parameters", flush=True)
 
 
 def die(at):
@@ -85,6 +89,7 @@ def train_step(ddp, step):
     die("before")
     loss = torch.nn.functional.mse_loss(ddp(x), y)
     loss.backward()
+    job.check()
     optimizer.step()
     die("after")
     return loss.item()

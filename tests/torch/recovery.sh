@@ -4,6 +4,10 @@
 # included; dtrun --recovery=in-process starts it again alone, the survivors
 # keep their processes, the replacement gets the state from a survivor, and
 # the final weights and optimizer state equal the unbroken run's, bit for bit.
+# DEVICE cuda: on GPUs (the rtd backend over NCCL), 2 workers; with one GPU,
+# two dtruns on this host (--nnodes=2, a worker each), both on GPU 0, told
+# apart as NCCL hosts (NCCL_HOSTID) so that NCCL takes two ranks on one GPU.
+# TIME_LAYERS=L TIME_SIZE=H: also time a loss of a larger model (L layers of H^2).
 #   tests/torch/recovery.sh PYTHON DTRUN [DEVICE]
 set -u
 python=$1 dtrun=$2 device=${3:-cpu}
@@ -14,9 +18,32 @@ out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 export TORCH_CPP_LOG_LEVEL=ERROR PYTHONWARNINGS=ignore
 fail=0
 steps=20
+gpus=0
+[ "$device" = cuda ] && gpus=$("$python" -c "import torch; print(torch.cuda.device_count())")
+if [ "$device" = cuda ] && [ "$gpus" -lt 1 ]; then
+  [ "${RTD_REQUIRE_GPU:-0}" = 1 ] && { echo "FAILED: no GPU (RTD_REQUIRE_GPU=1)"; exit 1; }
+  echo "SKIPPED: no GPU visible to torch"; exit 77
+fi
+port=$((29900 + RANDOM % 200))
 run() {  # log, nproc, dtrun flags (one word, may be empty), recovery.py arguments...
   local log=$1 n=$2 flags=$3; shift 3
   mkdir -p "$out/$log.d"
+  if [ "$device" = cuda ] && [ "$gpus" -lt "$n" ]; then
+    local i pids="" rc=0
+    for i in $(seq 0 $((n - 1))); do
+      # shellcheck disable=SC2086
+      RECOVERY_DIR="$out/$log.d" timeout 300 "$dtrun" --nnodes="$n" --nproc-per-node=1 \
+        --rdzv=127.0.0.1:$port --token=t --max-restarts=0 $flags --env NCCL_HOSTID=rtd-torch-$i \
+        --env NCCL_IB_DISABLE=1 --env NCCL_NVLS_ENABLE=0 \
+        "$python" "$here/recovery.py" "$@" $steps "$device" >"$out/$log.$i" 2>&1 &
+      pids="$pids $!"
+      sleep 0.3  # the first hosts the rendezvous
+    done
+    for i in $pids; do wait "$i" || rc=1; done
+    cat "$out/$log".[0-9] >"$out/$log"
+    port=$((port + 1))
+    return $rc
+  fi
   # shellcheck disable=SC2086
   RECOVERY_DIR="$out/$log.d" timeout 200 "$dtrun" --nproc-per-node="$n" --max-restarts=0 $flags \
     "$python" "$here/recovery.py" "$@" $steps "$device" >"$out/$log" 2>&1
@@ -26,14 +53,16 @@ check() {  # what, substring, log
   if grep -qF -- "$2" "$out/$3"; then echo "ok: $1"; else echo "FAILED: $1 (no '$2')"; fail=1; fi
 }
 
-for n in 2 3; do
+sizes="2 3" cases=("2 before 1" "2 after 0" "3 inside 0" "3 after 2" "3 before 1")
+[ "$device" = cuda ] && sizes=2 cases=("2 before 1" "2 inside 0" "2 after 0")
+for n in $sizes; do
   flags=""; [ $n = 3 ] && flags=--recovery=in-process  # the plain path, and Job without a loss
   run plain$n $n "$flags" none 0 0 || { echo "FAILED: the unbroken run of $n"; cat "$out/plain$n"; exit 1; }
   [ "$(digests plain$n | wc -l)" = 1 ] || { echo "FAILED: the ranks of the unbroken run differ"; fail=1; }
 done
 
 # n, where, the rank killed
-for c in "2 before 1" "2 after 0" "3 inside 0" "3 after 2" "3 before 1"; do
+for c in "${cases[@]}"; do
   set -- $c; n=$1 where=$2 victim=$3 log="kill-$1-$2-$3"
   if run $log $n --recovery=in-process $where $victim 8; then
     echo "ok: $n workers, rank $victim killed $where a collective: the job finished"
@@ -59,6 +88,14 @@ for c in "2 before 1" "2 after 0" "3 inside 0" "3 after 2" "3 before 1"; do
   grep -h "from the kill" "$out/$log" | sed "s/^/  $log: /"
 done
 
+if [ -n "${TIME_LAYERS:-}" ]; then
+  RECOVERY_LAYERS=$TIME_LAYERS RECOVERY_SIZE=${TIME_SIZE:-4096} steps=12 \
+    run time 2 --recovery=in-process before 1 6 ||
+    { echo "FAILED: the timed loss"; tail -30 "$out/time"; fail=1; }
+  grep -h "parameters\|from the kill\|recovered in generation" "$out/time" | sed "s/^/  time: /"
+fi
+[ "$device" = cuda ] && exit $fail  # the cases below are of arithmetic and flags, not devices
+
 # DDP's own arithmetic (an all-reduce of each bucket) on 3 workers: the DDP
 # built anew after the loss lays out its first buckets otherwise, so a ring
 # sums some elements in another order; the weights then equal the unbroken
@@ -78,6 +115,13 @@ print(("ok" if ok else "FAILED") + f": DDP's all-reduce, 3 workers, rank 1 kille
 sys.exit(0 if ok else 1)
 PY
 unset REDUCE
+
+# check() raises once the store says the generation ended (the watch aborted the group).
+RECOVERY_DIR=$out timeout 60 "$dtrun" --nproc-per-node=2 --max-restarts=0 --recovery=in-process \
+  "$python" "$here/recovery_check.py" >"$out/check" 2>&1
+for r in 0 1; do
+  check "rank $r: check() raised after the generation ended" "rank $r: check raised: rt_dist.torch.recovery: the group of generation 0 was aborted" check
+done
 
 # Without --recovery=in-process the loss is the job's: it fails, and says so.
 if run norec 2 "" before 1 8; then

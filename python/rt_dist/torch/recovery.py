@@ -11,7 +11,9 @@ group, from memory::
     ddp = DDP(model)                         # after resume: DDP's own broadcast comes second
     while step < steps:
         try:
-            train_step(ddp, step)
+            loss(ddp, step).backward()
+            job.check()                      # this step's collectives all done, none failed
+            optimizer.step()
             step += 1
         except Exception as e:
             ddp = None                       # let the old DDP go with its group
@@ -20,6 +22,10 @@ group, from memory::
 
 The step in flight when a worker died is discarded on every rank alike: the
 loss curve goes on from the last step the lowest-ranked survivor completed.
+``check()`` between backward and the optimizer's step is what makes that
+true on GPUs: a collective cut short by the abort ends its kernels, and the
+work queued after it would then update the weights from a partial
+gradient while the host counted the step as done.
 The same protocol as librt_dist's ``rtd::Recovery`` (runtime/recovery.cc),
 through the job's store (dtrun's: torch's TCPStore lives in rank 0's process
 and dies with it). docs/torch.md says what it covers and what not.
@@ -120,6 +126,7 @@ class Job:
         self._has_state = self.generation == 0 and not info["joining"]
         self._watch_lock = threading.Lock()
         self._watched = -1  # the generation the watch aborts on; -1: disarmed
+        self._aborted = -1  # the generation the watch aborted
         self._watch_store = None
         self._store = None
         if not self.enabled:
@@ -178,12 +185,36 @@ class Job:
                 if self._watched != generation:
                     continue  # recover() runs, or ran since
                 self._watched = -1
+                self._aborted = generation
             _log.warning("rtd: generation %d ends (a worker was lost): aborting the group",
                          generation)
             try:
                 dist.distributed_c10d._get_default_group().abort()
             except Exception:  # noqa: BLE001 - already destroyed by recover()
                 pass
+
+    def check(self) -> None:
+        """Between backward and the optimizer's step: waits until the device
+        has done this step's work (the current stream; on CPU nothing to
+        wait for) and raises the group's failure, if its communicators failed
+        (a peer lost, an abort). Then no update comes from a collective cut
+        short: the step is discarded whole, on every rank, and redone."""
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.current_stream().synchronize()
+        with self._watch_lock:
+            aborted = self._aborted == self.generation
+        if aborted:  # Gloo's communicators carry no failure of their own
+            raise RuntimeError(f"rt_dist.torch.recovery: the group of generation "
+                               f"{self.generation} was aborted: a worker of the job was lost")
+        group = dist.distributed_c10d._get_default_group()
+        for device in ("cpu", "cuda"):
+            try:
+                backend = group._get_backend(torch.device(device))
+            except RuntimeError:
+                continue  # the group has no backend for that device
+            check = getattr(backend, "check", None)
+            if check is not None:
+                check()
 
     def resume(self, step: int) -> int:
         """Before the first step: a replacement receives a survivor's state and
