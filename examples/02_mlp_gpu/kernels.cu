@@ -79,8 +79,7 @@ __global__ void k_gelu_back(const T2* pre, const T2* go, T2* gi, std::size_t n2)
 // One atomic per block (a few hundred in all): atomics on one address from
 // every warp of a 67M-element pass serialize in L2.
 template <typename T, typename T2 = typename Pair<T>::T2>
-__global__ void k_loss(const T2* y, const T2* x, T2* dy, float* loss, std::size_t n2,
-                       float scale) {
+__global__ void k_loss(const T2* y, const T2* x, T2* dy, float* loss, std::size_t n2, float scale) {
   __shared__ float warp_sums[kThreads / 32];
   float local = 0.0f;
   GRID_STRIDE(i, n2) {
@@ -167,8 +166,8 @@ void gelu_backward(const T* pre, const T* go, T* gi, std::size_t n, cudaStream_t
                                                     reinterpret_cast<T2*>(gi), n / 2);
 }
 template <typename T>
-void loss_and_grad(const T* y, const T* x, T* dy, float* loss_sum, std::size_t n,
-                   float loss_scale, cudaStream_t s) {
+void loss_and_grad(const T* y, const T* x, T* dy, float* loss_sum, std::size_t n, float loss_scale,
+                   cudaStream_t s) {
   using T2 = typename Pair<T>::T2;
   unsigned grid = blocks(n / 2) < 1056 ? blocks(n / 2) : 1056;  // 8 blocks per SM of 132
   k_loss<T><<<grid, kThreads, 0, s>>>(reinterpret_cast<const T2*>(y),
@@ -192,8 +191,8 @@ void adamw_step(float* p, const G* g, float* m, float* v, T* w, std::size_t n, c
   template void to_16<T>(const float*, T*, std::size_t, cudaStream_t);                            \
   template void gelu_forward<T>(const T*, T*, std::size_t, cudaStream_t);                         \
   template void gelu_backward<T>(const T*, const T*, T*, std::size_t, cudaStream_t);              \
-  template void loss_and_grad<T>(const T*, const T*, T*, float*, std::size_t, float,          \
-                                  cudaStream_t);                                                   \
+  template void loss_and_grad<T>(const T*, const T*, T*, float*, std::size_t, float,              \
+                                 cudaStream_t);                                                   \
   template void adamw_step<float, T>(float*, const float*, float*, float*, T*, std::size_t,       \
                                      const AdamW&, int, float, cudaStream_t);                     \
   template void adamw_step<T, T>(float*, const T*, float*, float*, T*, std::size_t, const AdamW&, \

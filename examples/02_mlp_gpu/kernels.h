@@ -1,6 +1,7 @@
 // The element-wise CUDA kernels of the GPU MLP: initialization, GELU forward
 // and backward (erf form, as torch.nn.GELU), the loss mean((y - gelu(x))^2)
-// of reproducing the input's GELU through the layers, and its gradient, and a fused AdamW step that also refreshes the 16-bit weights.
+// of reproducing the input's GELU through the layers, and its gradient, and
+// a fused AdamW step that also refreshes the 16-bit weights.
 // T, the products' element type: __nv_bfloat16 or __half. Sizes: n even for
 // GELU and the loss, a multiple of 4 for AdamW (H*H and B*H are, for the
 // shapes the trainer accepts; main.cc checks).
@@ -30,8 +31,8 @@ void gelu_backward(const T* pre, const T* grad_out, T* grad_in, std::size_t n, c
 // loss_scale * 2 (y - gelu(x)) / n (float16 needs the scale: 2 d / n
 // underflows it for the reference shapes).
 template <typename T>
-void loss_and_grad(const T* y, const T* x, T* dy, float* loss_sum, std::size_t n,
-                   float loss_scale, cudaStream_t s);
+void loss_and_grad(const T* y, const T* x, T* dy, float* loss_sum, std::size_t n, float loss_scale,
+                   cudaStream_t s);
 
 struct AdamW {
   float lr = 1e-4f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
