@@ -9,6 +9,7 @@
 #include "launcher/agent.h"
 #include "launcher/doctor/bench.h"
 #include "launcher/doctor/doctor.h"
+#include "launcher/env_help.h"
 #include "launcher/machine.h"
 #include "launcher/options.h"
 #include "launcher/signals.h"
@@ -26,6 +27,14 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "dtrun: %s\n", e.what());
     return 2;
+  }
+  // `dtrun --help-env[=json]`: the variables librt_dist and dtrun read.
+  if (argc == 2 &&
+      (std::string(argv[1]) == "--help-env" || std::string(argv[1]) == "--help-env=json")) {
+    const std::string text = std::string(argv[1]) == "--help-env" ? launcher::env_help_text()
+                                                                  : launcher::env_help_json();
+    std::fputs(text.c_str(), stdout);
+    return 0;
   }
   // A worker of `dtrun doctor --bench` (dtrun started itself).
   if (argc > 1 && std::string(argv[1]) == launcher::doctor::kBenchWorkerArg) {

@@ -32,7 +32,8 @@ Examples:
   dtrun doctor [--bench] --nproc-per-node=8 --nnodes=2 --rdzv=10.0.0.1:29500
 
 Workers get torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...)
-plus DTRUN_STORE, DTRUN_TOKEN and DTRUN_ROUND. Exit status: the first failing
+plus DTRUN_STORE, DTRUN_TOKEN and DTRUN_ROUND. dtrun --help-env lists the
+environment variables dtrun and librt_dist read. Exit status: the first failing
 worker's exit code; 2 for bad flags; 1 for a failed rendezvous.)";
 
 // Flags that take a value as the next argument when written without '='.

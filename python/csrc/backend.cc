@@ -18,11 +18,11 @@ using c10d::OpType;
 using c10d::ReduceOp;
 
 BackendRTD::BackendRTD(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                       std::chrono::milliseconds timeout)
+                       std::chrono::milliseconds timeout, BackendConfig config)
     : c10d::Backend(rank, size),
       store_(std::move(store)),
       timeout_(timeout.count() > 0 ? timeout : std::chrono::milliseconds(1800000)),
-      config_(BackendConfig::from_env()) {}
+      config_(config) {}
 
 BackendRTD::~BackendRTD() { shutdown(); }
 

@@ -23,15 +23,25 @@
 #include <vector>
 
 #include "comm.h"
-#include "config.h"
 #include "work.h"
 
 namespace rtd_torch {
 
+// A group's settings: rt_dist.torch reads them (RTD_TORCH_COPY_ENGINES,
+// RTD_TORCH_STREAM_PRIORITY, in rt_dist/_config.py) and passes them here; the
+// extension reads no environment variable.
+struct BackendConfig {
+  // NCCL's all-reduces of sums and averages within one host by copy engines.
+  bool copy_engines = false;
+  // The NCCL communicator's stream at the device's highest priority, or at
+  // the default one (ProcessGroupNCCL's).
+  bool high_priority_stream = true;
+};
+
 class BackendRTD : public c10d::Backend {
  public:
   BackendRTD(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-             std::chrono::milliseconds timeout);
+             std::chrono::milliseconds timeout, BackendConfig config);
   ~BackendRTD() override;
 
   const std::string getBackendName() const override { return "rtd"; }
@@ -151,7 +161,7 @@ class BackendRTD : public c10d::Backend {
   std::mutex mu_;  // one caller at a time into librt_dist
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
-  BackendConfig config_;  // read once, when the group is made
+  BackendConfig config_;
   std::shared_ptr<Comm> cpu_;
   std::shared_ptr<Comm> cuda_;
   // Halves of exchanges with this rank itself not yet matched, by tag.

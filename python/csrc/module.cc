@@ -18,10 +18,15 @@ PYBIND11_MODULE(_C, m) {
   using rtd_torch::BackendRTD;
   py::class_<BackendRTD, c10d::Backend, c10::intrusive_ptr<BackendRTD>>(m, "ProcessGroupRTD")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout) {
-             return c10::make_intrusive<BackendRTD>(store, rank, size, timeout);
+                       std::chrono::milliseconds timeout, bool copy_engines,
+                       bool high_priority_stream) {
+             return c10::make_intrusive<BackendRTD>(
+                 store, rank, size, timeout,
+                 rtd_torch::BackendConfig{.copy_engines = copy_engines,
+                                          .high_priority_stream = high_priority_stream});
            }),
-           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"))
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::arg("copy_engines") = false, py::arg("high_priority_stream") = true)
       .def_property_readonly("calls", &BackendRTD::calls,
                              "operations launched through librt_dist (for tests)")
       .def(

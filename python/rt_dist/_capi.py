@@ -9,6 +9,7 @@ own search (LD_LIBRARY_PATH, ld.so.conf).
 import ctypes
 import os
 
+from rt_dist import _config
 from rt_dist._codes import (  # noqa: F401  (re-exported: the interface's numbers)
     AVG, BFLOAT16, FLOAT16, FLOAT32, FLOAT64, INT32, INT64, MAX, MIN, OP_ALL_GATHER,
     OP_ALL_REDUCE, OP_BROADCAST, OP_RECV, OP_REDUCE_SCATTER, OP_SEND, SUM)
@@ -82,7 +83,7 @@ META_FN = ctypes.CFUNCTYPE(None, _p, ctypes.c_char_p, ctypes.c_char_p)  # rtd_ck
 
 
 def _candidates():
-    explicit = os.environ.get("RTD_LIBRARY")
+    explicit = _config.text("RTD_LIBRARY") or None
     if explicit:
         yield explicit
         return

@@ -13,103 +13,162 @@ namespace rtd {
 namespace {
 
 constexpr ConfigVar kVars[] = {
-    {"RANK", "", "global rank of this worker (dtrun, torchrun)"},
-    {"WORLD_SIZE", "", "number of workers in the job"},
-    {"LOCAL_RANK", "", "rank of this worker on its node; selects the GPU"},
-    {"LOCAL_WORLD_SIZE", "", "number of workers on this node"},
-    {"GROUP_RANK", "", "rank of this worker's node"},
-    {"MASTER_ADDR", "", "address of node 0"},
-    {"MASTER_PORT", "", "a free port on node 0 left for the job's own use"},
-    {"OMPI_COMM_WORLD_RANK", "", "rank under Open MPI's mpirun"},
-    {"OMPI_COMM_WORLD_SIZE", "", "world size under mpirun"},
-    {"OMPI_COMM_WORLD_LOCAL_RANK", "", "local rank under mpirun"},
-    {"OMPI_COMM_WORLD_LOCAL_SIZE", "", "local size under mpirun"},
-    {"SLURM_PROCID", "", "rank under srun"},
-    {"SLURM_NTASKS", "", "world size under srun"},
-    {"SLURM_LOCALID", "", "local rank under srun"},
-    {"SLURM_NODEID", "", "node rank under srun"},
-    {"SLURM_JOB_ID", "", "Slurm job: with SLURM_STEP_ID, the default port under srun"},
-    {"SLURM_STEP_ID", "", "Slurm job step"},
-    {"SLURM_STEP_NUM_NODES", "", "nodes of the srun step: dtrun's --nnodes under srun"},
-    {"SLURM_STEP_NUM_TASKS", "", "tasks of the srun step (SLURM_NTASKS when unset)"},
-    {"SLURM_STEP_NODELIST", "",
-     "the step's hosts (SLURM_JOB_NODELIST when unset): the first hosts the store"},
-    {"SLURM_JOB_NODELIST", "", "the job's hosts"},
-    {"SLURM_STEP_TASKS_PER_NODE", "",
-     "tasks per node of the step, e.g. 4(x2) (SLURM_TASKS_PER_NODE when unset)"},
-    {"SLURM_TASKS_PER_NODE", "", "tasks per node of the job"},
-    {"DTRUN_STORE", "", "host:port of dtrun's gRPC store"},
-    {"DTRUN_TOKEN", "", "job token that every control-plane call carries"},
-    {"DTRUN_REQUIRE_TOKEN", "0",
-     "1: dtrun refuses a job of several nodes without a token (--require-token)"},
-    {"DTRUN_TLS_CERT", "",
-     "this node's certificate (PEM): the control plane over mutual TLS (--tls-cert)"},
-    {"DTRUN_TLS_KEY", "", "its private key (PEM) (--tls-key)"},
-    {"DTRUN_TLS_CA", "", "the CA that signed every node's certificate (PEM) (--tls-ca)"},
-    {"DTRUN_TLS_PEER_NAMES", "",
-     "names a peer's certificate must hold one of, comma-separated (--tls-peer-names)"},
-    {"DTRUN_STORE_MAX_KEYS", "262144", "the most keys the job's store holds (at least 1024)"},
-    {"DTRUN_STORE_MAX_MB", "256",
-     "the most MiB the job's store holds: keys, values and 96 bytes a key (at least 16)"},
-    {"CUDA_VISIBLE_DEVICES", "", "GPUs dtrun counts for --nproc-per-node=gpu|auto"},
-    {"DTRUN_ROUND", "0", "rendezvous round; store keys of a round live under its prefix"},
-    {"DTRUN_ADDR", "", "address this node's workers listen on for CPU collectives"},
-    {"DTRUN_RECOVERY", "",
-     "in-process: dtrun (--recovery=in-process) restarts a lost worker alone; rtd::Recovery "
-     "then rebuilds the survivors' communicator instead of failing the job"},
-    {"DTRUN_GENERATION", "0",
-     "in-process recovery: the generation this worker starts in (dtrun counts a replacement "
-     "worker's start as a new one)"},
-    {"DTRUN_RECOVERY_JOIN", "0",
-     "1: this worker's node joined a job that runs with in-process recovery: its state comes "
-     "from a running worker"},
-    {"RTD_RECOVERY_WAIT_S", "60",
-     "seconds a survivor waits for dtrun to start a replacement before the failure is the job's"},
-    {"RTD_LOG", "info", "log levels: 'debug' or per component 'store:debug,gloo:info'"},
-    {"RTD_TIMEOUT_S", "300", "seconds a collective or store wait may take before it fails"},
-    {"RTD_HANG_WARN_S", "60",
-     "seconds a collective may wait before its rank logs what every rank was doing; 0: off"},
-    {"RTD_FLIGHT_DIR", "",
-     "directory where a rank writes its flight recorder when a collective times out or waits"},
-    {"RTD_CHECK_COLLECTIVES", "0",
-     "1: every rank checks through the store that all call the same collective before it runs"},
-    {"PATH", "/usr/local/bin:/usr/bin:/bin", "where dtrun looks for a program named without '/'"},
-    {"RTD_BACKEND", "auto",
-     "default communicator: auto (NCCL when a GPU is visible), gloo, nccl or mpi (under mpirun)"},
-    {"RTD_NCCL_CGA_CLUSTER_SIZE", "", "ncclConfig_t.cgaClusterSize of NCCL communicators"},
-    {"RTD_NCCL_MIN_CTAS", "",
-     "ncclConfig_t.minCTAs: fewest thread blocks NCCL uses; needs RTD_NCCL_MAX_CTAS too"},
-    {"RTD_NCCL_MAX_CTAS", "", "ncclConfig_t.maxCTAs: most thread blocks NCCL uses"},
-    {"RTD_NCCL_NET_NAME", "", "ncclConfig_t.netName: the network plugin NCCL uses (IB, Socket)"},
-    {"RTD_CE_REDUCE_BLOCKS", "",
-     "thread blocks of the copy-engine all-reduce's addition (fewer leave more SMs to compute; "
-     "empty: enough for the whole chunk)"},
-    {"RTD_CE_COPY_STREAMS", "",
-     "streams the copy-engine all-reduce spreads its copies over (empty: one, peers in "
-     "rotation; more than the peers splits each copy)"},
-    {"RTD_TRACE_DIR", "",
-     "write each rank's timeline there (Chrome-trace JSON, rank_<r>.json; dtrun merges them "
-     "into trace.json)"},
-    {"RTD_TRACE_EVENTS", "200000", "events each rank's trace keeps (the newest; a ring)"},
-    {"RTD_NCCL_PRESET", "",
-     "dtrun's --nccl-preset: nvlink, ib, roce or tcp sets that fabric's NCCL_* values where "
-     "none are set"},
-    {"RTD_NCCL_CTA_POLICY", "",
-     "ncclConfig_t.CTAPolicy: default, efficiency (fewest thread blocks) or zero (copy engines "
-     "where NCCL can)"},
-    {"RTD_NCCL_INLINE_BYTES", "1048576",
-     "NCCL collectives of at most this many bytes run on the caller's stream, without the "
-     "events that order the communicator's stream (0: none)"},
-    {"RTD_CE_STAGED", "0",
-     "1: all_reduce, all_gather and reduce_scatter of 1 MiB or more within a host by copy "
-     "engines, through staging buffers the peers map once; each site (operation, count, dtype) "
-     "by copy engines or NCCL's kernels as timed in its first calls, alike on every rank"},
-    {"RTD_CE_SITES", "",
-     "staged sites' methods instead of measuring, KIND[:COUNT]=METHOD comma-separated (KIND "
-     "all_reduce, all_gather, reduce_scatter or *; METHOD kernels, copy_engines or measure)"},
-    {"RTD_NCCL_DIRECT_INIT", "1",
-     "1: the blocking data-path communicator made directly, bounded by the timeout; 0: a "
-     "nonblocking init communicator and a blocking one split off it (0.6 s more)"},
+    // name, default, unit, who reads it, meaning (docs/config.md's table is
+    // generated from these by docs/gen_config.py, through dtrun --help-env=json).
+    {"RANK", "", "integer", "librt_dist", "global rank of this worker (dtrun, torchrun)"},
+    {"WORLD_SIZE", "", "count", "librt_dist", "number of workers in the job"},
+    {"LOCAL_RANK", "", "integer", "librt_dist", "rank of this worker on its node; selects the GPU"},
+    {"LOCAL_WORLD_SIZE", "", "count", "librt_dist", "number of workers on this node"},
+    {"GROUP_RANK", "", "integer", "librt_dist", "rank of this worker's node"},
+    {"MASTER_ADDR", "", "host", "librt_dist", "address of node 0"},
+    {"MASTER_PORT", "", "port", "librt_dist", "a free port on node 0 left for the job's own use"},
+    {"OMPI_COMM_WORLD_RANK", "", "integer", "librt_dist", "rank under Open MPI's mpirun"},
+    {"OMPI_COMM_WORLD_SIZE", "", "count", "librt_dist", "world size under mpirun"},
+    {"OMPI_COMM_WORLD_LOCAL_RANK", "", "integer", "librt_dist", "local rank under mpirun"},
+    {"OMPI_COMM_WORLD_LOCAL_SIZE", "", "count", "librt_dist", "local size under mpirun"},
+    {"SLURM_PROCID", "", "integer", "librt_dist", "rank under srun"},
+    {"SLURM_NTASKS", "", "count", "librt_dist, dtrun", "world size under srun"},
+    {"SLURM_LOCALID", "", "integer", "librt_dist", "local rank under srun"},
+    {"SLURM_NODEID", "", "integer", "librt_dist, dtrun", "node rank under srun"},
+    {"SLURM_JOB_ID", "", "integer", "librt_dist, dtrun",
+     "Slurm job: with `SLURM_STEP_ID`, the default port under srun"},
+    {"SLURM_STEP_ID", "", "integer", "librt_dist, dtrun", "Slurm job step"},
+    {"SLURM_STEP_NUM_NODES", "", "count", "dtrun",
+     "nodes of the srun step: dtrun's `--nnodes` under srun"},
+    {"SLURM_STEP_NUM_TASKS", "", "count", "dtrun",
+     "tasks of the srun step (`SLURM_NTASKS` when unset)"},
+    {"SLURM_STEP_NODELIST", "", "host list", "librt_dist, dtrun",
+     "the step's hosts (`SLURM_JOB_NODELIST` when unset): the first hosts the store"},
+    {"SLURM_JOB_NODELIST", "", "host list", "librt_dist, dtrun", "the job's hosts"},
+    {"SLURM_STEP_TASKS_PER_NODE", "", "Slurm list", "librt_dist",
+     "tasks per node of the step, e.g. `4(x2)` (`SLURM_TASKS_PER_NODE` when unset)"},
+    {"SLURM_TASKS_PER_NODE", "", "Slurm list", "librt_dist", "tasks per node of the job"},
+    {"DTRUN_STORE", "", "host:port", "librt_dist", "host:port of dtrun's gRPC store"},
+    {"DTRUN_TOKEN", "", "text", "librt_dist, dtrun",
+     "job token that every control-plane call carries"},
+    {"DTRUN_REQUIRE_TOKEN", "0", "0/1", "dtrun",
+     "1: dtrun refuses a job of several nodes without a token (`--require-token`)"},
+    {"DTRUN_TLS_CERT", "", "path", "librt_dist, dtrun",
+     "this node's certificate (PEM): the control plane over mutual TLS (`--tls-cert`); "
+     "dtrun passes its own to the workers, whose store client then speaks TLS too"},
+    {"DTRUN_TLS_KEY", "", "path", "librt_dist, dtrun", "its private key (PEM) (`--tls-key`)"},
+    {"DTRUN_TLS_CA", "", "path", "librt_dist, dtrun",
+     "the CA that signed every node's certificate (PEM) (`--tls-ca`)"},
+    {"DTRUN_TLS_PEER_NAMES", "", "names", "librt_dist, dtrun",
+     "names a peer's certificate must hold one of, comma-separated "
+     "(`--tls-peer-names`): its common name or a DNS, IP or URI name; dtrun passes it "
+     "to the workers"},
+    {"DTRUN_STORE_MAX_KEYS", "262144", "count", "dtrun",
+     "the most keys the job's store (on the rendezvous host) holds; at least 1024"},
+    {"DTRUN_STORE_MAX_MB", "256", "MiB", "dtrun",
+     "the most MiB it holds: keys, values and 96 bytes a key; at least 16"},
+    {"CUDA_VISIBLE_DEVICES", "", "GPU list", "dtrun",
+     "GPUs dtrun counts for `--nproc-per-node=gpu\\|auto` (else the `/dev/nvidiaN` "
+     "nodes)"},
+    {"DTRUN_ROUND", "0", "integer", "librt_dist",
+     "rendezvous round; store keys of a round live under its prefix"},
+    {"DTRUN_ADDR", "", "host", "librt_dist",
+     "address this node's workers listen on for CPU collectives"},
+    {"DTRUN_GUARD", "", "text", "none: dtrun sets it",
+     "set by dtrun for each worker, read by nothing: a random tag that what the worker starts "
+     "inherits, by which dtrun's guard finds and ends it when dtrun dies (docs/dtrun.md)"},
+    {"DTRUN_RECOVERY", "", "word", "librt_dist",
+     "`in-process`: dtrun (`--recovery=in-process`) restarts a lost worker alone, and "
+     "`rtd::Recovery` rebuilds the survivors' communicator instead of failing the job "
+     "(docs/recovery.md)"},
+    {"DTRUN_GENERATION", "0", "integer", "librt_dist",
+     "in-process recovery: the generation a worker starts in; dtrun starts a "
+     "replacement worker in a new one"},
+    {"DTRUN_RECOVERY_JOIN", "0", "0/1", "librt_dist",
+     "1: this worker's node joined a job that runs with in-process recovery; its state "
+     "comes from a running worker (`rtd::Recovery::sync`)"},
+    {"RTD_RECOVERY_WAIT_S", "60", "seconds", "librt_dist",
+     "seconds a survivor waits for dtrun to start a replacement before the failure "
+     "counts as the job's"},
+    {"RTD_LOG", "info", "levels", "librt_dist, dtrun",
+     "log levels: `debug`, or per component `store:debug,gloo:info`"},
+    {"RTD_TIMEOUT_S", "300", "seconds", "librt_dist",
+     "seconds a collective or store wait may take before it fails"},
+    {"RTD_HANG_WARN_S", "60", "seconds", "librt_dist",
+     "seconds a collective may wait before its rank logs, once, what every rank was "
+     "doing (the flight recorder's diagnosis, docs/hangs.md) while it keeps waiting; "
+     "0: off"},
+    {"RTD_FLIGHT_DIR", "", "path", "librt_dist",
+     "a directory: when a collective times out or waits past `RTD_HANG_WARN_S`, each "
+     "rank concerned writes its whole flight recorder there "
+     "(`flight-rank<R>-comm<K>.txt`: the diagnosis, then its last 2,000 collectives, "
+     "done or waiting); unset: not written"},
+    {"RTD_CHECK_COLLECTIVES", "0", "0/1", "librt_dist",
+     "1: before each collective, every rank checks through the store that all ranks "
+     "call the same one (operation, dtype × count, reduce op or root); a difference is "
+     "a clear error on every rank before anything runs (docs/hangs.md). A store round "
+     "trip per rank per collective: for debugging"},
+    {"PATH", "/usr/local/bin:/usr/bin:/bin", "paths", "dtrun",
+     "where dtrun looks for a program named without `/`"},
+    {"RTD_BACKEND", "auto", "word", "librt_dist",
+     "default communicator: `auto` (NCCL when built and a GPU is visible), `gloo`, "
+     "`nccl` or `mpi` (Open MPI, under mpirun: docs/mpi.md); overrides "
+     "`InitOptions.backend`"},
+    {"RTD_NCCL_CGA_CLUSTER_SIZE", "", "count", "librt_dist",
+     "`ncclConfig_t.cgaClusterSize` of NCCL communicators"},
+    {"RTD_NCCL_MIN_CTAS", "", "count", "librt_dist",
+     "`ncclConfig_t.minCTAs`: fewest thread blocks NCCL uses; needs "
+     "`RTD_NCCL_MAX_CTAS` too (NCCL refuses a minimum alone)"},
+    {"RTD_NCCL_MAX_CTAS", "", "count", "librt_dist",
+     "`ncclConfig_t.maxCTAs`: most thread blocks NCCL uses"},
+    {"RTD_NCCL_NET_NAME", "", "word", "librt_dist",
+     "`ncclConfig_t.netName`: the network plugin NCCL uses (`IB`, `Socket`)"},
+    {"RTD_CE_REDUCE_BLOCKS", "", "count", "librt_dist",
+     "thread blocks of the copy-engine all-reduce's addition (docs/nccl.md): fewer "
+     "leave more SMs to the compute running beside it; unset: enough blocks for the "
+     "whole chunk (at most 2048)"},
+    {"RTD_CE_COPY_STREAMS", "", "count", "librt_dist",
+     "streams the copy-engine all-reduce spreads its copies over (docs/nccl.md); "
+     "unset: one, taking the peers in rotation (on 4×H200 1.7× faster than every peer "
+     "at once); more than one spreads the peers over that many streams, more than the "
+     "peers also splits each copy in equal parts"},
+    {"RTD_TRACE_DIR", "", "path", "librt_dist",
+     "write each rank's timeline there: Chrome-trace JSON `rank_<r>.json`, merged by "
+     "dtrun into `trace.json` (docs/operations.md)"},
+    {"RTD_TRACE_EVENTS", "200000", "count", "librt_dist",
+     "events each rank's trace keeps (the newest: a ring)"},
+    {"RTD_NCCL_PRESET", "", "word", "dtrun",
+     "dtrun's `--nccl-preset`: `nvlink`, `ib`, `roce` or `tcp` sets that fabric's "
+     "`NCCL_*` values where you set none (docs/operations.md); the flag wins"},
+    {"RTD_NCCL_CTA_POLICY", "", "word", "librt_dist",
+     "`ncclConfig_t.CTAPolicy`: `default`, `efficiency` (fewest thread blocks, for "
+     "overlap with compute) or `zero` (copy engines where NCCL can); overrides nothing "
+     "set in `NcclSettings.cta_policy`"},
+    {"RTD_NCCL_INLINE_BYTES", "1048576", "bytes", "librt_dist",
+     "NCCL collectives (all_reduce, broadcast, all_gather, reduce_scatter, barrier) of "
+     "at most this many bytes run on the caller's stream itself instead of the "
+     "communicator's: no event record and stream wait each way (1.5-2 µs of host time "
+     "a call on 2×H100, 411ccc3:docs/benchmarks.md), but the caller's later work on "
+     "that stream waits for them (a 1 MB collective takes about 14 µs). 0: every call "
+     "on the communicator's stream. Overrides nothing set in "
+     "`NcclSettings.inline_bytes`"},
+    {"RTD_CE_STAGED", "0", "0/1", "librt_dist",
+     "1: `all_reduce` and `reduce_scatter` of float sums and averages, and "
+     "`all_gather` of any dtype, moving 1 MiB or more, ranks on one host with peer "
+     "access, by copy engines through a staging buffer per operation and size that the "
+     "peers map once (docs/torch.md); each such site (operation, count, dtype) goes by "
+     "copy engines or by NCCL's kernels as timed over its first calls, the timings "
+     "summed over the ranks so that every rank chooses alike (docs/nccl.md)"},
+    {"RTD_CE_SITES", "", "list", "librt_dist",
+     "staged sites' methods instead of measuring them: `KIND[:COUNT]=METHOD`, "
+     "comma-separated; KIND `all_reduce`, `all_gather`, `reduce_scatter` or `*`, COUNT "
+     "the call's element count, METHOD `kernels`, `copy_engines` or `measure` (the "
+     "most specific entry wins); the same on every rank; a malformed entry fails the "
+     "communicator's creation naming it"},
+    {"RTD_NCCL_DIRECT_INIT", "1", "0/1", "librt_dist",
+     "1: the blocking data-path communicator is made directly (a blocking "
+     "`ncclCommInitRankConfig` on a thread of its own, waited for against "
+     "`RTD_TIMEOUT_S`), with no nonblocking init communicator and no split: a 2-GPU "
+     "job reaches its first all-reduce 0.6 s sooner, as soon as a raw NCCL program "
+     "(411ccc3:docs/benchmarks.md). A blocking init cannot be aborted: past the "
+     "deadline the process fails as usual and the init is left to finish on its thread "
+     "(what it makes is then aborted). 0: the nonblocking init communicator (polled, "
+     "aborted at the deadline) and the blocking one split off it. Every rank the same"},
 };
 
 const std::string* lookup(const EnvMap& env, const char* name) {
@@ -269,7 +328,7 @@ LauncherConfig launcher_config_from_env(const EnvMap& env) {
   c.tls = TlsFiles{parse_string(env, "DTRUN_TLS_CERT", ""), parse_string(env, "DTRUN_TLS_KEY", ""),
                    parse_string(env, "DTRUN_TLS_CA", ""),
                    parse_string(env, "DTRUN_TLS_PEER_NAMES", "")};
-  c.require_token = parse_int(env, "DTRUN_REQUIRE_TOKEN", 0).value_or(0) != 0;
+  c.require_token = parse_switch(env, "DTRUN_REQUIRE_TOKEN");
   c.store_max_keys = parse_int(env, "DTRUN_STORE_MAX_KEYS", 1024).value_or(c.store_max_keys);
   c.store_max_mb = parse_int(env, "DTRUN_STORE_MAX_MB", 16).value_or(c.store_max_mb);
   c.log_spec = parse_string(env, "RTD_LOG", "info");

@@ -20,7 +20,9 @@ EnvMap read_process_env();
 struct ConfigVar {
   const char* name;
   const char* default_value;  // "" when unset means "absent"
-  const char* doc;
+  const char* unit;           // "0/1", "seconds", "count", "path", ...
+  const char* readers;        // "librt_dist" (each worker), "dtrun", or both
+  const char* doc;            // its meaning (Markdown: docs/config.md prints it as it is)
 };
 // RTD_TRACE_DIR and RTD_TRACE_EVENTS for the trace recorder, which starts
 // before any Context: never throws (Config::from_env reports a malformed
@@ -31,7 +33,7 @@ struct TraceSettings {
 };
 TraceSettings trace_settings_from_env(const EnvMap& env);
 
-// The table that docs/config.md and `dtrun --help-env` print.
+// The table that `dtrun --help-env` prints and docs/config.md is generated from.
 std::span<const ConfigVar> config_table();
 
 struct Config {

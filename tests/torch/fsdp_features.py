@@ -44,8 +44,7 @@ dist.init_process_group("rtd")
 rank, n = dist.get_rank(), dist.get_world_size()
 REFERENCE = "nccl" if device == "cuda" else "gloo"
 reference = dist.new_group(backend=REFERENCE)
-AUTO = IMPL == "python" and rt_dist.torch._switch("RTD_TORCH_FSDP_COMMS",
-                                                  rt_dist.torch.FSDP_COMMS_DEFAULT)
+AUTO = IMPL == "python" and rt_dist._config.switch("RTD_TORCH_FSDP_COMMS")
 # On GPUs, FSDP2's calls under 1 MiB go the ordinary way (see _shard_slots).
 H = int(os.environ.get("RTD_TRAIN_H", "64" if device == "cpu" else "1024"))
 

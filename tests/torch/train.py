@@ -48,11 +48,10 @@ dist.init_process_group("rtd")
 rank, n = dist.get_rank(), dist.get_world_size()
 reference = dist.new_group(backend="nccl" if device == "cuda" else "gloo")
 H = int(os.environ.get("RTD_TRAIN_H", "64"))
-AUTO_COMMS = IMPL == "python" and rt_dist.torch._switch("RTD_TORCH_FSDP_COMMS",
-                                                        rt_dist.torch.FSDP_COMMS_DEFAULT)
+AUTO_COMMS = IMPL == "python" and rt_dist._config.switch("RTD_TORCH_FSDP_COMMS")
 # fsdp_comms' gathers land in the parameters themselves where this is 1.
-LAND = os.environ.get("RTD_TORCH_FSDP_LAND", rt_dist.torch._fsdp_comms.LAND_DEFAULT) == "1"
-PARK = os.environ.get("RTD_TORCH_FSDP_PARK", rt_dist.torch._fsdp_comms.PARK_DEFAULT) == "1"
+LAND = rt_dist._config.switch("RTD_TORCH_FSDP_LAND")
+PARK = rt_dist._config.switch("RTD_TORCH_FSDP_PARK")
 
 
 def model():

@@ -35,6 +35,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from rt_dist import _config
 from rt_dist.torch import _ddp_hook
 from rt_dist.torch._ddp_hook import ddp_hook
 from rt_dist.torch._failure_watch import CommunicatorFailed
@@ -47,7 +48,6 @@ __all__ = ["CommunicatorFailed", "HostAdamW", "ProcessGroupRTD", "ddp_hook", "fs
            "register"]
 
 BACKEND = "rtd"
-FSDP_COMMS_DEFAULT = "1"  # RTD_TORCH_FSDP_COMMS when unset
 
 
 # RTD_TORCH_IMPL: "cpp" (the default), the C++ backend (rt_dist.torch._C);
@@ -71,11 +71,11 @@ def _bad_setting(message: str) -> None:
 
 
 def _impl() -> str:
-    value = os.environ.get("RTD_TORCH_IMPL", "cpp")
-    if value not in IMPLEMENTATIONS:
-        _bad_setting(f"RTD_TORCH_IMPL={value!r}: use cpp or python")
+    try:
+        return _config.choice("RTD_TORCH_IMPL")
+    except _config.SettingError as e:
+        _bad_setting(str(e))
         return "cpp"
-    return value
 
 
 def _extension() -> types.ModuleType:
@@ -118,7 +118,11 @@ def _create(store: dist.Store, rank: int, size: int,
         raise ValueError("rt_dist: " + "; ".join(_bad_settings))
     if _impl() == "python":
         return ProcessGroupRTD(store, rank, size, timeout)
-    group = _extension().ProcessGroupRTD(store, rank, size, timeout)
+    # Read here, when the group is made (the extension reads no variable).
+    copy_engines = _config.switch("RTD_TORCH_COPY_ENGINES")
+    high_priority = _config.choice("RTD_TORCH_STREAM_PRIORITY") == "high"
+    group = _extension().ProcessGroupRTD(store, rank, size, timeout, copy_engines=copy_engines,
+                                         high_priority_stream=high_priority)
     atexit.unregister(_exit_status)  # once, and after what the program registered before
     atexit.register(_exit_status)
     return group
@@ -146,7 +150,7 @@ def register() -> None:
                       f"this is {torch.__version__} (on 2.4 DDP hangs; see docs/torch.md)",
                       stacklevel=2)
     dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
-    if _switch("RTD_TORCH_DEFAULT", "0"):
+    if _switch("RTD_TORCH_DEFAULT"):
         for device in ("cpu", "cuda"):
             dist.Backend.default_device_backend_map[device] = BACKEND
     if _impl() == "cpp":
@@ -159,41 +163,41 @@ def register() -> None:
                      f"names it replaces; this is torch {torch.__version__}: unset RTD_TORCH_IMPL "
                      "for the C++ implementation")
         return
-    if _switch("RTD_TORCH_DDP_HOOK", "1"):
+    if _switch("RTD_TORCH_DDP_HOOK"):
         _ddp_hook.install_on_ddp()
     _ddp_hook.install_ddp_support()
-    if _switch("RTD_TORCH_FSDP_COMMS", FSDP_COMMS_DEFAULT):
+    if _switch("RTD_TORCH_FSDP_COMMS"):
         # Where this torch lacks what the hooks need, only a script that asked
         # for them is told (by default FSDP2 simply runs as it is).
-        asked = os.environ.get("RTD_TORCH_FSDP_COMMS") == "1"
+        asked = _config.text("RTD_TORCH_FSDP_COMMS") == "1"
         why = _fsdp_comms.install_on_fully_shard(quiet=not asked)
         if why and asked:
             warnings.warn(f"rt_dist: RTD_TORCH_FSDP_COMMS=1 ignored: {why}", stacklevel=2)
-    _gemm_carveout(os.environ.get("RTD_TORCH_GEMM_SM_CARVEOUT"))
+    try:
+        _gemm_carveout(_config.count("RTD_TORCH_GEMM_SM_CARVEOUT", 1024))
+    except _config.SettingError as e:
+        _bad_setting(f"{e} (a count of SMs)")
 
 
-def _switch(name: str, default: str) -> bool:
+def _switch(name: str) -> bool:
     """A 0/1 setting read at registration (another value: _bad_setting)."""
-    value = os.environ.get(name, default)
-    if value not in ("0", "1"):
-        _bad_setting(f"{name}={value!r}: use 0 or 1")
-        value = default
-    return value == "1"
+    try:
+        return _config.switch(name)
+    except _config.SettingError as e:
+        _bad_setting(str(e))
+        return _config.default(name) == "1"
 
 
-def _gemm_carveout(value: str | None) -> None:
+def _gemm_carveout(value: int | None) -> None:
     """RTD_TORCH_GEMM_SM_CARVEOUT=N: PyTorch's own (experimental) knob, for
     every GEMM of the process. A GEMM on Hopper holds every SM until it
     ends; kernels of other streams then wait for it (measured in
     411ccc3:docs/benchmarks.md: FSDP2 on rtd gains, on nccl it loses)."""
-    if value is None or value == "":
-        return
-    if not value.isdigit() or int(value) > 1024:
-        _bad_setting(f"RTD_TORCH_GEMM_SM_CARVEOUT={value!r}: use a count of SMs (0 to the GPU's)")
+    if value is None:
         return
     try:
         torch.backends.cuda.preferred_blas_library("cublaslt")  # the carveout is cuBLASLt's
-        torch._C._set_sm_carveout_experimental(int(value))
+        torch._C._set_sm_carveout_experimental(value)
     except (AttributeError, RuntimeError) as e:
         warnings.warn(f"rt_dist: RTD_TORCH_GEMM_SM_CARVEOUT ignored: this torch cannot ({e})",
                       stacklevel=2)

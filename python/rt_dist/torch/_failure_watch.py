@@ -29,12 +29,13 @@ slowed steps bound by the host's Python.
 """
 
 import ctypes
-import os
 import sys
 import threading
 import weakref
 
 import torch.distributed as dist
+
+from rt_dist import _config
 
 _Base = getattr(dist, "DistBackendError", RuntimeError)
 
@@ -91,10 +92,7 @@ _watch = _Watch()
 
 def watch(comm):
     """Watches comm (a CUDA _Comm) from now until it is freed."""
-    value = os.environ.get("RTD_TORCH_ASYNC_ERRORS", "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"RTD_TORCH_ASYNC_ERRORS={value!r}: use 0 or 1")
-    _watch.add(comm, value == "1")
+    _watch.add(comm, _config.switch("RTD_TORCH_ASYNC_ERRORS"))
 
 
 def exit_status():

@@ -58,8 +58,6 @@ from rt_dist.torch._process_group import ProcessGroupRTD, _flag
 # rt_dist.torch is imported by `import torch` itself (the entry point), and
 # torch.distributed.fsdp takes most of a second to import.
 FSDPModule = AllGather = ReduceScatter = None
-LAND_DEFAULT = "1"  # RTD_TORCH_FSDP_LAND when unset
-PARK_DEFAULT = "1"  # RTD_TORCH_FSDP_PARK when unset
 RtdAllGather = RtdReduceScatter = None
 
 
@@ -433,9 +431,9 @@ def _install(module, land=None, park=None):
     if pg is None and has_params:
         return False  # sharded on another backend: FSDP2's defaults
     if land is None:
-        land = _flag("RTD_TORCH_FSDP_LAND", LAND_DEFAULT)
+        land = _flag("RTD_TORCH_FSDP_LAND")
     if park is None:
-        park = _flag("RTD_TORCH_FSDP_PARK", PARK_DEFAULT)
+        park = _flag("RTD_TORCH_FSDP_PARK")
     if (land or park) and module not in _forward_hooked:  # the root, too, if it has no parameters
         module.register_forward_hook(_forward_end)
         _forward_hooked.add(module)

@@ -25,14 +25,15 @@ import torch
 from torch.distributed.tensor import DTensor  # a DTensor's local shard is what is stepped
 from torch.optim import Optimizer
 
+from rt_dist import _config
+
 _GRAD_DTYPES = {torch.float32: 0, torch.bfloat16: 4}  # RTD_FLOAT32, RTD_BFLOAT16
 
 
 def default_threads() -> int:
     """The cores this process may run on, shared among the node's ranks."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
-    ranks = int(local) if local.isdigit() else 1  # set by dtrun and torchrun
+    ranks = _config.count("LOCAL_WORLD_SIZE", 1 << 20) or 1  # set by dtrun and torchrun
     return max(1, (cores or 1) // max(1, ranks))
 
 

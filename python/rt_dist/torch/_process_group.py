@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from rt_dist import _codes as C
+from rt_dist import _config
 from rt_dist.torch import _failure_watch
 from rt_dist.torch._comm import _Bucket, _Comm, _capi
 from rt_dist.torch._work import _Completer, _Work
@@ -54,11 +55,9 @@ def _close_all():
 atexit.register(_close_all)
 
 
-def _flag(name, default):
-    value = os.environ.get(name, default)
-    if value not in ("0", "1"):
-        raise ValueError(f"{name}={value!r}: use 0 or 1")
-    return value == "1"
+def _flag(name, default=None):
+    """A 0/1 setting (rt_dist._config's reader; ValueError naming a bad value)."""
+    return _config.switch(name, default)
 
 
 _REDUCE_OPS = {

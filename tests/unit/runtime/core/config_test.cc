@@ -120,10 +120,27 @@ TEST(Config, TableListsEveryVariableOnce) {
   for (const auto& var : config_table()) {
     EXPECT_TRUE(names.insert(var.name).second) << var.name;
     EXPECT_GT(std::string(var.doc).size(), 5u) << var.name;
+    EXPECT_GT(std::string(var.unit).size(), 0u) << var.name;
+    EXPECT_GT(std::string(var.readers).size(), 0u) << var.name;
   }
   for (const char* name : {"RANK", "WORLD_SIZE", "DTRUN_STORE", "DTRUN_TOKEN", "RTD_LOG"}) {
     EXPECT_EQ(names.count(name), 1u) << name;
   }
+}
+
+// One parser behaviour for a bad value: a 0/1 variable that is neither is
+// an error naming it (DTRUN_REQUIRE_TOKEN=2 used to count as 1).
+TEST(LauncherConfig, ASwitchThatIsNeither0Nor1IsNamed) {
+  for (const char* bad : {"2", "yes", "-1"}) {
+    try {
+      launcher_config_from_env({{"DTRUN_REQUIRE_TOKEN", bad}});
+      ADD_FAILURE() << "DTRUN_REQUIRE_TOKEN=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("DTRUN_REQUIRE_TOKEN"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(launcher_config_from_env({{"DTRUN_REQUIRE_TOKEN", "1"}}).require_token);
+  EXPECT_FALSE(launcher_config_from_env({{"DTRUN_REQUIRE_TOKEN", "0"}}).require_token);
 }
 
 TEST(LauncherConfig, ReadsOnlyTheLaunchersVariables) {
