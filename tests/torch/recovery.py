@@ -12,6 +12,7 @@ RECOVERY_LAYERS=L RECOVERY_SIZE=H: L hidden layers of H^2 (default 1 of 64^2).
 """
 
 import hashlib
+import logging
 import os
 import signal
 import sys
@@ -29,6 +30,7 @@ if device == "cuda":
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     device = f"cuda:{torch.cuda.current_device()}"
 stamp = os.path.join(os.environ.get("RECOVERY_DIR", "."), "killed_at")
+logging.basicConfig(format="%(asctime)s %(message)s")  # rt_dist.recovery's lines, timed
 
 torch.manual_seed(0)
 hidden = [m for _ in range(int(os.environ.get("RECOVERY_LAYERS", "1")))
@@ -38,7 +40,10 @@ model = torch.nn.Sequential(torch.nn.Linear(32, size), torch.nn.GELU(), *hidden,
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 job = recovery.Job([model, optimizer])
 rank, world = dist.get_rank(), dist.get_world_size()
-print(f"rank {rank} pid {os.getpid()} generation {job.generation}", flush=True)
+made = time.time()
+print(f"rank {rank} pid {os.getpid()} generation {job.generation} (group made at "
+      f"{time.strftime('%H:%M:%S', time.localtime(made))}.{int(made * 1000) % 1000:03d})",
+      flush=True)
 if rank == 0 and job.generation == 0:
     print(f"{sum(p.numel() for p in model.parameters())} parameters", flush=True)
 

@@ -7,7 +7,8 @@
 # DEVICE cuda: on GPUs (the rtd backend over NCCL), 2 workers; with one GPU,
 # two dtruns on this host (--nnodes=2, a worker each), both on GPU 0, told
 # apart as NCCL hosts (NCCL_HOSTID) so that NCCL takes two ranks on one GPU.
-# TIME_LAYERS=L TIME_SIZE=H: also time a loss of a larger model (L layers of H^2).
+# TIME_LAYERS=L TIME_SIZE=H: also time a loss of a larger model (L layers of
+# H^2); TIME_ONLY=1: only that, its whole log printed.
 #   tests/torch/recovery.sh PYTHON DTRUN [DEVICE]
 set -u
 python=$1 dtrun=$2 device=${3:-cpu}
@@ -55,6 +56,7 @@ check() {  # what, substring, log
 
 sizes="2 3" cases=("2 before 1" "2 after 0" "3 inside 0" "3 after 2" "3 before 1")
 [ "$device" = cuda ] && sizes=2 cases=("2 before 1" "2 inside 0" "2 after 0")
+[ "${TIME_ONLY:-0}" = 1 ] && sizes="" cases=()
 for n in $sizes; do
   flags=""; [ $n = 3 ] && flags=--recovery=in-process  # the plain path, and Job without a loss
   run plain$n $n "$flags" none 0 0 || { echo "FAILED: the unbroken run of $n"; cat "$out/plain$n"; exit 1; }
@@ -93,6 +95,7 @@ if [ -n "${TIME_LAYERS:-}" ]; then
     run time 2 --recovery=in-process before 1 6 ||
     { echo "FAILED: the timed loss"; tail -30 "$out/time"; fail=1; }
   grep -h "parameters\|from the kill\|recovered in generation" "$out/time" | sed "s/^/  time: /"
+  [ "${TIME_ONLY:-0}" = 1 ] && cat "$out/time"
 fi
 [ "$device" = cuda ] && exit $fail  # the cases below are of arithmetic and flags, not devices
 
