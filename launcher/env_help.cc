@@ -1,31 +1,9 @@
 #include "launcher/env_help.h"
 
-#include <cstdio>
-
 #include "runtime/core/config.h"
+#include "runtime/core/json_quote.h"
 
 namespace rtd::launcher {
-namespace {
-
-std::string json_string(const char* s) {
-  std::string out = "\"";
-  for (const char* p = s; *p; ++p) {
-    const unsigned char c = static_cast<unsigned char>(*p);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 std::string env_help_text() {
   std::string out =
@@ -45,10 +23,9 @@ std::string env_help_json() {
   for (const auto& v : config_table()) {
     out += first ? "\n" : ",\n";
     first = false;
-    out += "  {\"name\": " + json_string(v.name) +
-           ", \"default\": " + json_string(v.default_value) + ", \"unit\": " + json_string(v.unit) +
-           ", \"readers\": " + json_string(v.readers) + ", \"meaning\": " + json_string(v.doc) +
-           "}";
+    out += "  {\"name\": " + json_quote(v.name) + ", \"default\": " + json_quote(v.default_value) +
+           ", \"unit\": " + json_quote(v.unit) + ", \"readers\": " + json_quote(v.readers) +
+           ", \"meaning\": " + json_quote(v.doc) + "}";
   }
   return out + "\n]\n";
 }

@@ -2,10 +2,10 @@
 // padded with spaces to 8 bytes, then the data.
 #include "sharding/checkpoint/safetensors.h"
 
-#include <cstdio>
 #include <filesystem>
 
 #include "rt_dist/error.h"
+#include "runtime/core/json_quote.h"
 #include "sharding/checkpoint/files.h"
 
 namespace rtd::ckpt {
@@ -29,23 +29,6 @@ std::string dtype_code(DType dtype) {
   return "?";
 }
 
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof(esc), "\\u%04x", c);
-      out += esc;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
@@ -56,7 +39,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
     header += "\"__metadata__\":{";
     bool first = true;
     for (const auto& [k, v] : metadata) {
-      header += (first ? "" : ",") + quoted(k) + ":" + quoted(v);
+      header += (first ? "" : ",") + json_quote(k) + ":" + json_quote(v);
       first = false;
     }
     header += "}";
@@ -71,7 +54,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
       shape += (shape.empty() ? "" : ",") + std::to_string(d);
     }
     bytes.push_back(n);
-    header += (header.size() > 1 ? "," : "") + quoted(e.name) + ":{\"dtype\":\"" +
+    header += (header.size() > 1 ? "," : "") + json_quote(e.name) + ":{\"dtype\":\"" +
               dtype_code(e.dtype) + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
               std::to_string(offset) + "," + std::to_string(offset + n) + "]}";
     offset += n;
