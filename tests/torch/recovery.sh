@@ -122,6 +122,8 @@ unset REDUCE
 # check() raises once the store says the generation ended (the watch aborted the group).
 RECOVERY_DIR=$out timeout 60 "$dtrun" --nproc-per-node=2 --max-restarts=0 --recovery=in-process \
   "$python" "$here/recovery_check.py" >"$out/check" 2>&1
+check "a Job of state that is neither module nor optimizer is refused" "refused: rt_dist.torch.recovery: state holds modules and optimizers, not int" check
+check "a Job on another backend is refused" "refused: rt_dist.torch.recovery: backend 'gloo'" check
 for r in 0 1; do
   check "rank $r: check() raised after the generation ended" "rank $r: check raised: rt_dist.torch.recovery: the group of generation 0 was aborted" check
 done

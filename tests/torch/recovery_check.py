@@ -10,6 +10,14 @@ import torch.distributed as dist
 
 from rt_dist.torch import recovery
 
+# Refused before anything is made: state that is neither a module nor an
+# optimizer, and a backend whose groups it cannot rebuild.
+for args, kwargs, error in (([[1]], {}, TypeError), ([[]], {"backend": "gloo"}, ValueError)):
+    try:
+        recovery.Job(*args, **kwargs)
+        raise AssertionError(f"Job({args}, {kwargs}) was accepted")
+    except error as e:
+        print(f"rank ?: refused: {e}", flush=True)
 job = recovery.Job([torch.nn.Linear(2, 2)])
 job.check()  # nothing failed yet: passes
 dist.barrier()
