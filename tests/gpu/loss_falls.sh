@@ -8,6 +8,7 @@
 set -u
 dtrun=$1 mlp=$2
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../loss_fell.sh"
 require_gpu
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -18,14 +19,6 @@ for mode in ddp offload; do
   [ $mode = offload ] && flags=(--shard zero3 --offload optimizer)
   "$dtrun" --nproc-per-node=1 --env RTD_LOG=warn --env NCCL_NVLS_ENABLE=0 "$mlp" "${model[@]}" \
     "${flags[@]}" >"$work/$mode" 2>&1 || { echo "FAIL: $mode: mlp_gpu failed"; tail -20 "$work/$mode"; fail=1; continue; }
-  losses=$(grep -o "step [0-9]* loss [0-9.e+-]*" "$work/$mode" | awk '{print $4}')
-  first=$(echo "$losses" | head -1) last=$(echo "$losses" | tail -1)
-  echo "info: $mode: loss $(echo $losses | tr ' ' ' ')"
-  if awk -v f="$first" -v l="$last" 'BEGIN { exit !(f > 0.1 && f < 10 && l <= 0.5 * f) }'; then
-    echo "ok: $mode: the loss fell from $first to $last"
-  else
-    echo "FAIL: $mode: the loss went from $first to $last (want a start in (0.1, 10) and at most half of it at the end)"
-    fail=1
-  fi
+  loss_fell "$mode" "$work/$mode" 0.1 10 0.5 || fail=1
 done
 exit $fail

@@ -5,6 +5,7 @@
 #   tests/multiproc/mlp_cpu_loss.sh DTRUN MLP_CPU
 set -u
 dtrun=$1 mlp=$2
+. "$(dirname "$0")/../loss_fell.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
@@ -14,14 +15,6 @@ for mode in ddp zero3; do
   timeout 120 "$dtrun" --nproc-per-node=2 --max-restarts=0 --env RTD_LOG=warn "$mlp" --steps 200 \
     --optim adamw --lr 0.01 --log-every 20 "${flags[@]}" >"$work/$mode" 2>&1 ||
     { echo "FAIL: $mode: mlp_cpu failed"; tail -20 "$work/$mode"; fail=1; continue; }
-  losses=$(grep -o "step [0-9]* loss [0-9.e+-]*" "$work/$mode" | awk '{print $4}')
-  first=$(echo "$losses" | head -1) last=$(echo "$losses" | tail -1)
-  echo "info: $mode: loss $(echo $losses)"
-  if awk -v f="$first" -v l="$last" 'BEGIN { exit !(f > 1 && l <= 0.25 * f) }'; then
-    echo "ok: $mode: the loss fell from $first to $last"
-  else
-    echo "FAIL: $mode: the loss went from $first to $last (want a start above 1, a quarter of it at the end)"
-    fail=1
-  fi
+  loss_fell "$mode" "$work/$mode" 1 1e30 0.25 || fail=1
 done
 exit $fail

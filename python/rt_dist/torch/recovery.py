@@ -129,12 +129,13 @@ class Job:
         self._aborted = -1  # the generation the watch aborted
         self._watch_store = None
         self._store = None
+        self._backends: list = []  # the group's rtd backends, whose failures check() raises
         if not self.enabled:
             dist.init_process_group(backend, timeout=self._timeout)
+            self._backends = self._find_backends()
             return
         self._store = self._C.JobStore(self._timeout)
         self._open_group()
-        self._store.set(f"recovery/capable/{self.rank}", "1")
         self._watch_store = self._C.JobStore(self._timeout)
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="rtd-recovery-watch",
@@ -143,7 +144,7 @@ class Job:
         # Ended before the interpreter's finalization: a daemon thread that
         # comes back from the store then would be ended inside C++ frames.
         atexit.register(self.close)
-        self._arm()
+        self._enable()
 
     def close(self) -> None:
         """Stops the watch (at the latest at the interpreter's exit)."""
@@ -157,6 +158,34 @@ class Job:
         store = dist.PrefixStore(f"gen{self.generation}/torch/", self._store)
         dist.init_process_group("rtd", store=store, rank=self.rank, world_size=self.world_size,
                                 timeout=self._timeout)
+        self._backends = self._find_backends()
+
+    @staticmethod
+    def _find_backends() -> list:
+        """The default group's rtd backends (one object serves CPU and CUDA)."""
+        group = dist.distributed_c10d._get_default_group()
+        found = []
+        for device in ("cpu", "cuda"):
+            try:
+                backend = group._get_backend(torch.device(device))
+            except RuntimeError:
+                continue  # the group has no backend for that device
+            if hasattr(backend, "check") and all(backend is not b for b in found):
+                found.append(backend)
+        return found
+
+    @staticmethod
+    def _abort_group() -> None:
+        try:
+            dist.distributed_c10d._get_default_group().abort()
+        except Exception:  # noqa: BLE001 - aborted or destroyed already
+            pass
+
+    def _enable(self) -> None:
+        """Says in the store that this rank recovers (dtrun restarts a lost
+        worker alone only when every rank did) and arms the watch."""
+        self._store.set(f"recovery/capable/{self.rank}", "1")
+        self._arm()
 
     def _arm(self) -> None:
         with self._watch_lock:
@@ -188,10 +217,7 @@ class Job:
                 self._aborted = generation
             _log.warning("rtd: generation %d ends (a worker was lost): aborting the group",
                          generation)
-            try:
-                dist.distributed_c10d._get_default_group().abort()
-            except Exception:  # noqa: BLE001 - already destroyed by recover()
-                pass
+            self._abort_group()
 
     def check(self) -> None:
         """Between backward and the optimizer's step: waits until the device
@@ -206,15 +232,8 @@ class Job:
         if aborted:  # Gloo's communicators carry no failure of their own
             raise RuntimeError(f"rt_dist.torch.recovery: the group of generation "
                                f"{self.generation} was aborted: a worker of the job was lost")
-        group = dist.distributed_c10d._get_default_group()
-        for device in ("cpu", "cuda"):
-            try:
-                backend = group._get_backend(torch.device(device))
-            except RuntimeError:
-                continue  # the group has no backend for that device
-            check = getattr(backend, "check", None)
-            if check is not None:
-                check()
+        for backend in self._backends:
+            backend.check()
 
     def resume(self, step: int) -> int:
         """Before the first step: a replacement receives a survivor's state and
@@ -234,10 +253,7 @@ class Job:
             raise error
         start = time.monotonic()
         self._disarm()
-        try:
-            dist.distributed_c10d._get_default_group().abort()
-        except Exception:  # noqa: BLE001 - aborted already
-            pass
+        self._abort_group()
         # The failed step's frames hold the old DDP (and its group): let them go.
         traceback.clear_frames(error.__traceback__)
         dist.destroy_process_group()
@@ -258,8 +274,7 @@ class Job:
         closed = time.monotonic()
         self.generation = generation
         self._open_group()
-        self._store.set(f"recovery/capable/{self.rank}", "1")
-        self._arm()
+        self._enable()
         step = self._sync(step)
         _log.warning("rtd: rank %d recovered in generation %d: %.0f ms to close and learn of "
                      "the replacement, %.0f ms to rebuild and agree", self.rank, generation,
