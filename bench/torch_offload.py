@@ -1,4 +1,5 @@
-# PyTorch FSDP2 with CPU offload (CPUOffloadPolicy) on the reference MLP: the
+# PyTorch FSDP2 with CPU offload (CPUOffloadPolicy) on the reference MLP
+# (mlp_gpu's task: the layers learn the GELU of their input): the
 # configuration that rtd::FSDP's offload is measured against, in the same run.
 # One process per GPU (torchrun or dtrun); env H, L, B change the MLP, STEPS
 # and WARM the measured and warm-up steps, REDUCE=bf16 the gradients' dtype
@@ -64,8 +65,12 @@ def main():
     model.to_empty(device="cpu" if offload else dev)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 1.0 / H**0.5 if shape_name == "mlp" else 0.02)
+            if p.dim() > 1 and shape_name == "mlp":
+                # mlp_gpu's task and start (examples/02_mlp_gpu/model.cc): weights
+                # uniform in +-2.66/sqrt(H), which keep a GELU layer's variance.
+                p.uniform_(-2.66 / H**0.5, 2.66 / H**0.5)
+            elif p.dim() > 1:
+                p.normal_(0.0, 0.02)
             else:
                 p.fill_(1.0 if name.endswith("weight") else 0.0)
     n_params = sum(p.numel() for p in model.parameters())
@@ -78,10 +83,13 @@ def main():
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
                                 fused=os.environ.get("FUSED", "1") == "1")
     if shape_name == "mlp":
-        x = torch.randn(B, H, device=dev)
+        # The layers learn to give the GELU of their input (mlp_gpu's loss),
+        # from an input of variance 1.
+        x = torch.empty(B, H, device=dev).uniform_(-3**0.5, 3**0.5)
+        target = torch.nn.functional.gelu(x)
 
         def forward():
-            return model(x).float().pow(2).mean()
+            return (model(x).float() - target).pow(2).mean()
     else:
         batch = int(os.environ.get("B", str(shape.batch)))
         tokens = torch.randint(0, shape.vocab, (batch, shape.seq), device=dev)
