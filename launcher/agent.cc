@@ -351,6 +351,12 @@ int run_agent(const LaunchOptions& options, const LauncherConfig& env_config,
                       true);
               },
           .replace = o.recovery_in_process ? ReplaceFn(replace) : ReplaceFn(),
+          .spares = o.spare_workers,
+          .spare_env =
+              [&] {
+                const std::vector<int> first{0};
+                return worker_specs(o, p, parent_env, 0, &first).front().env;
+              },
       });
       // A newcomer to a job that recovers in process: its workers get their
       // state from the running ones (rtd::Recovery::sync).

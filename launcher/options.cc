@@ -191,7 +191,7 @@ struct RawFlags {
   std::vector<std::string> env;
   // torchrun's names for what dtrun does its own way.
   std::string rdzv_backend, master_addr, master_port, redirects, tee, local_ranks;
-  std::string recovery = "restart";
+  std::string recovery = "restart", spare_workers = "0";
   bool standalone = false, module = false, no_python = false;
 };
 
@@ -268,6 +268,12 @@ std::string torchrun_compat(const RawFlags& f, LaunchOptions& o, std::string* rd
     if (f.module) o.args.insert(o.args.begin(), "-m");
     o.program = "python3";
   }
+  // A spare is the interpreter itself, started ahead with `-m rt_dist.spare`.
+  const std::string base = o.program.substr(o.program.rfind('/') + 1);
+  if (o.spare_workers > 0 && !o.program.empty() && !base.starts_with("python"))
+    return "--spare-workers needs a Python program (python3 train.py, train.py or -m MODULE): "
+           "a spare is an interpreter that has imported torch and waits to become a worker; '" +
+           o.program + "' is not a Python interpreter";
   return "";
 }
 
@@ -353,6 +359,7 @@ std::string convert(const RawFlags& f, const ParseContext& c, LaunchOptions& o) 
         to_count("--grace-period", f.grace, 0, 3600, &grace),
         to_count("--heartbeat-timeout", f.heartbeat, 1, 86400, &heartbeat),
         to_count("--rdzv-last-call", f.last_call, 0, 3600, &last_call),
+        to_count("--spare-workers", f.spare_workers, 0, 64, &o.spare_workers),
         to_backoff(f.restart_backoff, &o)}) {
     if (!err.empty()) return err;
   }
@@ -361,6 +368,9 @@ std::string convert(const RawFlags& f, const ParseContext& c, LaunchOptions& o) 
            " must be restart (a failed worker restarts the job's workers) or in-process (it "
            "is started again alone; the trainer recovers with rtd::Recovery)";
   o.recovery_in_process = f.recovery == "in-process";
+  if (o.spare_workers > 0 && !o.recovery_in_process)
+    return "--spare-workers=" + f.spare_workers +
+           ": spares replace failed workers in process; give --recovery=in-process too";
   o.rdzv_timeout = std::chrono::seconds(rdzv_timeout);
   o.grace_period = std::chrono::seconds(grace);
   o.heartbeat_timeout = std::chrono::seconds(heartbeat);
@@ -472,6 +482,10 @@ ParseResult parse_options(int argc, const char* const* argv, const ParseContext&
                  "restart (default): a failed worker restarts every worker of the job; "
                  "in-process: it is started again alone, and trainers that use rtd::Recovery "
                  "go on without restarting (docs/recovery.md)");
+  app.add_option("--spare-workers", f.spare_workers,
+                 "with --recovery=in-process and a Python program: N interpreters started "
+                 "ahead, torch imported, each of which becomes a failed worker in its place "
+                 "in a fraction of a fresh start (docs/recovery.md)");
   app.add_option("--restart-backoff", f.restart_backoff,
                  "FIRST[:MOST]: seconds to wait before the first restart, doubling (with "
                  "jitter) up to MOST (default 1:30; 0 restarts at once)");

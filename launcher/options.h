@@ -30,6 +30,10 @@ struct LaunchOptions {
   // generation (docs/recovery.md); at most kMaxReplacementsPerWorker times a
   // round per local worker, then the failure ends the round as usual.
   bool recovery_in_process = false;
+  // --spare-workers=N (with in-process recovery, a Python program): N
+  // interpreters started ahead, torch imported, that become the failed
+  // workers' replacements (python/rt_dist/spare.py).
+  int spare_workers = 0;
   // Before restart K (1-based): FIRST * 2^(K-1), at most MOST, each node
   // drawing ±25% so that the nodes do not all come back at once.
   std::chrono::seconds restart_backoff{1};

@@ -5,12 +5,14 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -93,14 +95,17 @@ void Supervisor::join_output() {
   for (auto& m : late_mux_) m->join();
 }
 
-void Supervisor::spawn(const WorkerSpec& spec, LogMux& mux) {
-  int out[2], err[2], fail[2];
+void Supervisor::spawn(const WorkerSpec& spec, LogMux& mux, bool spare) {
+  int out[2], err[2], fail[2], control[2] = {-1, -1};
   RTD_SYS_CHECK(pipe2(out, O_CLOEXEC), "pipe");
   RTD_SYS_CHECK(pipe2(err, O_CLOEXEC), "pipe");
   RTD_SYS_CHECK(pipe2(fail, O_CLOEXEC), "pipe");
-  int log_fd = open_log(options_, spec.global_rank);
+  if (spare)
+    RTD_SYS_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control), "socketpair");
+  int log_fd = spare ? -1 : open_log(options_, spec.global_rank);
 
   std::vector<std::string> argv_s{options_.program_path};
+  if (spare) argv_s.insert(argv_s.end(), {"-m", "rt_dist.spare"});
   argv_s.insert(argv_s.end(), options_.args.begin(), options_.args.end());
   std::vector<char*> argv, envp;
   for (auto& a : argv_s) argv.push_back(a.data());
@@ -108,6 +113,8 @@ void Supervisor::spawn(const WorkerSpec& spec, LogMux& mux) {
   std::vector<std::string> env_copy = spec.env;
   // What the worker starts carries the guard's tag: found however it leaves (orphan_guard.h).
   if (options_.guard) env_copy.emplace_back(options_.guard->tag_entry());
+  // The spare's end of its socket stays open across exec, where it names it.
+  if (spare) env_copy.emplace_back("DTRUN_SPARE_FD=" + std::to_string(control[1]));
   for (auto& e : env_copy) envp.push_back(e.data());
   envp.push_back(nullptr);
 
@@ -132,6 +139,7 @@ void Supervisor::spawn(const WorkerSpec& spec, LogMux& mux) {
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
+    if (spare) fcntl(control[1], F_SETFD, 0);
     execve(argv[0], argv.data(), envp.data());
     int e = errno;
     ssize_t ignored = write(fail[1], &e, sizeof(e));
@@ -144,34 +152,139 @@ void Supervisor::spawn(const WorkerSpec& spec, LogMux& mux) {
   close(out[1]);
   close(err[1]);
   close(fail[1]);
+  if (spare) close(control[1]);
   int exec_errno = 0;
   ssize_t got = read(fail[0], &exec_errno, sizeof(exec_errno));
   close(fail[0]);
   children_.push_back(Child{.pid = pid,
                             .rank = spec.global_rank,
                             .local_rank = spec.local_rank,
+                            .spare = spare,
+                            .control = control[0],
                             .running = true,
                             .pidfd = pidfd});
   if (got == static_cast<ssize_t>(sizeof(exec_errno))) {
     close(out[0]);
     close(err[0]);
     if (log_fd >= 0) close(log_fd);
-    throw Error(ErrorCategory::kConfig, "cannot start '" + options_.program_path + "' for rank " +
-                                            std::to_string(spec.global_rank) + ": " +
-                                            std::strerror(exec_errno));
+    throw Error(ErrorCategory::kConfig,
+                "cannot start '" + options_.program_path + "' for " +
+                    (spare ? std::string("a spare") : "rank " + std::to_string(spec.global_rank)) +
+                    ": " + std::strerror(exec_errno));
   }
+  if (spare) {
+    // A spare's own output (a failure to import, say) until it becomes a worker.
+    mux.add(out[0], "[spare]: ", stdout, -1);
+    mux.add(err[0], "[spare]: ", stderr, -1);
+    return;
+  }
+  attach_output(out[0], err[0], log_fd, spec, mux);
+}
+
+void Supervisor::attach_output(int out, int err, int log_fd, const WorkerSpec& spec, LogMux& mux) {
   std::string prefix = "[rank " + std::to_string(spec.global_rank) + "]: ";
   const auto& shown = options_.console_local_ranks;
   const bool console =
       shown.empty() || std::find(shown.begin(), shown.end(), spec.local_rank) != shown.end();
-  mux.add(out[0], prefix, console && options_.console_stdout ? stdout : nullptr, log_fd);
-  mux.add(err[0], prefix, console && options_.console_stderr ? stderr : nullptr,
+  mux.add(out, prefix, console && options_.console_stdout ? stdout : nullptr, log_fd);
+  mux.add(err, prefix, console && options_.console_stderr ? stderr : nullptr,
           log_fd >= 0 ? dup(log_fd) : -1);
+}
+
+void Supervisor::add_spares(LogMux& mux) {
+  int idle = 0;
+  for (const auto& c : children_) idle += c.spare && c.running && c.control >= 0;
+  for (; idle < options_.spares; ++idle) {
+    try {
+      spawn(WorkerSpec{.global_rank = -1, .local_rank = -1, .env = options_.spare_env()}, mux,
+            true);
+    } catch (const Error& e) {
+      log::get("launcher")->warn("could not start a spare worker: {}", e.what());
+      return;
+    }
+  }
+}
+
+namespace {
+bool send_all(int fd, const char* data, std::size_t len) {
+  while (len > 0) {
+    const ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    len -= static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// python/rt_dist/spare.py reads it: "RTDS", the environment's length (u32,
+// little endian) carrying the worker's stdout and stderr, then the
+// environment as KEY=VALUE\0 entries.
+bool send_activation(int control, int out, int err, const std::string& env) {
+  char head[8] = {'R', 'T', 'D', 'S'};
+  const auto len = static_cast<std::uint32_t>(env.size());
+  for (int i = 0; i < 4; ++i) head[4 + i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  iovec iov{head, sizeof(head)};
+  alignas(cmsghdr) char space[CMSG_SPACE(2 * sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = space;
+  msg.msg_controllen = sizeof(space);
+  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
+  const int fds[2] = {out, err};
+  std::memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+  ssize_t n;
+  do {
+    n = sendmsg(control, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(sizeof(head)) && send_all(control, env.data(), env.size());
+}
+}  // namespace
+
+bool Supervisor::activate(std::size_t i, const WorkerSpec& spec, LogMux& mux) {
+  int out[2], err[2];
+  RTD_SYS_CHECK(pipe2(out, O_CLOEXEC), "pipe");
+  RTD_SYS_CHECK(pipe2(err, O_CLOEXEC), "pipe");
+  int log_fd = -1;
+  try {
+    log_fd = open_log(options_, spec.global_rank);
+  } catch (...) {
+    for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
+    throw;
+  }
+  std::string env;
+  for (const std::string& e : spec.env) env.append(e).push_back('\0');
+  if (options_.guard) env.append(options_.guard->tag_entry()).push_back('\0');
+  Child& c = children_[i];
+  const bool told = send_activation(c.control, out[1], err[1], env);
+  close(out[1]);
+  close(err[1]);
+  close(c.control);
+  c.control = -1;
+  if (!told) {  // it died meanwhile: it is reaped as a spare that ended
+    for (int fd : {out[0], err[0], log_fd})
+      if (fd >= 0) close(fd);
+    kill(-c.pid, SIGKILL);
+    return false;
+  }
+  c.spare = false;
+  c.rank = spec.global_rank;
+  c.local_rank = spec.local_rank;
+  attach_output(out[0], err[0], log_fd, spec, mux);
+  log::get("launcher")
+      ->info("worker rank {} is a spare made into it (pid {}), not a process started anew",
+             spec.global_rank, c.pid);
+  return true;
 }
 
 void Supervisor::start(const std::vector<WorkerSpec>& workers) {
   try {
     for (const auto& w : workers) spawn(w, mux_);
+    if (options_.replace) add_spares(mux_);
   } catch (...) {
     stop_all(SIGKILL);
     mux_.start();
@@ -195,6 +308,15 @@ int Supervisor::reap(bool block) {
       c.ended_wall = std::chrono::system_clock::now();
       if (c.pidfd >= 0) close(c.pidfd);
       c.pidfd = -1;
+      if (c.spare && c.control >= 0) close(c.control);
+      if (c.spare && !stopping_) {
+        log::get("launcher")
+            ->warn(
+                "a spare worker (pid {}) {} before it was needed (its output says why); "
+                "failed workers are started anew",
+                c.pid, describe(status));
+      }
+      if (c.spare) c.control = -1;
       ++reaped;
     }
   }
@@ -227,7 +349,7 @@ int consequence_rank(int status) {
 const Supervisor::Child* Supervisor::first_failure() const {
   const Child* first = nullptr;
   for (const auto& c : children_) {
-    if (c.running || c.replaced || exit_code_of(c.status) == 0) continue;
+    if (c.spare || c.running || c.replaced || exit_code_of(c.status) == 0) continue;
     if (!first || c.batch < first->batch ||
         (c.batch == first->batch && consequence_rank(c.status) < consequence_rank(first->status)))
       first = &c;
@@ -244,7 +366,8 @@ Outcome Supervisor::failure_outcome(const Child& first,
   // its consequences (a peer's collective aborting), so they come after it.
   std::vector<const Child*> then;
   for (const auto& c : children_) {
-    if (&c != &first && !c.running && !c.replaced && exit_code_of(c.status) != 0 && c.ended <= stop)
+    if (&c != &first && !c.spare && !c.running && !c.replaced && exit_code_of(c.status) != 0 &&
+        c.ended <= stop)
       then.push_back(&c);
   }
   std::sort(then.begin(), then.end(),
@@ -266,14 +389,23 @@ bool Supervisor::any_running() const {
   return false;
 }
 
+bool Supervisor::any_worker_running() const {
+  for (const auto& c : children_) {
+    if (c.running && !c.spare) return true;
+  }
+  return false;
+}
+
 void Supervisor::signal_workers(int sig) {
   for (const auto& c : children_) {
-    if (c.running) kill(c.pid, sig);
+    if (c.running && !c.spare) kill(c.pid, sig);
   }
 }
 
 void Supervisor::renumber(int first_rank) {
-  for (auto& c : children_) c.rank = first_rank + c.local_rank;
+  for (auto& c : children_) {
+    if (!c.spare) c.rank = first_rank + c.local_rank;
+  }
 }
 
 bool Supervisor::replace_failed() {
@@ -295,7 +427,15 @@ bool Supervisor::replace_failed() {
   }
   auto mux = std::make_unique<LogMux>();
   try {
-    for (const WorkerSpec& spec : *specs) spawn(spec, *mux);
+    for (const WorkerSpec& spec : *specs) {
+      bool made = false;
+      for (std::size_t i = 0; i < children_.size() && !made; ++i) {
+        const Child& c = children_[i];
+        made = c.spare && c.running && c.control >= 0 && activate(i, spec, *mux);
+      }
+      if (!made) spawn(spec, *mux);
+    }
+    add_spares(*mux);
   } catch (...) {
     mux->start();
     late_mux_.push_back(std::move(mux));
@@ -307,6 +447,7 @@ bool Supervisor::replace_failed() {
 }
 
 void Supervisor::stop_all(int sig) {
+  stopping_ = true;
   for (const auto& c : children_) {
     if (!c.running) continue;
     kill(-c.pid, sig);
@@ -340,6 +481,7 @@ void Supervisor::stop_all(int sig) {
 }
 
 void Supervisor::kill_groups() {
+  stopping_ = true;
   for (const auto& c : children_) {
     kill(-c.pid, SIGKILL);
     kill(-c.pid, SIGCONT);
@@ -368,10 +510,11 @@ Outcome Supervisor::watch(const StopCheck& stop_check, std::chrono::milliseconds
       join_output();
       return out;
     }
-    if (!any_running()) {
+    if (!any_worker_running()) {
       // Whatever a worker left running in its process group would hold the
-      // output pipes open; the job is over, so it goes too.
+      // output pipes open; the job is over, so it goes too, with the spares.
       kill_groups();
+      while (any_running()) reap(true);
       join_output();
       return Outcome{};
     }

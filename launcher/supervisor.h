@@ -44,6 +44,15 @@ struct SupervisorOptions {
   std::function<std::optional<std::vector<WorkerSpec>>(const std::vector<int>& local_ranks,
                                                        const std::string& why)>
       replace;
+  // Spares (--spare-workers, with replace): Python interpreters started
+  // beside the workers as `PROGRAM -m rt_dist.spare ARGS` (python/rt_dist/spare.py)
+  // that import torch and wait on a socket; a failed worker's replacement
+  // is a spare sent its environment and output pipes instead of a process
+  // started anew, and another spare is started behind it. spare_env: a
+  // spare's environment (the node's first worker's; the real one comes
+  // with the activation).
+  int spares = 0;
+  std::function<std::vector<std::string>()> spare_env;
 };
 
 enum class Ending { kSuccess, kWorkerFailed, kSignal, kStopRequested };
@@ -97,6 +106,8 @@ class Supervisor {
     int rank = 0;
     int local_rank = 0;
     bool replaced = false;  // failed, and started again alone (in-process recovery)
+    bool spare = false;     // a spare not yet made a worker (rank -1)
+    int control = -1;       // a spare's socket (-1: none)
     bool running = false;
     int status = 0;
     int pidfd = -1;  // readable when the worker ends (-1: kernel without pidfd_open)
@@ -104,7 +115,14 @@ class Supervisor {
     std::chrono::steady_clock::time_point ended;
     std::chrono::system_clock::time_point ended_wall;
   };
-  void spawn(const WorkerSpec& spec, LogMux& mux);
+  // Forks and execs a worker (or, spare, a spare with the program's args).
+  void spawn(const WorkerSpec& spec, LogMux& mux, bool spare = false);
+  // The output pipes' read ends of the worker of spec, to mux (and its log).
+  void attach_output(int out, int err, int log_fd, const WorkerSpec& spec, LogMux& mux);
+  // Spares up to options_.spares; one that cannot be started is logged.
+  void add_spares(LogMux& mux);
+  // Makes children_[i], a spare, the worker of spec; false: it could not be told.
+  bool activate(std::size_t i, const WorkerSpec& spec, LogMux& mux);
   // The failed workers started again alone (options_.replace); false: not.
   bool replace_failed();
   void join_output();
@@ -119,12 +137,14 @@ class Supervisor {
   Outcome failure_outcome(const Child& first, std::chrono::steady_clock::time_point stop) const;
   void stop_all(int sig);
   bool any_running() const;
+  bool any_worker_running() const;  // not counting spares
   // SIGKILL to every worker's process group (a stopped member is woken to die).
   void kill_groups();
 
   SupervisorOptions options_;
   std::vector<Child> children_;
   int batches_ = 0;
+  bool stopping_ = false;  // the spares' ends from here on are dtrun's doing
   LogMux mux_;
   std::vector<std::unique_ptr<LogMux>> late_mux_;  // the replacements' output
 };

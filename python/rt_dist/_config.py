@@ -82,6 +82,13 @@ TABLE: tuple[Var, ...] = (
         "backend", ("0", "1")),
     Var("LOCAL_WORLD_SIZE", "", "count", "rt_dist.torch",
         "the workers of this node: `HostAdamW` divides this process's cores among them"),
+    Var("DTRUN_SPARE_FD", "", "file descriptor", "rt_dist.spare",
+        "set by dtrun in a spare worker (`--spare-workers`, docs/recovery.md): its socket to "
+        "dtrun, on which it waits to be told whose worker it becomes"),
+    Var("RTD_SPARE_IMPORTS", "", "module names", "rt_dist.spare",
+        "a spare worker (`dtrun --spare-workers`) imports these modules (comma-separated) "
+        "ahead of need, besides torch and rt_dist.torch, which it always tries; a module that "
+        "fails to import ends the spare, saying why"),
 )
 
 _BY_NAME = {v.name: v for v in TABLE}

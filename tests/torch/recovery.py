@@ -9,14 +9,23 @@ weights and optimizer state; rank 0 says how long the job took from the kill
 to its next completed step. Device: cpu, or cuda (LOCAL_RANK's GPU).
   recovery.py WHERE KILL_RANK KILL_STEP STEPS DEVICE
 RECOVERY_LAYERS=L RECOVERY_SIZE=H: L hidden layers of H^2 (default 1 of 64^2).
+RECOVERY_META=1: a worker that receives its state (recovery.receives_state())
+builds the model on the meta device, then to_empty on its own.
+Each process prints how long its start took: its process's age at the
+script's first line (the interpreter's start; a spare's wait), the imports,
+the device, the model and optimizer, the group.
 """
 
+import time
+
+began = time.time()  # the script's first line (a spare's process is older: rt_dist.spare)
+
+# ruff: noqa: E402 - the imports below are timed as the start's
 import hashlib
 import logging
 import os
 import signal
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -24,26 +33,47 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from rt_dist.torch import recovery
 
+imported = time.time()
+
+
+def process_age_at(t):
+    """Seconds from this process's creation (its exec: the interpreter's start) to t."""
+    with open("/proc/self/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/stat") as f:
+        boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+    return t - (boot + ticks / os.sysconf("SC_CLK_TCK"))
+
 where, kill_rank, kill_step, steps, device = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
 size = int(os.environ.get("RECOVERY_SIZE", "64"))
 if device == "cuda":
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     device = f"cuda:{torch.cuda.current_device()}"
+    torch.zeros(1, device=device)  # the context made and the allocator started: "device"
+placed = time.time()
 stamp = os.path.join(os.environ.get("RECOVERY_DIR", "."), "killed_at")
 logging.basicConfig(format="%(asctime)s %(message)s")  # rt_dist.recovery's lines, timed
 
 torch.manual_seed(0)
-hidden = [m for _ in range(int(os.environ.get("RECOVERY_LAYERS", "1")))
-          for m in (torch.nn.Linear(size, size), torch.nn.GELU())]
-model = torch.nn.Sequential(torch.nn.Linear(32, size), torch.nn.GELU(), *hidden,
-                            torch.nn.Linear(size, 8)).to(device)
+meta = os.environ.get("RECOVERY_META", "0") == "1" and recovery.receives_state()
+with torch.device("meta" if meta else "cpu"):
+    hidden = [m for _ in range(int(os.environ.get("RECOVERY_LAYERS", "1")))
+              for m in (torch.nn.Linear(size, size), torch.nn.GELU())]
+    model = torch.nn.Sequential(torch.nn.Linear(32, size), torch.nn.GELU(), *hidden,
+                                torch.nn.Linear(size, 8))
+model = model.to_empty(device=device) if meta else model.to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+built = time.time()
 job = recovery.Job([model, optimizer])
 rank, world = dist.get_rank(), dist.get_world_size()
 made = time.time()
 print(f"rank {rank} pid {os.getpid()} generation {job.generation} (group made at "
       f"{time.strftime('%H:%M:%S', time.localtime(made))}.{int(made * 1000) % 1000:03d})",
       flush=True)
+print(f"rank {rank} generation {job.generation} started: its process {process_age_at(began):.2f} s "
+      f"old at the script's first line, then imports {imported - began:.2f} s, device "
+      f"{placed - imported:.2f}, model{' (meta)' if meta else ''} {built - placed:.2f}, group "
+      f"{made - built:.2f}", flush=True)
 if rank == 0 and job.generation == 0:
     print(f"{sum(p.numel() for p in model.parameters())} parameters", flush=True)
 
@@ -106,12 +136,24 @@ if job.replacement:
           flush=True)
 ddp = build()
 recovered_at = None
+step_s = None  # the last step's time before the kill, on the survivors
+
+
+def since_kill():
+    with open(stamp) as f:
+        return time.time() - float(f.read())
+
+
 while step < steps:
     try:
+        began_step = time.time()
         loss = train_step(ddp, step)
         step += 1
+        if recovered_at is None:
+            step_s = time.time() - began_step
     except Exception as e:  # noqa: BLE001 - recover() raises it again when it must
-        print(f"rank {rank} caught at step {step}: {str(e).splitlines()[0][:200]}", flush=True)
+        print(f"rank {rank} caught at step {step}, {since_kill():.2f} s after the kill: "
+              f"{str(e).splitlines()[0][:200]}", flush=True)
         ddp = None
         step = job.recover(e, step)
         ddp = build()
@@ -120,10 +162,8 @@ while step < steps:
               f"{step}", flush=True)
         continue
     if recovered_at is not None and step == recovered_at + 1 and rank == min({0, 1} - {kill_rank}):
-        with open(stamp) as f:
-            killed = float(f.read())
-        print(f"from the kill to the next completed step: {time.time() - killed:.2f} s",
-              flush=True)
+        print(f"from the kill to the next completed step: {since_kill():.2f} s (a step before "
+              f"the kill: {step_s:.2f} s)", flush=True)
     if step % 10 == 0 and rank == 0:
         print(f"step {step} loss {loss:.6f}", flush=True)
 

@@ -7,15 +7,21 @@
 # DEVICE cuda: on GPUs (the rtd backend over NCCL), 2 workers; with one GPU,
 # two dtruns on this host (--nnodes=2, a worker each), both on GPU 0, told
 # apart as NCCL hosts (NCCL_HOSTID) so that NCCL takes two ranks on one GPU.
+# A case marked "meta" builds the replacement's model on the meta device
+# (RECOVERY_META=1, recovery.receives_state()); one marked "spare" runs
+# dtrun --spare-workers=1: the replacement is the spare made into the worker.
 # TIME_LAYERS=L TIME_SIZE=H: also time a loss of a larger model (L layers of
-# H^2); TIME_ONLY=1: only that, its whole log printed.
+# H^2): as it is, meta, and meta with a spare; TIME_ONLY=1: only those, their
+# whole logs printed.
 #   tests/torch/recovery.sh PYTHON DTRUN [DEVICE]
 set -u
 python=$1 dtrun=$2 device=${3:-cpu}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/need_torch.sh"
 need_torch "$python"
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+out=$(mktemp -d)
+# KEEP_LOGS=DIR: every run's log kept there.
+trap '[ -n "${KEEP_LOGS:-}" ] && mkdir -p "$KEEP_LOGS" && cp -a "$out"/. "$KEEP_LOGS"/; rm -rf "$out"' EXIT
 export TORCH_CPP_LOG_LEVEL=ERROR PYTHONWARNINGS=ignore
 fail=0
 steps=20
@@ -54,8 +60,9 @@ check() {  # what, substring, log
   if grep -qF -- "$2" "$out/$3"; then echo "ok: $1"; else echo "FAILED: $1 (no '$2')"; fail=1; fi
 }
 
-sizes="2 3" cases=("2 before 1" "2 after 0" "3 inside 0" "3 after 2" "3 before 1")
-[ "$device" = cuda ] && sizes=2 cases=("2 before 1" "2 inside 0" "2 after 0")
+sizes="2 3" cases=("2 before 1" "2 after 0 meta" "3 inside 0 spare" "3 after 2" "3 before 1"
+                  "2 before 1 meta spare")
+[ "$device" = cuda ] && sizes=2 cases=("2 before 1" "2 inside 0 meta" "2 after 0 spare")
 [ "${TIME_ONLY:-0}" = 1 ] && sizes="" cases=()
 for n in $sizes; do
   flags=""; [ $n = 3 ] && flags=--recovery=in-process  # the plain path, and Job without a loss
@@ -63,10 +70,17 @@ for n in $sizes; do
   [ "$(digests plain$n | wc -l)" = 1 ] || { echo "FAILED: the ranks of the unbroken run differ"; fail=1; }
 done
 
-# n, where, the rank killed
+# Whether the case's marks ($4...) hold a word.
+marked() { case " $marks " in *" $1 "*) echo 1 ;; *) echo 0 ;; esac; }
+# dtrun's flags for RECOVERY_META=$1, spare $2.
+recovery_flags() { echo "--recovery=in-process$([ "$2" = 1 ] && echo " --spare-workers=1")"; }
+
+# n, where, the rank killed, marks
 for c in "${cases[@]}"; do
-  set -- $c; n=$1 where=$2 victim=$3 log="kill-$1-$2-$3"
-  if run $log $n --recovery=in-process $where $victim 8; then
+  set -- $c; n=$1 where=$2 victim=$3; shift 3; marks="$*"
+  meta=$(marked meta) spare=$(marked spare)
+  log="kill-$n-$where-$victim${marks:+-${marks// /-}}"
+  if RECOVERY_META=$meta run $log $n "$(recovery_flags $meta $spare)" $where $victim 8; then
     echo "ok: $n workers, rank $victim killed $where a collective: the job finished"
   else
     echo "FAILED: $n workers, rank $victim killed $where: the job failed"; cat "$out/$log"; fail=1; continue
@@ -74,6 +88,21 @@ for c in "${cases[@]}"; do
   check "$log: dtrun started rank $victim again alone" \
     "worker rank $victim was killed by signal 9 (Killed); starting it again alone, in generation 1" $log
   check "$log: the replacement resumed from a survivor's step" "rank $victim joined generation 1: resuming after step" $log
+  [ "$meta" = 1 ] && check "$log: the replacement built its model on the meta device" \
+    "rank $victim generation 1 started" $log && check "$log: (the meta device)" "model (meta)" $log
+  if [ "$spare" = 1 ]; then
+    made=$(grep -o "worker rank $victim is a spare made into it (pid [0-9]*)" "$out/$log" |
+      grep -o "[0-9]*)" | tr -d ')')
+    ran=$(grep -o "rank $victim pid [0-9]* generation 1" "$out/$log" | awk '{print $4}')
+    if [ -n "$made" ] && [ "$made" = "$ran" ]; then
+      echo "ok: $log: the replacement was the spare (pid $made)"
+    else
+      echo "FAILED: $log: the replacement (pid '$ran') was not the spare (pid '$made')"; fail=1
+    fi
+    # dtrun ends the spare it started behind the one it used with the job.
+    pgrep -f "rt_dist.spare .*recovery.py" >/dev/null &&
+      { echo "FAILED: $log: a spare outlived the job"; fail=1; }
+  fi
   for r in $(seq 0 $((n - 1))); do
     [ "$r" = "$victim" ] && continue
     lines=$(grep -c "rank $r pid" "$out/$log")
@@ -90,12 +119,31 @@ for c in "${cases[@]}"; do
   grep -h "from the kill" "$out/$log" | sed "s/^/  $log: /"
 done
 
+# A spare that cannot start (a module it cannot import) is named; the loss
+# is recovered as without it, by a worker started anew.
+if [ "${TIME_ONLY:-0}" != 1 ] && [ "$device" = cpu ]; then
+  RTD_SPARE_IMPORTS=no_such_module_for_a_spare run spare-broken 2 \
+    "--recovery=in-process --spare-workers=1" before 1 8 ||
+    { echo "FAILED: a broken spare failed the job"; cat "$out/spare-broken"; fail=1; }
+  check "a spare that cannot start is named" "a spare worker (pid" spare-broken
+  check "  (and why)" "No module named 'no_such_module_for_a_spare'" spare-broken
+  grep -q "is a spare made into it" "$out/spare-broken" &&
+    { echo "FAILED: a spare that had ended was made a worker"; fail=1; }
+  [ "$(digests spare-broken)" = "$(digests plain2)" ] &&
+    echo "ok: without its spare the job recovered to the unbroken run's weights" ||
+    { echo "FAILED: spare-broken: digests $(digests spare-broken)"; fail=1; }
+fi
+
 if [ -n "${TIME_LAYERS:-}" ]; then
-  RECOVERY_LAYERS=$TIME_LAYERS RECOVERY_SIZE=${TIME_SIZE:-4096} steps=12 \
-    run time 2 --recovery=in-process before 1 6 ||
-    { echo "FAILED: the timed loss"; tail -30 "$out/time"; fail=1; }
-  grep -h "parameters\|from the kill\|recovered in generation" "$out/time" | sed "s/^/  time: /"
-  [ "${TIME_ONLY:-0}" = 1 ] && cat "$out/time"
+  for variant in "0 0" "1 0" "1 1"; do  # meta, spare
+    set -- $variant; name="time-meta$1-spare$2"
+    RECOVERY_META=$1 RECOVERY_LAYERS=$TIME_LAYERS RECOVERY_SIZE=${TIME_SIZE:-4096} steps=12 \
+      run $name 2 "$(recovery_flags $1 $2)" before 1 6 ||
+      { echo "FAILED: the timed loss ($name)"; tail -30 "$out/$name"; fail=1; }
+    grep -h "parameters\|from the kill\|recovered in generation\| started: \|spare made\|caught at" \
+      "$out/$name" | sed "s/^/  $name: /"
+    [ "${TIME_ONLY:-0}" = 1 ] && cat "$out/$name"
+  done
 fi
 [ "$device" = cuda ] && exit $fail  # the cases below are of arithmetic and flags, not devices
 

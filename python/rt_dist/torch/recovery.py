@@ -45,7 +45,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["Job"]
+__all__ = ["Job", "receives_state"]
 
 _log = logging.getLogger("rt_dist.recovery")
 
@@ -87,6 +87,19 @@ def _build(obj: Any, tensors: list[torch.Tensor], device: torch.device) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(_build(v, tensors, device) for v in obj)
     return obj
+
+
+def receives_state() -> bool:
+    """Whether this worker will receive its modules' and optimizers' state
+    from a survivor (a replacement, or a worker of a node that joins): it
+    may then build its model on the meta device and ``to_empty`` it onto
+    its own, skipping an initialization whose values ``resume`` overwrites
+    (on a large model most of a replacement's start). False outside
+    ``dtrun --recovery=in-process``."""
+    from rt_dist.torch import _extension
+
+    info = _extension().job_info()
+    return bool(info["recovery"]) and (info["generation"] > 0 or bool(info["joining"]))
 
 
 class Job:

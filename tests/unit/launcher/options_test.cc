@@ -284,6 +284,29 @@ TEST(Options, RecoveryFlag) {
   expect_error({"--recovery=", "prog"}, "--recovery");
 }
 
+// Spares: a count, in-process recovery, a Python program.
+TEST(Options, SpareWorkersNeedInProcessRecoveryAndPython) {
+  EXPECT_EQ(parse({"prog"}).options->spare_workers, 0);
+  ParseResult r = parse({"--recovery=in-process", "--spare-workers=2", "train.py"});
+  ASSERT_TRUE(r.options.has_value()) << r.message;
+  EXPECT_EQ(r.options->spare_workers, 2);
+  EXPECT_EQ(r.options->program, "python3");
+  EXPECT_TRUE(parse({"--recovery=in-process", "--spare-workers=1", "/opt/venv/bin/python3.11", "-m",
+                     "pkg.train"})
+                  .options.has_value());
+  EXPECT_TRUE(
+      parse({"--recovery=in-process", "--spare-workers=1", "-m", "pkg.train"}).options.has_value());
+  expect_error({"--spare-workers=1", "train.py"}, "give --recovery=in-process too");
+  expect_error({"--recovery=in-process", "--spare-workers=1", "./trainer"},
+               "--spare-workers needs a Python program");
+  expect_error({"--recovery=in-process", "--spare-workers=1", "--no-python", "run.py"},
+               "'run.py' is not a Python interpreter");
+  expect_error({"--recovery=in-process", "--spare-workers=-1", "train.py"}, "--spare-workers");
+  expect_error({"--recovery=in-process", "--spare-workers=65", "train.py"}, "--spare-workers");
+  expect_error({"--recovery=in-process", "--spare-workers=two", "train.py"}, "--spare-workers");
+  expect_error({"--recovery=in-process", "--spare-workers=", "train.py"}, "--spare-workers");
+}
+
 // The etcd backend: the members in --rdzv, a job id, no --node-rank.
 TEST(Options, EtcdBackendTakesTheMembersAndAJobId) {
   ParseResult r = parse({"--nnodes=2:4", "--rdzv-backend=etcd-v2",
