@@ -11,6 +11,7 @@ to its next completed step. Device: cpu, or cuda (LOCAL_RANK's GPU).
 RECOVERY_LAYERS=L RECOVERY_SIZE=H: L hidden layers of H^2 (default 1 of 64^2).
 RECOVERY_META=1: a worker that receives its state (recovery.receives_state())
 builds the model on the meta device, then to_empty on its own.
+RECOVERY_INIT_SYNC=0: DDP(init_sync=False), the Job having made the weights equal.
 Each process prints how long its start took: its process's age at the
 script's first line (the interpreter's start; a spare's wait), the imports,
 the device, the model and optimizer, the group.
@@ -111,7 +112,9 @@ def hook(_state, bucket):
 
 
 def build():
-    ddp = DDP(model, bucket_cap_mb=1)
+    # RECOVERY_INIT_SYNC=0: DDP skips its broadcast of the weights, which the
+    # Job has just made equal (resume, recover).
+    ddp = DDP(model, bucket_cap_mb=1, init_sync=os.environ.get("RECOVERY_INIT_SYNC", "1") == "1")
     ddp.register_comm_hook(None, hook)
     return ddp
 

@@ -135,9 +135,10 @@ if [ "${TIME_ONLY:-0}" != 1 ] && [ "$device" = cpu ]; then
 fi
 
 if [ -n "${TIME_LAYERS:-}" ]; then
-  for variant in "0 0" "1 0" "1 1"; do  # meta, spare
-    set -- $variant; name="time-meta$1-spare$2"
-    RECOVERY_META=$1 RECOVERY_LAYERS=$TIME_LAYERS RECOVERY_SIZE=${TIME_SIZE:-4096} steps=12 \
+  # TIME_VARIANTS: "META,SPARE,INIT_SYNC ..." (DDP's own broadcast of the weights: 1).
+  for variant in ${TIME_VARIANTS:-0,0,1 1,0,1 1,1,1}; do
+    set -- ${variant//,/ }; name="time-meta$1-spare$2-sync$3"
+    RECOVERY_INIT_SYNC=$3 RECOVERY_META=$1 RECOVERY_LAYERS=$TIME_LAYERS RECOVERY_SIZE=${TIME_SIZE:-4096} steps=12 \
       run $name 2 "$(recovery_flags $1 $2)" before 1 6 ||
       { echo "FAILED: the timed loss ($name)"; tail -30 "$out/$name"; fail=1; }
     grep -h "parameters\|from the kill\|recovered in generation\| started: \|spare made\|caught at" \
