@@ -38,6 +38,12 @@ struct BackendConfig {
   bool high_priority_stream = true;
 };
 
+// A group's options as torch.distributed copies them (split_group deep-copies
+// the parent's): the timeout, with the name and description torch sets.
+struct OptionsRTD : c10d::Backend::Options {
+  explicit OptionsRTD(std::chrono::milliseconds timeout) : Options("rtd", timeout) {}
+};
+
 class BackendRTD : public c10d::Backend {
  public:
   BackendRTD(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
@@ -101,6 +107,19 @@ class BackendRTD : public c10d::Backend {
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  // New groups from this one (backend_groups.cc): split_group's, and
+  // shrink_group's without the excluded ranks (on this group's store: it
+  // must outlive them, as dtrun's job store does and torch's TCPStore, in
+  // rank 0's process, does not).
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  bool supportsSplitting() const override { return true; }
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude,
+                                           int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& opts) override;
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return calls_; }
 
@@ -179,6 +198,13 @@ class BackendRTD : public c10d::Backend {
                                                 const at::Tensor& t, int peer);
   uint64_t calls_ = 0;
   uint64_t monitored_rounds_ = 0;
+  std::mutex groups_mu_;  // the groups made from this one
+  // The last split (not kept alive by this one), its store (alive while it
+  // is: it holds it) and ranks.
+  std::optional<c10::weak_intrusive_ptr<c10d::Backend>> last_split_;
+  const c10d::Store* last_split_store_ = nullptr;
+  std::vector<int> last_split_ranks_;
+  int shrinks_ = 0;
 };
 
 }  // namespace rtd_torch

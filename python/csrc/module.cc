@@ -27,6 +27,8 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("copy_engines") = false, py::arg("high_priority_stream") = true)
+      .def_property_readonly("options", &BackendRTD::getBackendOptions,
+                             "the group's options (its timeout), as split_group copies them")
       .def_property_readonly("calls", &BackendRTD::calls,
                              "operations launched through librt_dist (for tests)")
       .def(
@@ -34,6 +36,20 @@ PYBIND11_MODULE(_C, m) {
           py::call_guard<py::gil_scoped_release>(),
           "raises the failure of the group's communicators (an asynchronous NCCL error, an "
           "abort), if one failed");
+  using rtd_torch::OptionsRTD;
+  py::class_<OptionsRTD, c10d::Backend::Options, c10::intrusive_ptr<OptionsRTD>>(
+      m, "OptionsRTD", "an rtd group's options (torch.distributed.Backend.Options)")
+      .def(py::init([](std::chrono::milliseconds timeout) {
+             return c10::make_intrusive<OptionsRTD>(timeout);
+           }),
+           py::arg("timeout"))
+      .def("__deepcopy__", [](const OptionsRTD& o, const py::dict&) {
+        auto copy = c10::make_intrusive<OptionsRTD>(o.timeout);
+        copy->group_name = o.group_name;
+        copy->group_desc = o.group_desc;
+        copy->global_ranks_in_group = o.global_ranks_in_group;
+        return copy;
+      });
   using rtd_torch::JobStore;
   py::class_<JobStore, c10d::Store, c10::intrusive_ptr<JobStore>>(
       m, "JobStore", "dtrun's store under this worker's round: it outlives every rank")

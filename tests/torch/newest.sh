@@ -35,6 +35,7 @@ run() {  # name, expect, [env...] --, run.sh arguments...: exits 0 (a name *_ref
 run collectives "checks passed on 2 ranks" -- torchrun 2 collectives.py cpu
 run train "all agree after 20 steps on 2 ranks" -- torchrun 2 train.py cpu 20
 run mesh "mesh: ok" -- torchrun 4 mesh.py
+run groups "checks passed (rank 0)" -- torchrun 3 groups.py cpu
 run host_adamw "host_adamw on rtd: ok" -- torchrun 2 host_adamw.py rtd
 run python_impl_refused "ValueError: rt_dist: RTD_TORCH_IMPL=python needs torch 2.11" RTD_TORCH_IMPL=python -- \
   torchrun 2 collectives.py cpu
