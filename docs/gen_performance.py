@@ -5,6 +5,8 @@ project's performance figures live:
                                               # needs or the page is stale
     python3 docs/gen_performance.py --check --claims FILE   # another claims file
     ... --require-history   # exit 77 (skipped) where the history is not at hand
+claims.json's "pages" names each topic's page, where a block between two
+marker lines (block_marks) gets the topic's current figures.
 A claim needs its value, an anchor (name and value, from the same run), the
 hardware, date, commit, the command that reproduces it and where its raw
 results are: REV:PATH (a commit of this repository's history that holds
@@ -115,12 +117,56 @@ def page(claims: list) -> str:
     return "\n".join(lines)
 
 
+def block_marks(topic: str) -> tuple[str, str]:
+    return (f"<!-- figures of {topic}: generated from docs/claims.json by "
+            "docs/gen_performance.py; edit the claims, not these lines -->",
+            f"<!-- end of the figures of {topic} -->")
+
+
+def figures(topic: str, claims: list) -> str:
+    """A topic page's table of its current figures (each links to its claim)."""
+    mine = [c for c in claims if c["topic"] == topic]
+    if not mine:
+        return ("No figure of this topic is current: none was measured with its anchor "
+                "since the claims began (earlier runs: `git show 411ccc3:docs/benchmarks.md`).")
+    lines = ["| claim | value | anchor (same run) | hardware, date |", "|---|---|---|---|"]
+    for c in mine:
+        a = c["anchor"]
+        lines.append(f"| {c['claim']} ([{c['id']}](performance.md#{c['id']})) | "
+                     f"**{c['value']}** | {a['name']}: {a['value']} | "
+                     f"{c['hardware']}, {c['date']} |")
+    return "\n".join(lines)
+
+
+def topic_pages(pages: dict, claims: list) -> tuple[dict, list]:
+    """Each topic page's text with its figures block rewritten, and what is wrong."""
+    texts, bad = {}, []
+    for topic in sorted({c["topic"] for c in claims} - set(pages)):
+        bad.append(f"topic {topic!r} has no page in claims.json's \"pages\"")
+    for topic, name in sorted(pages.items()):
+        path = os.path.join(HERE, name)
+        text = texts.get(path) or (open(path).read() if os.path.exists(path) else None)
+        begin, end = block_marks(topic)
+        if text is None or begin not in text or end not in text:
+            bad.append(f"docs/{name} has no figures block for {topic!r}: put the two lines\n"
+                       f"    {begin}\n    {end}\n  where its figures go")
+            continue
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
+        texts[path] = f"{head}{begin}\n{figures(topic, claims)}\n{end}{tail}"
+    return texts, bad
+
+
 def main() -> int:
     args = sys.argv[1:]
     path = args[args.index("--claims") + 1] if "--claims" in args else CLAIMS
     with open(path) as f:
-        claims = json.load(f)["claims"]
+        data = json.load(f)
+    claims = data["claims"]
     bad = problems(claims)
+    # A claims file without "pages" (the tests' small ones) is checked alone.
+    texts, page_problems = topic_pages(data["pages"], claims) if "pages" in data else ({}, [])
+    bad += page_problems
     history = history_at_hand()
     if not history and "--require-history" in args:
         print("gen_performance: skipped: the raw results' citations need the repository's "
@@ -134,8 +180,11 @@ def main() -> int:
     text = page(claims)
     if "--check" in args:
         current = open(PAGE).read() if os.path.exists(PAGE) else ""
-        if current != text:
-            print("gen_performance: docs/performance.md is stale: "
+        stale = ["docs/performance.md"] if current != text else []
+        stale += [f"docs/{os.path.basename(p)}" for p, t in sorted(texts.items())
+                  if open(p).read() != t]
+        if stale:
+            print(f"gen_performance: {', '.join(stale)} stale: "
                   "run python3 docs/gen_performance.py")
             return 1
         print(f"gen_performance: {len(claims)} claims, each with its anchor, command and commit; "
@@ -144,7 +193,11 @@ def main() -> int:
         return 0
     with open(PAGE, "w") as f:
         f.write(text)
-    print(f"gen_performance: wrote docs/performance.md ({len(claims)} claims)")
+    for p, t in texts.items():
+        with open(p, "w") as f:
+            f.write(t)
+    print(f"gen_performance: wrote docs/performance.md ({len(claims)} claims) and the figures "
+          f"of {len(data.get('pages', {}))} topics in their pages")
     return 0
 
 

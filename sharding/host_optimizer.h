@@ -1,5 +1,5 @@
 // HostOptimizer: the offloaded part of rtd::FSDP (FSDPOptions::offload,
-// docs/sharding.md "Offload"). It holds in host memory the fp32 master
+// docs/offload.md). It holds in host memory the fp32 master
 // shards, AdamW's moments, the reduced gradient shards and the parameter
 // shards in the compute dtype; it copies each unit's reduced gradient in from
 // the GPU as soon as its reduction is done, steps AdamW for the unit on the

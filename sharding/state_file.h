@@ -1,6 +1,6 @@
 // StateFile: the offloaded optimizer's fp32 states (master shard, first and
 // second moments) of every unit in one file on a local disk (Offload::kNvme,
-// docs/sharding.md "Offload"), with a window of a few units in host memory.
+// docs/offload.md), with a window of a few units in host memory.
 // The host AdamW asks for a unit (acquire), steps it, and gives it back
 // (release: written back in the background); prefetch reads the unit it
 // will ask for next while it steps this one.

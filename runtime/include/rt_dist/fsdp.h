@@ -44,7 +44,7 @@ std::string_view to_string(ShardStrategy strategy);
 // "zero1", "zero2", "zero3", "hybrid"; false for anything else.
 bool parse_shard_strategy(std::string_view text, ShardStrategy* out);
 
-// Where the model states live (docs/sharding.md "Offload"). kOptimizer: the
+// Where the model states live (docs/offload.md). kOptimizer: the
 // fp32 master shards, AdamW's moments and the reduced gradient shards in host
 // memory, AdamW stepped on the CPU; the GPU keeps the parameter shards in the
 // compute dtype. kParameters (kZero3, kHybrid): those parameter shards on the
