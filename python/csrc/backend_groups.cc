@@ -2,10 +2,9 @@
 // and shrink (torch.distributed.shrink_group). Neither is a collective here:
 // the new backend makes its communicators at its first call, on its own
 // store keys, with the ranks that are in it.
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-
 #include <algorithm>
 #include <string>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "backend.h"
 
@@ -24,9 +23,9 @@ c10::intrusive_ptr<c10d::Backend::Options> BackendRTD::getBackendOptions() {
   return c10::make_intrusive<OptionsRTD>(timeout_);
 }
 
-c10::intrusive_ptr<c10d::Backend> BackendRTD::split(
-    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
-    const c10::intrusive_ptr<Options>& opts) {
+c10::intrusive_ptr<c10d::Backend> BackendRTD::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    const std::vector<int>& ranks,
+                                                    const c10::intrusive_ptr<Options>& opts) {
   std::lock_guard<std::mutex> lock(groups_mu_);
   // torch asks once per device type this backend serves (CPU and CUDA), with
   // the same store: one backend answers both, or the two would make their
