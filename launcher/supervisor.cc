@@ -308,15 +308,16 @@ int Supervisor::reap(bool block) {
       c.ended_wall = std::chrono::system_clock::now();
       if (c.pidfd >= 0) close(c.pidfd);
       c.pidfd = -1;
-      if (c.spare && c.control >= 0) close(c.control);
-      if (c.spare && !stopping_) {
-        log::get("launcher")
-            ->warn(
-                "a spare worker (pid {}) {} before it was needed (its output says why); "
-                "failed workers are started anew",
-                c.pid, describe(status));
+      if (c.spare) {
+        if (c.control >= 0) close(c.control);
+        c.control = -1;
+        if (!stopping_)
+          log::get("launcher")
+              ->warn(
+                  "a spare worker (pid {}) {} before it was needed (its output says why); "
+                  "failed workers are started anew",
+                  c.pid, describe(status));
       }
-      if (c.spare) c.control = -1;
       ++reaped;
     }
   }

@@ -72,15 +72,15 @@ done
 
 # Whether the case's marks ($4...) hold a word.
 marked() { case " $marks " in *" $1 "*) echo 1 ;; *) echo 0 ;; esac; }
-# dtrun's flags for RECOVERY_META=$1, spare $2.
-recovery_flags() { echo "--recovery=in-process$([ "$2" = 1 ] && echo " --spare-workers=1")"; }
+# dtrun's flags, with a spare when $1 is 1.
+recovery_flags() { echo "--recovery=in-process$([ "$1" = 1 ] && echo " --spare-workers=1")"; }
 
 # n, where, the rank killed, marks
 for c in "${cases[@]}"; do
   set -- $c; n=$1 where=$2 victim=$3; shift 3; marks="$*"
   meta=$(marked meta) spare=$(marked spare)
   log="kill-$n-$where-$victim${marks:+-${marks// /-}}"
-  if RECOVERY_META=$meta run $log $n "$(recovery_flags $meta $spare)" $where $victim 8; then
+  if RECOVERY_META=$meta run $log $n "$(recovery_flags $spare)" $where $victim 8; then
     echo "ok: $n workers, rank $victim killed $where a collective: the job finished"
   else
     echo "FAILED: $n workers, rank $victim killed $where: the job failed"; cat "$out/$log"; fail=1; continue
@@ -139,7 +139,7 @@ if [ -n "${TIME_LAYERS:-}" ]; then
   for variant in ${TIME_VARIANTS:-0,0,1 1,0,1 1,1,1}; do
     set -- ${variant//,/ }; name="time-meta$1-spare$2-sync$3"
     RECOVERY_INIT_SYNC=$3 RECOVERY_META=$1 RECOVERY_LAYERS=$TIME_LAYERS RECOVERY_SIZE=${TIME_SIZE:-4096} steps=12 \
-      run $name 2 "$(recovery_flags $1 $2)" before 1 6 ||
+      run $name 2 "$(recovery_flags $2)" before 1 6 ||
       { echo "FAILED: the timed loss ($name)"; tail -30 "$out/$name"; fail=1; }
     grep -h "parameters\|from the kill\|recovered in generation\| started: \|spare made\|caught at" \
       "$out/$name" | sed "s/^/  $name: /"
