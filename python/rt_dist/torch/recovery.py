@@ -99,7 +99,12 @@ def receives_state() -> bool:
     from rt_dist.torch import _extension
 
     info = _extension().job_info()
-    return bool(info["recovery"]) and (info["generation"] > 0 or bool(info["joining"]))
+    return bool(info["recovery"]) and _starts_without_state(info)
+
+
+def _starts_without_state(info: dict) -> bool:
+    """A replacement (a later generation) or a joining node's worker."""
+    return info["generation"] > 0 or bool(info["joining"])
 
 
 class Job:
@@ -136,7 +141,7 @@ class Job:
         # A replacement, a joining node's worker, or a worker of a later round
         # agree on the state before their first step; the first two have none.
         self.replacement: bool = self.generation > 0 or (self.enabled and info["round"] > 0)
-        self._has_state = self.generation == 0 and not info["joining"]
+        self._has_state = not _starts_without_state(info)
         self._watch_lock = threading.Lock()
         self._watched = -1  # the generation the watch aborts on; -1: disarmed
         self._aborted = -1  # the generation the watch aborted
