@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <mutex>
 
+#include "launcher/write_all.h"
+
 namespace rtd::launcher {
 namespace {
 std::mutex g_out_mu;  // dtrun's own stdout/stderr are shared by all streams
@@ -26,18 +28,6 @@ void LogMux::start() {
 void LogMux::join() {
   if (thread_.joinable()) thread_.join();
 }
-
-namespace {
-void write_all(int fd, const char* data, std::size_t len) {
-  std::size_t off = 0;
-  while (off < len) {
-    ssize_t n = write(fd, data + off, len - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    off += static_cast<std::size_t>(n);
-  }
-}
-}  // namespace
 
 void LogMux::emit(Stream& s, const char* data, std::size_t len) {
   s.partial.append(data, len);

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "launcher/signals.h"
+#include "launcher/write_all.h"
 #include "rt_dist/error.h"
 #include "runtime/core/check.h"
 #include "runtime/core/log.h"
@@ -206,17 +207,6 @@ void Supervisor::add_spares(LogMux& mux) {
 }
 
 namespace {
-bool send_all(int fd, const char* data, std::size_t len) {
-  while (len > 0) {
-    const ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    len -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
 // python/rt_dist/spare.py reads it: "RTDS", the environment's length (u32,
 // little endian) carrying the worker's stdout and stderr, then the
 // environment as KEY=VALUE\0 entries.
@@ -241,7 +231,7 @@ bool send_activation(int control, int out, int err, const std::string& env) {
   do {
     n = sendmsg(control, &msg, MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
-  return n == static_cast<ssize_t>(sizeof(head)) && send_all(control, env.data(), env.size());
+  return n == static_cast<ssize_t>(sizeof(head)) && write_all(control, env.data(), env.size());
 }
 }  // namespace
 
