@@ -18,7 +18,8 @@
 #   none of our functions); that needs builds of those libraries of their
 #   own. That test runs under AddressSanitizer instead.
 # The sanitizers' options are this script's (below); a report names the
-# test, and the log is BUILD_DIR/<test>.log.
+# test, and the log is BUILD_DIR/<test>.log; a failing run's log is also
+# kept as BUILD_DIR/<test>.failed-<time>.log, which no rerun overwrites.
 set -u
 build=${1:?usage: tests/sanitize/sanitize.sh BUILD_DIR address|thread}
 kind=${2:?usage: tests/sanitize/sanitize.sh BUILD_DIR address|thread}
@@ -72,7 +73,10 @@ run() {  # name, timeout, command...
     echo "FAILED: $name (exit $rc)"
     grep -E "ERROR: (Address|Leak|Thread)Sanitizer|runtime error:|WARNING: ThreadSanitizer|SUMMARY|\[  FAILED  \]" \
       "$log" | sort | uniq -c | head -20
-    echo "  (the whole log: $log)"
+    # A rerun writes $log again: the failing run's log is kept beside it.
+    local kept=$build/$name.failed-$(date +%Y%m%d-%H%M%S).log
+    cp "$log" "$kept"
+    echo "  (the whole log: $kept)"
   fi
 }
 if [ "$kind" = address ]; then
