@@ -5,6 +5,10 @@ project's performance figures live:
                                               # needs or the page is stale
     python3 docs/gen_performance.py --check --claims FILE   # another claims file
     ... --require-history   # exit 77 (skipped) where the history is not at hand
+    python3 docs/gen_performance.py --stray FILE...   # only the check below
+The check also fails on a measured figure (FIGURE) in the README or a page
+of docs/ outside the page's generated blocks and code blocks: a figure is
+stated once, as a claim.
 claims.json's "pages" names each topic's page, where a block between two
 marker lines (block_marks) gets the topic's current figures.
 A claim needs its value, an anchor (name and value, from the same run), the
@@ -47,6 +51,12 @@ def problems(claims: list) -> list:
         if raw and not (RAW_IN_HISTORY.fullmatch(raw) or raw.startswith(("docs/", "lost: "))):
             found.append(f"{name}: raw {raw!r} is neither REV:PATH, a page of docs/ "
                          "nor 'lost: why'")
+        t = c.get("table")
+        if t is not None and not (isinstance(t, dict) and t.get("columns") and all(
+                isinstance(r, list) and len(r) == len(t["columns"]) for r in t.get("rows", []))):
+            found.append(f"{name}: its table needs columns and rows of as many cells")
+        if not isinstance(c.get("notes", []), list):
+            found.append(f"{name}: notes must be a list of lines")
         if name in seen:
             found.append(f"{name}: the id is used twice")
         seen.add(name)
@@ -113,8 +123,57 @@ def page(claims: list) -> str:
                       f"- raw results: {c['raw']}"]
             if c.get("spread"):
                 lines.append(f"- spread: {c['spread']}")
+            for note in c.get("notes", []):
+                lines.append(f"- {note}")
             lines.append("")
+            if c.get("table"):
+                t = c["table"]
+                lines += ["| " + " | ".join(t["columns"]) + " |",
+                          "|" + "---|" * len(t["columns"])]
+                lines += ["| " + " | ".join(str(x) for x in row) + " |" for row in t["rows"]]
+                lines.append("")
     return "\n".join(lines)
+
+
+# A measured figure: a number with a decimal point or thousands' commas, or
+# any count of microseconds, followed by a unit of time or rate, or a ratio
+# (1.5x, 2.3×); or an efficiency "0.93 of one GPU". Whole seconds and
+# milliseconds are left alone (settings and limits), and so are sizes (what
+# a run moved or held describes the run), and code blocks (a log's lines).
+FIGURE = re.compile(
+    r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+\.\d+)(?:[-–]\d[\d,.]*)?\s?"
+    r"(?:µs|us|ms|s|GB/s|GiB/s|MB/s|TB/s|%|×|x)(?![\w/])"
+    r"|(?<![\w.])\d+(?:[-–]\d+)?\s?µs"
+    r"|(?<![\w.])0\.\d{2,3}(?:[-–]0\.\d{2,3})? of (?:one|a single) GPU")
+
+
+def stray_figures(names: list) -> list:
+    """Measured figures on the pages outside their generated blocks: each
+    must be a claim (shown in a block) or go; one line each."""
+    found = []
+    for name in names:
+        path = name if os.path.isabs(name) else os.path.join(ROOT, name)
+        inside = False
+        for n, line in enumerate(open(path).read().split("\n"), 1):
+            if line.lstrip().startswith("```"):
+                inside = not inside
+            elif line.startswith("<!-- figures of "):
+                inside = True
+            elif line.startswith("<!-- end of the figures of "):
+                inside = False
+            elif not inside:
+                for m in FIGURE.finditer(re.sub(r"`[^`]*`", "", line)):
+                    found.append(f"{name}:{n}: {m.group(0)!r} is a measured figure outside "
+                                 "the page's generated block: make it a claim in "
+                                 "docs/claims.json, or take it out (the history keeps it)")
+    return found
+
+
+def figure_pages() -> list:
+    """The README and every page of docs/ but the performance page itself."""
+    pages = sorted(f"docs/{n}" for n in os.listdir(HERE)
+                   if n.endswith(".md") and n != "performance.md")
+    return ["README.md"] + pages
 
 
 def block_marks(topic: str) -> tuple[str, str]:
@@ -159,6 +218,11 @@ def topic_pages(pages: dict, claims: list) -> tuple[dict, list]:
 
 def main() -> int:
     args = sys.argv[1:]
+    if "--stray" in args:  # only the stray-figure check, on the files named after it
+        stray = stray_figures(args[args.index("--stray") + 1:])
+        print("gen_performance: " + "\n  ".join(["figures outside the claims:"] + stray)
+              if stray else "gen_performance: no figure outside the claims")
+        return 1 if stray else 0
     path = args[args.index("--claims") + 1] if "--claims" in args else CLAIMS
     with open(path) as f:
         data = json.load(f)
@@ -167,6 +231,7 @@ def main() -> int:
     # A claims file without "pages" (the tests' small ones) is checked alone.
     texts, page_problems = topic_pages(data["pages"], claims) if "pages" in data else ({}, [])
     bad += page_problems
+    stray = stray_figures(figure_pages()) if "pages" in data else []
     history = history_at_hand()
     if not history and "--require-history" in args:
         print("gen_performance: skipped: the raw results' citations need the repository's "
@@ -178,7 +243,11 @@ def main() -> int:
         print("gen_performance: " + "\n  ".join([f"{path}:"] + bad))
         return 1
     text = page(claims)
+    if stray:
+        print("gen_performance: " + "\n  ".join(["figures outside the claims:"] + stray))
     if "--check" in args:
+        if stray:
+            return 1
         current = open(PAGE).read() if os.path.exists(PAGE) else ""
         stale = ["docs/performance.md"] if current != text else []
         stale += [f"docs/{os.path.basename(p)}" for p, t in sorted(texts.items())
@@ -198,7 +267,7 @@ def main() -> int:
             f.write(t)
     print(f"gen_performance: wrote docs/performance.md ({len(claims)} claims) and the figures "
           f"of {len(data.get('pages', {}))} topics in their pages")
-    return 0
+    return 1 if stray else 0
 
 
 if __name__ == "__main__":
