@@ -124,9 +124,9 @@ constexpr ConfigVar kVars[] = {
      "whole chunk (at most 2048)"},
     {"RTD_CE_COPY_STREAMS", "", "count", "librt_dist",
      "streams the copy-engine all-reduce spreads its copies over (docs/nccl.md); "
-     "unset: one, taking the peers in rotation (on 4×H200 1.7× faster than every peer "
-     "at once); more than one spreads the peers over that many streams, more than the "
-     "peers also splits each copy in equal parts"},
+     "unset: one, taking the peers in rotation (faster than every peer at once on "
+     "4×H200, 411ccc3:docs/benchmarks.md); more than one spreads the peers over that "
+     "many streams, more than the peers also splits each copy in equal parts"},
     {"RTD_TRACE_DIR", "", "path", "librt_dist",
      "write each rank's timeline there: Chrome-trace JSON `rank_<r>.json`, merged by "
      "dtrun into `trace.json` (docs/operations.md)"},
@@ -142,9 +142,9 @@ constexpr ConfigVar kVars[] = {
     {"RTD_NCCL_INLINE_BYTES", "1048576", "bytes", "librt_dist",
      "NCCL collectives (all_reduce, broadcast, all_gather, reduce_scatter, barrier) of "
      "at most this many bytes run on the caller's stream itself instead of the "
-     "communicator's: no event record and stream wait each way (1.5-2 µs of host time "
-     "a call on 2×H100, 411ccc3:docs/benchmarks.md), but the caller's later work on "
-     "that stream waits for them (a 1 MB collective takes about 14 µs). 0: every call "
+     "communicator's: no event record and stream wait each way (microseconds of host "
+     "time a call, 411ccc3:docs/benchmarks.md), but the caller's later work on that "
+     "stream waits for them (a 1 MB collective takes tens of microseconds). 0: every call "
      "on the communicator's stream. Overrides nothing set in "
      "`NcclSettings.inline_bytes`"},
     {"RTD_CE_STAGED", "0", "0/1", "librt_dist",
@@ -164,8 +164,8 @@ constexpr ConfigVar kVars[] = {
      "1: the blocking data-path communicator is made directly (a blocking "
      "`ncclCommInitRankConfig` on a thread of its own, waited for against "
      "`RTD_TIMEOUT_S`), with no nonblocking init communicator and no split: a 2-GPU "
-     "job reaches its first all-reduce 0.6 s sooner, as soon as a raw NCCL program "
-     "(411ccc3:docs/benchmarks.md). A blocking init cannot be aborted: past the "
+     "job reaches its first all-reduce as soon as a raw NCCL program (claim "
+     "`startup-2gpu`, docs/performance.md). A blocking init cannot be aborted: past the "
      "deadline the process fails as usual and the init is left to finish on its thread "
      "(what it makes is then aborted). 0: the nonblocking init communicator (polled, "
      "aborted at the deadline) and the blocking one split off it. Every rank the same"},
