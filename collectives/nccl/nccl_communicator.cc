@@ -271,12 +271,21 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint
   // A call on the caller's stream may leave its end to a later one (covered):
   // not on the legacy or a per-thread default stream, which another thread
   // (the watchdog's, a Work's) cannot name for a record.
+#ifdef RTD_AB_WITHOUT_COVERED
+  const bool covered = false;
+#else
   const bool covered =
       on_caller && caller_stream != cudaStreamLegacy && caller_stream != cudaStreamPerThread;
+#endif
   const EndTicket end = state_->record_end(run_on, name, covered);
   unlaunched.launched();
+#ifdef RTD_AB_WITHOUT_RECYCLED
+  return std::make_shared<NcclWork>(state_, end, std::move(name),
+                                    on_caller ? caller_stream : nullptr);
+#else
   return std::allocate_shared<NcclWork>(RecycledBlocks<NcclWork>(), state_, end, std::move(name),
                                         on_caller ? caller_stream : nullptr);
+#endif
 }
 
 StagedCollectives::Slot* NcclCommunicator::staged_slot_for(StagedCollectives::Kind kind,

@@ -8,7 +8,9 @@
 
 namespace rtd::nccl {
 // With the shared_ptr's counts (16 bytes) in a 64-byte aligned block, two lines.
+#ifndef RTD_AB_WITHOUT_WORK_LOCK
 static_assert(sizeof(NcclWork) <= 112, "a Work and its counts fit two cache lines");
+#endif
 
 RTD_HOT NcclWork::~NcclWork() {
   if (captured_) state_->release_captured(end_);

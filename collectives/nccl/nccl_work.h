@@ -43,7 +43,12 @@ class NcclWork : public Work {
   std::optional<Error> error() const override;
 
  private:
+#ifdef RTD_AB_WITHOUT_WORK_LOCK
+  mutable std::mutex own_lock_;
+  std::mutex& lock() const { return own_lock_; }
+#else
   std::mutex& lock() const { return state_->work_lock(this); }
+#endif
   void fail(Error error) const { error_ = std::make_unique<const Error>(std::move(error)); }
   std::shared_ptr<CommState> state_;
   EndTicket end_;  // its end event, while the in-flight list has not passed it on

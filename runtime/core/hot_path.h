@@ -11,7 +11,7 @@
 // events, a group) out of that stretch, without calling it cold.
 #pragma once
 
-#if defined(__GNUC__) || defined(__clang__)
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(RTD_AB_WITHOUT_HOT)
 #define RTD_HOT __attribute__((hot, aligned(64)))
 #define RTD_COLD __attribute__((cold, noinline))
 #define RTD_INLINE __attribute__((always_inline)) inline

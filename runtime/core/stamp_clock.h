@@ -13,7 +13,7 @@
 
 #include "runtime/core/coarse_clock.h"
 
-#if defined(__x86_64__) || defined(__aarch64__)
+#if (defined(__x86_64__) || defined(__aarch64__)) && !defined(RTD_AB_WITHOUT_TSC)
 #define RTD_STAMP_COUNTER 1
 #else
 #define RTD_STAMP_COUNTER 0
@@ -26,9 +26,9 @@ class StampClock {
   StampClock();
 
   static std::uint64_t stamp() {
-#if defined(__x86_64__)
+#if RTD_STAMP_COUNTER && defined(__x86_64__)
     return __builtin_ia32_rdtsc();  // the intrinsic's own builtin, without its header
-#elif defined(__aarch64__)
+#elif RTD_STAMP_COUNTER && defined(__aarch64__)
     std::uint64_t ticks;
     asm volatile("mrs %0, cntvct_el0" : "=r"(ticks));
     return ticks;
