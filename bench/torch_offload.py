@@ -50,8 +50,8 @@ def main():
             units = [m for m in model if isinstance(m, nn.Linear)]
         else:
             sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "zoo"))
-            from models import LM, SHAPES
-            shape = SHAPES[shape_name]
+            from models import LM, OFFLOAD_SHAPES, SHAPES
+            shape = {**SHAPES, **OFFLOAD_SHAPES}[shape_name]
             model = LM(shape)
             units = list(model.blocks)
     reduce = torch.bfloat16 if os.environ.get("REDUCE", "fp32") == "bf16" else torch.float32

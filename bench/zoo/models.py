@@ -43,6 +43,16 @@ SHAPES = {s.name: s for s in (
     Shape("llama-3b", "llama", 3072, 28, 24, 8, 8192, 32000, 4096, 1),
 )}
 
+# Larger than one GPU trains without its optimizer in host memory: what
+# bench/torch_offload.py tries in search of the largest model that one GPU
+# trains with FSDP2's CPU offload (about 18.5 bytes of host memory a
+# parameter; llama-7b is Llama 2 7B's shape). Not in the zoo's runs.
+OFFLOAD_SHAPES = {s.name: s for s in (
+    Shape("llama-5b", "llama", 4096, 24, 32, 32, 11008, 32000, 2048, 1),
+    Shape("llama-6b", "llama", 4096, 28, 32, 32, 11008, 32000, 2048, 1),
+    Shape("llama-7b", "llama", 4096, 32, 32, 32, 11008, 32000, 2048, 1),
+)}
+
 
 def rotary(seq, head_dim, device):
     inv = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
