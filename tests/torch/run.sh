@@ -5,6 +5,9 @@
 #       torchrun N SCRIPT ARGS  under torchrun (PYTHONPATH set here, as a user would)
 #       mpirun N SCRIPT ARGS    under mpirun (the script's ranks from Open MPI's variables)
 #       spawn SCRIPT ARGS       the script starts its own processes (PYTHONPATH set here)
+#       one_gpu N SCRIPT ARGS   N ranks on one GPU: N dtruns of one worker each, told
+#                             apart as NCCL hosts (NCCL_HOSTID), so that NCCL takes
+#                             N ranks on one device (over its socket transport)
 #       failure CASE EXPECT [env...]  tests/torch/failures.py (on $RTD_TORCH_DEVICE, default
 #                             cpu): every rank must exit 3
 #                             (an exception caught) and rank 0's message hold EXPECT;
@@ -44,6 +47,20 @@ case "$mode" in
       -x PYTHONPATH="$pydir" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=$port \
       -x TORCH_CPP_LOG_LEVEL -x PYTHONWARNINGS \
       "$python" "$here/mpi_launch.py" "$here/$script" "$@" ;;
+  one_gpu)
+    n=$1 script=$2; shift 2
+    port=$(( 20000 + RANDOM % 20000 )) out=$(mktemp -d) pids="" rc=0
+    trap 'rm -rf "$out"' EXIT
+    for i in $(seq 0 $((n - 1))); do
+      timeout 300 "$dtrun" --nnodes="$n" --nproc-per-node=1 --rdzv=127.0.0.1:$port --token=t \
+        --max-restarts=0 --env NCCL_HOSTID=rtd-one-gpu-$i --env NCCL_IB_DISABLE=1 \
+        --env NCCL_NVLS_ENABLE=0 "$python" "$here/$script" "$@" >"$out/$i" 2>&1 &
+      pids="$pids $!"
+      sleep 0.3  # the first hosts the rendezvous
+    done
+    for p in $pids; do wait "$p" || rc=1; done
+    for i in $(seq 0 $((n - 1))); do sed "s/^/[dtrun $i] /" "$out/$i"; done
+    exit $rc ;;
   failure)
     case_=$1 expect=$2; shift 2
     log=$(mktemp); trap 'rm -f "$log"' EXIT
@@ -65,5 +82,5 @@ case "$mode" in
       echo "FAILED: $caught rank(s) caught an exception, not 2"; exit 1
     fi
     echo "ok: $case_ fails with an exception that says '$expect'" ;;
-  *) echo "usage: run.sh PYTHON DTRUN PYDIR dtrun|torchrun|spawn|mpirun|failure ..."; exit 2 ;;
+  *) echo "usage: run.sh PYTHON DTRUN PYDIR dtrun|torchrun|spawn|mpirun|one_gpu|failure ..."; exit 2 ;;
 esac
