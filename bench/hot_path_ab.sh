@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What each small-call mechanism of the NCCL layer saves, against the spread
 # between processes: librt_dist built without one of them at a time
-# (cmake -DRTD_AB_WITHOUT=<mechanism>, see the top CMakeLists.txt), each
-# variant's library beside the bundle's own, all run in turns, ROUNDS times:
+# (cmake -DRTD_AB_WITHOUT=<mechanism>, see the top CMakeLists.txt; or any
+# other build of it, an earlier one say), each variant's library beside the
+# bundle's own, all run in turns, ROUNDS times:
 #   bench/hot_path_ab.sh BUNDLE VARIANTS_DIR OUT
 # VARIANTS_DIR/<name>/ holds one variant's librt_dist.so.0 (its name: the
 # mechanism it lacks); "base" is the bundle's own library. Per variant and

@@ -9,7 +9,6 @@
 #include <sstream>
 
 #include "rt_dist/trace.h"
-#include "runtime/core/hot_path.h"
 #include "runtime/core/log.h"
 
 namespace rtd {
@@ -81,16 +80,16 @@ CallArgs reducing(const BufferView& buf, ReduceOp op) {
   return args;
 }
 }  // namespace
-RTD_HOT CallDescription all_reduce(const BufferView& in, ReduceOp op) {
+CallDescription all_reduce(const BufferView& in, ReduceOp op) {
   return {"all_reduce", reducing(in, op)};
 }
-RTD_HOT CallDescription broadcast(const BufferView& buf, int root) {
+CallDescription broadcast(const BufferView& buf, int root) {
   CallArgs args = of(buf);
   args.root = root;
   return {"broadcast", args};
 }
-RTD_HOT CallDescription all_gather(const BufferView& in) { return {"all_gather", of(in)}; }
-RTD_HOT CallDescription reduce_scatter(const BufferView& out, ReduceOp op) {
+CallDescription all_gather(const BufferView& in) { return {"all_gather", of(in)}; }
+CallDescription reduce_scatter(const BufferView& out, ReduceOp op) {
   return {"reduce_scatter", reducing(out, op)};
 }
 CallDescription all_to_all(const BufferView& in) { return {"all_to_all", of(in)}; }
@@ -156,7 +155,7 @@ FlightRecorder::Texts& FlightRecorder::Entry::own_texts() {
 
 // CallArgs in two words: count, and dtype | op << 8 | has_buffer << 16 |
 // reduces << 17 | root << 32.
-RTD_HOT RTD_INLINE void FlightRecorder::Entry::set_args(const CallArgs& a) {
+inline void FlightRecorder::Entry::set_args(const CallArgs& a) {
   count.store(a.count, std::memory_order_relaxed);
   packed.store(static_cast<std::uint64_t>(a.dtype) | static_cast<std::uint64_t>(a.op) << 8 |
                    static_cast<std::uint64_t>(a.has_buffer) << 16 |
@@ -181,33 +180,32 @@ const FlightRecorder::Entry* FlightRecorder::slot(std::uint64_t seq) const {
   return &ring_[(seq - 1) % kCapacity];
 }
 
-RTD_HOT RTD_INLINE FlightRecorder::Entry& FlightRecorder::begin_entry(std::uint64_t seq) {
+inline FlightRecorder::Entry& FlightRecorder::begin_entry(std::uint64_t seq) {
   Entry& e = ring_[(seq - 1) % kCapacity];
   e.state.store(0, std::memory_order_relaxed);
   // Readers that see any field below see the 0 above (store-store order).
   std::atomic_thread_fence(std::memory_order_release);
   e.op.store(nullptr, std::memory_order_relaxed);
-  e.has_texts.store(false, std::memory_order_relaxed);               // the texts' storage stays
-  e.at_stamp.store(StampClock::stamp(), std::memory_order_relaxed);  // for ages in seconds
+  e.has_texts.store(false, std::memory_order_relaxed);          // the texts' storage stays
+  e.at_ms.store(coarse::unix_ms(), std::memory_order_relaxed);  // for ages in seconds
   return e;
 }
 
-RTD_HOT RTD_INLINE FlightRecorder::Entry& FlightRecorder::begin_plain(std::uint64_t seq,
-                                                                      const char* op,
-                                                                      const CallArgs& args) {
+inline FlightRecorder::Entry& FlightRecorder::begin_plain(std::uint64_t seq, const char* op,
+                                                          const CallArgs& args) {
   Entry& e = begin_entry(seq);
   e.op.store(op, std::memory_order_relaxed);
   e.set_args(args);
   return e;
 }
 
-RTD_HOT RTD_INLINE std::uint64_t FlightRecorder::publish_entry(Entry& e, std::uint64_t seq) {
+inline std::uint64_t FlightRecorder::publish_entry(Entry& e, std::uint64_t seq) {
   e.state.store(seq << 1, std::memory_order_release);
   next_seq_.store(seq + 1, std::memory_order_release);
   return seq;
 }
 
-RTD_HOT std::uint64_t FlightRecorder::record(const char* op, const CallArgs& args) {
+std::uint64_t FlightRecorder::record(const char* op, const CallArgs& args) {
   if (traced_) [[unlikely]] {  // the trace's start time lives in texts
     std::lock_guard<std::mutex> lock(mu_);
     return record_locked(op, args);
@@ -241,7 +239,7 @@ std::optional<FlightRecorder::Call> FlightRecorder::read(std::uint64_t seq) cons
   if (e.state.load(std::memory_order_acquire) >> 1 != seq) return std::nullopt;
   const char* op = e.op.load(std::memory_order_relaxed);
   const CallArgs args = e.args();
-  const std::uint64_t at_stamp = e.at_stamp.load(std::memory_order_relaxed);
+  const std::int64_t at_ms = e.at_ms.load(std::memory_order_relaxed);
   const bool has_texts = e.has_texts.load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   const std::uint64_t state = e.state.load(std::memory_order_relaxed);
@@ -256,7 +254,7 @@ std::optional<FlightRecorder::Call> FlightRecorder::read(std::uint64_t seq) cons
               .args = op != nullptr ? args.text()
                       : t           ? t->args_text
                                     : std::string(),
-              .at_ms = clock_.unix_ms(at_stamp),
+              .at_ms = at_ms,
               .done = (state & 1) != 0,
               .at_us = t ? t->at_us : 0,
               .trace_note = t ? t->trace_note : std::string()};

@@ -29,7 +29,7 @@
 
 #include "rt_dist/store.h"
 #include "rt_dist/types.h"
-#include "runtime/core/stamp_clock.h"
+#include "runtime/core/coarse_clock.h"
 
 namespace rtd {
 
@@ -161,10 +161,10 @@ class FlightRecorder {
     std::atomic<const char*> op{nullptr};  // the plain form's (a string literal)
     std::atomic<std::size_t> count{0};     // CallArgs, as two words
     std::atomic<std::uint64_t> packed{0};
-    std::atomic<std::uint64_t> at_stamp{0};  // when it was called (StampClock::stamp)
-    std::atomic<bool> has_texts{false};      // texts holds this call's
-    std::unique_ptr<Texts> texts;            // kept once made (its storage is reused); mu_
-    Texts& own_texts();                      // texts for this call, made or cleared (mu_ held)
+    std::atomic<std::int64_t> at_ms{0};  // when it was called (coarse::unix_ms)
+    std::atomic<bool> has_texts{false};  // texts holds this call's
+    std::unique_ptr<Texts> texts;        // kept once made (its storage is reused); mu_
+    Texts& own_texts();                  // texts for this call, made or cleared (mu_ held)
     void set_args(const CallArgs& args);
     CallArgs args() const;
   };
@@ -195,7 +195,6 @@ class FlightRecorder {
   void dump(std::uint64_t seq, const std::string& diagnosis);
 
   std::shared_ptr<Store> store_;
-  const StampClock clock_;  // the entries' at_stamp as Unix milliseconds
   const int rank_;
   const int size_;
   const std::chrono::milliseconds publish_every_;

@@ -3,62 +3,60 @@
 
 #include "rt_dist/communicator.h"
 #include "rt_dist/error.h"
-#include "runtime/core/hot_path.h"
 
 namespace rtd::validate {
 namespace {
 
-[[noreturn]] RTD_COLD void fail(const char* op, const std::string& message) {
+[[noreturn]] void fail(const char* op, const std::string& message) {
   throw Error(ErrorCategory::kInvalidArgument, std::string(op) + ": " + message);
 }
 
 // The checks below are inlined into each operation's check (the data path
 // runs them on every call), their failures formatted out of the way.
-[[noreturn]] RTD_COLD void dtypes_differ(const char* op, const BufferView& in,
-                                         const BufferView& out) {
+[[noreturn]] void dtypes_differ(const char* op, const BufferView& in, const BufferView& out) {
   fail(op, "input is " + std::string(to_string(in.dtype)) + " but output is " +
                std::string(to_string(out.dtype)));
 }
 
-[[noreturn]] RTD_COLD void count_differs(const char* op, const char* which, std::size_t actual,
-                                         std::size_t expected) {
+[[noreturn]] void count_differs(const char* op, const char* which, std::size_t actual,
+                                std::size_t expected) {
   fail(op, std::string(which) + " has " + std::to_string(actual) + " elements, expected " +
                std::to_string(expected));
 }
 
-[[noreturn]] RTD_COLD void wrong_device(const char* op, DeviceType device) {
+[[noreturn]] void wrong_device(const char* op, DeviceType device) {
   fail(op, device == DeviceType::kCpu
                ? "this backend takes host (CPU) buffers only"
                : "the NCCL backend takes CUDA device buffers (BufferView.device = kCuda); use "
                  "the Gloo backend for host memory");
 }
 
-RTD_INLINE void same_dtype(const char* op, const BufferView& in, const BufferView& out) {
+inline void same_dtype(const char* op, const BufferView& in, const BufferView& out) {
   if (in.dtype != out.dtype) [[unlikely]]
     dtypes_differ(op, in, out);
 }
 
-RTD_INLINE void count_equals(const char* op, const char* which, std::size_t actual,
-                             std::size_t expected) {
+inline void count_equals(const char* op, const char* which, std::size_t actual,
+                         std::size_t expected) {
   if (actual != expected) [[unlikely]]
     count_differs(op, which, actual, expected);
 }
 
-RTD_INLINE void reducible(const char* op, DType dtype, ReduceOp reduce) {
+inline void reducible(const char* op, DType dtype, ReduceOp reduce) {
   const bool integer = dtype == DType::kInt32 || dtype == DType::kInt64;
   if (integer && reduce == ReduceOp::kAvg) [[unlikely]]
     fail(op, "avg is defined for floating-point dtypes only; use sum and divide");
 }
 
-RTD_INLINE void placed(const char* op, const BufferView& buf, DeviceType device) {
+inline void placed(const char* op, const BufferView& buf, DeviceType device) {
   if (buf.device != device) [[unlikely]]
     wrong_device(op, device);
   if (buf.data == nullptr && buf.count > 0) [[unlikely]]
     fail(op, "buffer is null but count is nonzero");
 }
 
-RTD_INLINE void pair_on(const char* op, const BufferView& in, const BufferView& out,
-                        DeviceType device) {
+inline void pair_on(const char* op, const BufferView& in, const BufferView& out,
+                    DeviceType device) {
   placed(op, in, device);
   placed(op, out, device);
   same_dtype(op, in, out);
@@ -77,25 +75,24 @@ void buffer_on(const char* op, const BufferView& buf, DeviceType device) {
   placed(op, buf, device);
 }
 
-RTD_HOT void all_reduce(const BufferView& in, const BufferView& out, ReduceOp reduce,
-                        DeviceType device) {
+void all_reduce(const BufferView& in, const BufferView& out, ReduceOp reduce, DeviceType device) {
   pair_on("all_reduce", in, out, device);
   count_equals("all_reduce", "output", out.count, in.count);
   reducible("all_reduce", in.dtype, reduce);
 }
 
-RTD_HOT void broadcast(const BufferView& buf, int root, int size, DeviceType device) {
+void broadcast(const BufferView& buf, int root, int size, DeviceType device) {
   placed("broadcast", buf, device);
   rank_in_range("broadcast", "root", root, size);
 }
 
-RTD_HOT void all_gather(const BufferView& in, const BufferView& out, int size, DeviceType device) {
+void all_gather(const BufferView& in, const BufferView& out, int size, DeviceType device) {
   pair_on("all_gather", in, out, device);
   count_equals("all_gather", "output", out.count, in.count * size);
 }
 
-RTD_HOT void reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp reduce, int size,
-                            DeviceType device) {
+void reduce_scatter(const BufferView& in, const BufferView& out, ReduceOp reduce, int size,
+                    DeviceType device) {
   pair_on("reduce_scatter", in, out, device);
   count_equals("reduce_scatter", "input", in.count, out.count * size);
   reducible("reduce_scatter", in.dtype, reduce);

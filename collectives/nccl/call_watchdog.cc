@@ -3,8 +3,6 @@
 
 #include <algorithm>
 
-#include "runtime/core/hot_path.h"
-
 namespace rtd::nccl {
 
 CallWatchdog::CallWatchdog(std::chrono::milliseconds timeout,
@@ -24,14 +22,14 @@ CallWatchdog::~CallWatchdog() {
   thread_.join();
 }
 
-RTD_HOT void CallWatchdog::begin(const char* what) {
+void CallWatchdog::begin(const char* what) {
   what_.store(what, std::memory_order_relaxed);
   const std::uint64_t call = calls_.load(std::memory_order_relaxed) + 1;
   calls_.store(call, std::memory_order_relaxed);
   in_call_.store(call, std::memory_order_release);  // after what_
 }
 
-RTD_HOT void CallWatchdog::end() { in_call_.store(0, std::memory_order_release); }
+void CallWatchdog::end() { in_call_.store(0, std::memory_order_release); }
 
 void CallWatchdog::run() {
   const auto poll =

@@ -7,7 +7,6 @@
 
 #include "collectives/nccl/nccl_check.h"
 #include "runtime/core/coarse_clock.h"
-#include "runtime/core/hot_path.h"
 #include "runtime/core/log.h"
 
 namespace rtd::nccl {
@@ -67,7 +66,7 @@ class CommState::CallerSide {
   std::atomic<bool>& held_;
 };
 
-RTD_HOT RTD_INLINE void CommState::flush_or_throw() {
+inline void CommState::flush_or_throw() {
   if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess) [[unlikely]]
     fail_record(rc, pending_name_);
 }
@@ -76,7 +75,7 @@ RTD_HOT RTD_INLINE void CommState::flush_or_throw() {
 // by nothing, and the caller may go on calling after catching the error; the
 // communicator is marked failed so that every later call is refused (and the
 // pending slot, full, takes no more calls).
-RTD_COLD void CommState::fail_record(cudaError_t rc, const CallName& name) {
+void CommState::fail_record(cudaError_t rc, const CallName& name) {
   const std::string what = name.text() + ": recording its end";
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -95,12 +94,12 @@ void CommState::hand_back(EndSlot* end) {
   spare_ends_.push_back(end);
 }
 
-RTD_COLD void CommState::refill_spare() {
+void CommState::refill_spare() {
   std::lock_guard<std::mutex> lock(in_flight_mu_);
   refill_locked(true);
 }
 
-RTD_HOT RTD_INLINE EndTicket CommState::take_end_held() {
+inline EndTicket CommState::take_end_held() {
   if (spare_ends_.empty()) [[unlikely]]
     refill_spare();
   EndSlot* slot = spare_ends_.back();
@@ -120,23 +119,23 @@ void CommState::drop_end(EndTicket end) {
   hand_back(end.slot);
 }
 
-RTD_COLD void CommState::throw_record_failed(cudaError_t rc, EndTicket end, const CallName& name) {
+void CommState::throw_record_failed(cudaError_t rc, EndTicket end, const CallName& name) {
   hand_back(end.slot);
   fail_record(rc, name);  // the call launched, and nothing watches it
 }
 
-RTD_HOT RTD_INLINE bool CommState::captured_now(cudaStream_t stream, const CallName& what) {
+inline bool CommState::captured_now(cudaStream_t stream, const CallName& what) {
   bool captured = false;
   RTD_CUDA_CHECK(*cuda_, cuda_->stream_capturing(stream, &captured),
                  what.text() + ": asking whether the stream is captured into a CUDA graph");
   return captured;
 }
 
-RTD_HOT bool CommState::capturing(cudaStream_t stream, const CallName& what) {
+bool CommState::capturing(cudaStream_t stream, const CallName& what) {
   return captured_now(stream, what);
 }
 
-RTD_HOT RTD_INLINE void CommState::watch(InFlight&& op) {
+inline void CommState::watch(InFlight&& op) {
   if (++watched_ % kQueryEvery != 0 && launched_.push(std::move(op))) [[likely]]
     return;
   query_newest(std::move(op));
@@ -170,7 +169,7 @@ cudaError_t CommState::flush_pending(bool ask) {
 // stream of the capture after them; their Works are done at once, as a
 // captured call's, and they are watched no further. The slot is set aside
 // until its stream is seen out of the capture (reclaim_set_aside).
-RTD_COLD void CommState::set_aside_pending() {
+void CommState::set_aside_pending() {
   EndSlot* p = pending_;
   (void)cuda_->event_record(p->event, p->stream);
   pending_ = nullptr;
@@ -184,7 +183,7 @@ RTD_COLD void CommState::set_aside_pending() {
 // The stream's capture is over: its set-aside ends go back to the spare ones.
 // Their Works read as done (retired), as a captured call's do once its
 // capture is over (its end then orders nothing).
-RTD_COLD void CommState::reclaim_set_aside(cudaStream_t stream) {
+void CommState::reclaim_set_aside(cudaStream_t stream) {
   auto kept = set_aside_.begin();
   for (EndSlot* slot : set_aside_) {
     if (slot->stream != stream) {
@@ -200,8 +199,8 @@ RTD_COLD void CommState::reclaim_set_aside(cudaStream_t stream) {
 
 // Both record_end()s, one body: on the data path every call runs it, so it is
 // inlined into them (one stretch of code, not three calls).
-RTD_HOT RTD_INLINE bool CommState::record_taken(EndTicket end, cudaStream_t stream, CallName&& name,
-                                                std::vector<std::uint64_t>&& calls) {
+inline bool CommState::record_taken(EndTicket end, cudaStream_t stream, CallName&& name,
+                                    std::vector<std::uint64_t>&& calls) {
   const cudaError_t rc = cuda_->event_record(end.slot->event, stream);
   if (rc != cudaSuccess) [[unlikely]]
     throw_record_failed(rc, end, name);
@@ -217,7 +216,7 @@ RTD_HOT RTD_INLINE bool CommState::record_taken(EndTicket end, cudaStream_t stre
 // A call on the caller's stream: covered by the pending end, which it starts
 // if there is none (or the pending one is another stream's), and records
 // when it is the kEndCovers-th.
-RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, const CallName& name) {
+inline EndTicket CommState::cover(cudaStream_t stream, const CallName& name) {
   ++covered_;
   EndSlot* p = pending_;
   if (p == nullptr || p->stream != stream) [[unlikely]] {
@@ -238,7 +237,7 @@ RTD_HOT RTD_INLINE EndTicket CommState::cover(cudaStream_t stream, const CallNam
   return ticket;
 }
 
-RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, const CallName& name, bool covered) {
+EndTicket CommState::record_end(cudaStream_t stream, const CallName& name, bool covered) {
   CallerSide held(*this);
   if (covered) [[likely]]
     return cover(stream, name);
@@ -249,8 +248,8 @@ RTD_HOT EndTicket CommState::record_end(cudaStream_t stream, const CallName& nam
   return end;
 }
 
-RTD_HOT bool CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
-                                   std::vector<std::uint64_t> calls) {
+bool CommState::record_end(EndTicket end, cudaStream_t stream, CallName name,
+                           std::vector<std::uint64_t> calls) {
   CallerSide held(*this);
   if (pending_ != nullptr) [[unlikely]] {
     if (const cudaError_t rc = flush_pending(true); rc != cudaSuccess) {
@@ -285,9 +284,8 @@ void CommState::query_newest(InFlight&& op) {
   refill_locked(false);  // what this and the watchdog's retiring freed, for the next calls
 }
 
-RTD_COLD void CommState::mark_captured(const CallName& name,
-                                       const std::vector<std::uint64_t>& calls,
-                                       std::uint64_t count) {
+void CommState::mark_captured(const CallName& name, const std::vector<std::uint64_t>& calls,
+                              std::uint64_t count) {
   captured_.fetch_add(count, std::memory_order_relaxed);
   if (!recorder_) return;
   std::vector<std::uint64_t> numbers = calls;
@@ -323,11 +321,11 @@ CommState::StreamOps& CommState::list_locked(cudaStream_t stream) {
   return *it;
 }
 
-RTD_COLD std::unique_ptr<const std::string> CallName::copy_text(const std::string& text) {
+std::unique_ptr<const std::string> CallName::copy_text(const std::string& text) {
   return std::make_unique<const std::string>(text);
 }
 
-RTD_COLD std::string CallName::text() const {
+std::string CallName::text() const {
   if (spelled) return *spelled;
   return std::string("nccl ") + op + (recorded != 0 ? " #" + std::to_string(recorded) : "") +
          " on rank " + std::to_string(rank);

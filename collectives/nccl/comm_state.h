@@ -184,12 +184,6 @@ class CommState {
   // (release_captured, any thread). A covered calls' end found captured is
   // set aside alike (set_aside_pending).
   void release_captured(EndTicket end);
-  // The lock of a Work's completion state, by the Work's address: a Work is
-  // made on every call, and a mutex of its own would make it a cache line
-  // larger. Works that share one wait on each other only inside done().
-  std::mutex& work_lock(const void* work) {
-    return work_locks_[(reinterpret_cast<std::uintptr_t>(work) >> 6) % kWorkLocks];
-  }
   // Records an end the caller left pending for a whole poll; retires
   // completed operations from the oldest end of each stream; names the
   // oldest one still running past its deadline, if any, with the flight
@@ -337,8 +331,6 @@ class CommState {
   std::mutex listener_mu_;  // held while the listener runs
   std::function<void()> listener_;
   bool notified_ = false;
-  static constexpr std::size_t kWorkLocks = 16;
-  std::array<std::mutex, kWorkLocks> work_locks_;  // work_lock()'s
 };
 
 }  // namespace rtd::nccl

@@ -3,7 +3,6 @@
 #include "collectives/nccl/cuda_api.h"
 
 #include "collectives/nccl/driver_api.h"
-#include "runtime/core/hot_path.h"
 
 namespace rtd::nccl {
 namespace {
@@ -33,7 +32,7 @@ class RealCudaApi : public CudaApi {
   // A covered call's end may be recorded on another thread (the watchdog's,
   // or one whose Work waits: CommState::record_pending), which may have no
   // current context: it records in the stream's own, as stream_capturing asks.
-  RTD_HOT cudaError_t event_record(cudaEvent_t event, cudaStream_t stream) override {
+  cudaError_t event_record(cudaEvent_t event, cudaStream_t stream) override {
     static const DriverApi& api = driver_api();
     if (api.event_record != nullptr) {
       if (api.event_record(event, stream) == CUDA_SUCCESS) [[likely]]
@@ -52,7 +51,7 @@ class RealCudaApi : public CudaApi {
   // context and is left as it was: the runtime would make its device 0's
   // current there, whatever the stream's device, and the calls that follow
   // on this thread would then fail. The legacy stream is never captured.
-  RTD_HOT cudaError_t stream_capturing(cudaStream_t stream, bool* capturing) override {
+  cudaError_t stream_capturing(cudaStream_t stream, bool* capturing) override {
     static const DriverApi& api = driver_api();
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     if (api.stream_is_capturing != nullptr) {
@@ -92,7 +91,7 @@ class RealCudaApi : public CudaApi {
   // false where the stream has none of its own (the legacy and per-thread
   // handles) or the driver refuses.
   template <typename Fn>
-  RTD_COLD static bool in_own_context(const DriverApi& api, cudaStream_t stream, Fn fn) {
+  static bool in_own_context(const DriverApi& api, cudaStream_t stream, Fn fn) {
     if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
       return false;
     CUcontext context = nullptr;
@@ -106,13 +105,12 @@ class RealCudaApi : public CudaApi {
     api.ctx_pop_current(&popped);
     return ok;
   }
-  RTD_COLD static bool record_in_own_context(const DriverApi& api, cudaEvent_t event,
-                                             cudaStream_t stream) {
+  static bool record_in_own_context(const DriverApi& api, cudaEvent_t event, cudaStream_t stream) {
     return in_own_context(api, stream,
                           [&] { return api.event_record(event, stream) == CUDA_SUCCESS; });
   }
-  RTD_COLD static cudaError_t ask_in_own_context(const DriverApi& api, cudaStream_t stream,
-                                                 bool* capturing) {
+  static cudaError_t ask_in_own_context(const DriverApi& api, cudaStream_t stream,
+                                        bool* capturing) {
     *capturing = false;
     if (stream == nullptr || stream == cudaStreamLegacy) return cudaSuccess;
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

@@ -9,7 +9,6 @@
 #include <string>
 
 #include "rt_dist/error.h"
-#include "runtime/core/hot_path.h"
 
 namespace rtd::nccl {
 namespace {
@@ -91,21 +90,20 @@ class RealNcclApi : public NcclApi {
   }
   ncclResult_t group_start() override { return f_.ncclGroupStart_(); }
   ncclResult_t group_end() override { return f_.ncclGroupEnd_(); }
-  RTD_HOT ncclResult_t all_reduce(const void* in, void* out, size_t count, ncclDataType_t type,
-                                  ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) override {
+  ncclResult_t all_reduce(const void* in, void* out, size_t count, ncclDataType_t type,
+                          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) override {
     return f_.ncclAllReduce_(in, out, count, type, op, comm, stream);
   }
-  RTD_HOT ncclResult_t broadcast(const void* in, void* out, size_t count, ncclDataType_t type,
-                                 int root, ncclComm_t comm, cudaStream_t stream) override {
+  ncclResult_t broadcast(const void* in, void* out, size_t count, ncclDataType_t type, int root,
+                         ncclComm_t comm, cudaStream_t stream) override {
     return f_.ncclBroadcast_(in, out, count, type, root, comm, stream);
   }
-  RTD_HOT ncclResult_t reduce_scatter(const void* in, void* out, size_t recv_count,
-                                      ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
-                                      cudaStream_t stream) override {
+  ncclResult_t reduce_scatter(const void* in, void* out, size_t recv_count, ncclDataType_t type,
+                              ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) override {
     return f_.ncclReduceScatter_(in, out, recv_count, type, op, comm, stream);
   }
-  RTD_HOT ncclResult_t all_gather(const void* in, void* out, size_t send_count, ncclDataType_t type,
-                                  ncclComm_t comm, cudaStream_t stream) override {
+  ncclResult_t all_gather(const void* in, void* out, size_t send_count, ncclDataType_t type,
+                          ncclComm_t comm, cudaStream_t stream) override {
     return f_.ncclAllGather_(in, out, send_count, type, comm, stream);
   }
   ncclResult_t send(const void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,

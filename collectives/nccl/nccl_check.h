@@ -8,7 +8,6 @@
 #include "collectives/nccl/cuda_api.h"
 #include "collectives/nccl/nccl_api.h"
 #include "rt_dist/error.h"
-#include "runtime/core/hot_path.h"
 #include "runtime/core/log.h"
 
 // The failure is thrown out of line (throw_cuda_error), so that a check on
@@ -31,8 +30,7 @@
 namespace rtd::nccl {
 
 // rtd::Error(kBackend): "what: CUDA error <CUDA's string>", the code as the backend's.
-[[noreturn]] RTD_COLD inline void throw_cuda_error(CudaApi& api, cudaError_t rc,
-                                                   const std::string& what) {
+[[noreturn]] inline void throw_cuda_error(CudaApi& api, cudaError_t rc, const std::string& what) {
   throw Error(ErrorCategory::kBackend, what + ": CUDA error " + api.error_string(rc),
               static_cast<int>(rc));
 }

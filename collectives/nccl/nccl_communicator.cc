@@ -10,10 +10,8 @@
 #include "collectives/nccl/nccl_check.h"
 #include "collectives/nccl/nccl_types.h"
 #include "collectives/nccl/nccl_work.h"
-#include "collectives/nccl/recycled_blocks.h"
 #include "collectives/validate.h"
 #include "rt_dist/trace.h"
-#include "runtime/core/hot_path.h"
 #include "runtime/core/log.h"
 
 namespace rtd::nccl {
@@ -152,7 +150,7 @@ void NcclCommunicator::start_recorder() {
       options_.store, rank_, size_, FlightRecorder::publish_interval(size_), options_.flight));
 }
 
-RTD_COLD void NcclCommunicator::throw_call_failed(ncclResult_t rc, const std::string& what) {
+void NcclCommunicator::throw_call_failed(ncclResult_t rc, const std::string& what) {
   if (watchdog_ && watchdog_->fired()) {
     throw Error(ErrorCategory::kTimeout,
                 what + " did not return within " + std::to_string(options_.timeout.count()) +
@@ -192,25 +190,22 @@ ncclRedOp_t NcclCommunicator::reduction(ReduceOp op) const {
   return size_ == 1 && op == ReduceOp::kAvg ? ncclSum : to_nccl(op);
 }
 
-// What launch() does off its usual path, each out of line so that the path
-// itself is one short stretch of code (every line of it is a miss after
-// NCCL's call).
-RTD_COLD void NcclCommunicator::refuse_if_failed(const CallName& name) {
+// What launch() does off its usual path.
+void NcclCommunicator::refuse_if_failed(const CallName& name) {
   if (auto failure = state_->failure()) {
     throw Error(failure->category(), name.text() + ": " + failure->what(), failure->backend_code());
   }
 }
 
-RTD_COLD void NcclCommunicator::annotate_streams(std::uint64_t recorded, cudaStream_t run_on,
-                                                 cudaStream_t caller_stream) {
+void NcclCommunicator::annotate_streams(std::uint64_t recorded, cudaStream_t run_on,
+                                        cudaStream_t caller_stream) {
   char note[96];
   std::snprintf(note, sizeof(note), "on stream %p after caller stream %p",
                 static_cast<void*>(run_on), static_cast<void*>(caller_stream));
   state_->recorder()->annotate(recorded, note);
 }
 
-RTD_NOINLINE void NcclCommunicator::order_after_caller(cudaStream_t caller_stream,
-                                                       const CallName& name) {
+void NcclCommunicator::order_after_caller(cudaStream_t caller_stream, const CallName& name) {
   CudaApi& cuda = state_->cuda();
   RTD_CUDA_CHECK(cuda, cuda.event_record(start_, caller_stream),
                  name.text() + ": recording on the caller's stream");
@@ -218,7 +213,7 @@ RTD_NOINLINE void NcclCommunicator::order_after_caller(cudaStream_t caller_strea
                  name.text() + ": ordering after the caller");
 }
 
-RTD_COLD void NcclCommunicator::settle_or_throw(ncclResult_t rc, const CallName& name) {
+void NcclCommunicator::settle_or_throw(ncclResult_t rc, const CallName& name) {
   if (watchdog_->fired() || rc != ncclInProgress) throw_call_failed(rc, name.text());
   auto start = std::chrono::steady_clock::now();
   state_->settle(state_->comm(), name.text(), deadline_after(options_.timeout));
@@ -226,15 +221,14 @@ RTD_COLD void NcclCommunicator::settle_or_throw(ncclResult_t rc, const CallName&
   settling_ += std::chrono::steady_clock::now() - start;
 }
 
-RTD_NOINLINE std::shared_ptr<Work> NcclCommunicator::join_group(std::uint64_t recorded) {
+std::shared_ptr<Work> NcclCommunicator::join_group(std::uint64_t recorded) {
   if (recorded != 0) group_calls_.push_back(recorded);
   return group_work_;
 }
 
 template <typename Call>
-RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t recorded,
-                                                       StreamRef caller, std::size_t bytes,
-                                                       Call&& call) {
+std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint64_t recorded,
+                                               StreamRef caller, std::size_t bytes, Call&& call) {
   ++seq_;
   UnlaunchedCall unlaunched(state_->recorder(), recorded);
   // Collectives by their flight-recorder number (1-based, collectives only);
@@ -279,13 +273,8 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::launch(const char* op, std::uint
 #endif
   const EndTicket end = state_->record_end(run_on, name, covered);
   unlaunched.launched();
-#ifdef RTD_AB_WITHOUT_RECYCLED
   return std::make_shared<NcclWork>(state_, end, std::move(name),
                                     on_caller ? caller_stream : nullptr);
-#else
-  return std::allocate_shared<NcclWork>(RecycledBlocks<NcclWork>(), state_, end, std::move(name),
-                                        on_caller ? caller_stream : nullptr);
-#endif
 }
 
 StagedCollectives::Slot* NcclCommunicator::staged_slot_for(StagedCollectives::Kind kind,
@@ -299,9 +288,10 @@ StagedCollectives::Slot* NcclCommunicator::staged_slot_for(StagedCollectives::Ki
 }
 
 template <typename Call>
-RTD_NOINLINE std::shared_ptr<Work> NcclCommunicator::launch_site(
-    const char* op, std::uint64_t recorded, StreamRef caller, StagedCollectives::Slot& slot,
-    const BufferView& in, const BufferView& out, std::size_t bytes, Call&& kernels) {
+std::shared_ptr<Work> NcclCommunicator::launch_site(const char* op, std::uint64_t recorded,
+                                                    StreamRef caller, StagedCollectives::Slot& slot,
+                                                    const BufferView& in, const BufferView& out,
+                                                    std::size_t bytes, Call&& kernels) {
   const Method method =
       StagedCollectives::method_for_call(slot, [this](MethodChoice::Sums& s) { agree(s); });
   const bool engines = method == Method::kCopyEngines;
@@ -332,8 +322,8 @@ void NcclCommunicator::agree(MethodChoice::Sums& sums) {
   if (watchdog_->fired()) throw_call_failed(ncclSuccess, what);
 }
 
-RTD_HOT std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out,
-                                                           ReduceOp op, StreamRef stream) {
+std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, BufferView out, ReduceOp op,
+                                                   StreamRef stream) {
   validate::all_reduce(in, out, op, DeviceType::kCuda);
   auto kernels = [&](cudaStream_t s) {
     return state_->nccl().all_reduce(in.data, out.data, in.count, to_nccl(in.dtype), reduction(op),
@@ -346,8 +336,7 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::all_reduce(BufferView in, Buffer
   return launch("all_reduce", record(describe::all_reduce(in, op)), stream, in.bytes(), kernels);
 }
 
-RTD_HOT std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root,
-                                                          StreamRef stream) {
+std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int root, StreamRef stream) {
   validate::broadcast(buf, root, size_, DeviceType::kCuda);
   return launch("broadcast", record(describe::broadcast(buf, root)), stream, buf.bytes(),
                 [&](cudaStream_t s) {
@@ -356,8 +345,8 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::broadcast(BufferView buf, int ro
                 });
 }
 
-RTD_HOT std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
-                                                           StreamRef stream) {
+std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, BufferView out,
+                                                   StreamRef stream) {
   validate::all_gather(in, out, size_, DeviceType::kCuda);
   auto kernels = [&](cudaStream_t s) {
     return state_->nccl().all_gather(in.data, out.data, in.count, to_nccl(in.dtype), state_->comm(),
@@ -371,8 +360,8 @@ RTD_HOT std::shared_ptr<Work> NcclCommunicator::all_gather(BufferView in, Buffer
   return launch("all_gather", record(describe::all_gather(in)), stream, out.bytes(), kernels);
 }
 
-RTD_HOT std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out,
-                                                               ReduceOp op, StreamRef stream) {
+std::shared_ptr<Work> NcclCommunicator::reduce_scatter(BufferView in, BufferView out, ReduceOp op,
+                                                       StreamRef stream) {
   validate::reduce_scatter(in, out, op, size_, DeviceType::kCuda);
   auto kernels = [&](cudaStream_t s) {
     return state_->nccl().reduce_scatter(in.data, out.data, out.count, to_nccl(in.dtype),

@@ -4,15 +4,10 @@
 #include <thread>
 
 #include "collectives/nccl/nccl_check.h"
-#include "runtime/core/hot_path.h"
 
 namespace rtd::nccl {
-// With the shared_ptr's counts (16 bytes) in a 64-byte aligned block, two lines.
-#ifndef RTD_AB_WITHOUT_WORK_LOCK
-static_assert(sizeof(NcclWork) <= 112, "a Work and its counts fit two cache lines");
-#endif
 
-RTD_HOT NcclWork::~NcclWork() {
+NcclWork::~NcclWork() {
   if (captured_) state_->release_captured(end_);
 }
 
@@ -96,7 +91,7 @@ void NcclWork::wait(std::chrono::milliseconds timeout) {
   if (error_) throw *error_;
 }
 
-RTD_HOT void NcclWork::wait(StreamRef stream) {
+void NcclWork::wait(StreamRef stream) {
   if (ran_on_ != nullptr && stream.cuda_stream == ran_on_) return;  // already after it
   if (!captured_ && end_.pending()) state_->record_pending(end_);
   const bool captured = captured_ || end_.set_aside();

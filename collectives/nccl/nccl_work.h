@@ -11,9 +11,7 @@
 
 namespace rtd::nccl {
 
-// A Work is made and dropped on every call: with its shared_ptr's counts, in
-// a block of RecycledBlocks, two cache lines (its lock is the state's, by
-// its address).
+// A Work is made (make_shared) and dropped on every call.
 class NcclWork : public Work {
  public:
   // end: from state->record_end (or take_end).
@@ -28,7 +26,7 @@ class NcclWork : public Work {
         name_(std::move(name)),
         ran_on_(ran_on),
         captured_(end.captured) {}
-  ~NcclWork() override;  // on the data path (hot_path.h)
+  ~NcclWork() override;
   // [Capture] The operation was captured into a CUDA graph (end.captured,
   // or set_captured for a group, whose Work is made before its end is
   // recorded): done at once, with no error (it runs when the graph does,
@@ -43,18 +41,14 @@ class NcclWork : public Work {
   std::optional<Error> error() const override;
 
  private:
-#ifdef RTD_AB_WITHOUT_WORK_LOCK
-  mutable std::mutex own_lock_;
-  std::mutex& lock() const { return own_lock_; }
-#else
-  std::mutex& lock() const { return state_->work_lock(this); }
-#endif
+  std::mutex& lock() const { return lock_; }
   void fail(Error error) const { error_ = std::make_unique<const Error>(std::move(error)); }
   std::shared_ptr<CommState> state_;
   EndTicket end_;  // its end event, while the in-flight list has not passed it on
   CallName name_;
   cudaStream_t ran_on_;
-  // Under state_->work_lock(this):
+  mutable std::mutex lock_;
+  // Under lock_:
   mutable std::unique_ptr<const Error> error_;  // set once it failed
   mutable bool complete_ = false;
   bool captured_ = false;

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "runtime/core/config.h"
-#include "runtime/core/hot_path.h"
 
 #if __has_include(<nvtx3/nvToolsExt.h>)
 #include <nvtx3/nvToolsExt.h>
@@ -154,7 +153,7 @@ const std::string& thread_track() {
 
 }  // namespace
 
-RTD_HOT bool enabled() { return Recorder::get().on(); }
+bool enabled() { return Recorder::get().on(); }
 
 std::int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(

@@ -8,7 +8,7 @@
 # thread: ThreadSanitizer over what runs on several threads at once, built
 #   with only the parts it tests (concurrency_tests): the stores, the store
 #   service's waiting Gets (StoreWaiters, apart from gRPC), the CPU Work and
-#   its queue, the flight recorder, the hand-off ring, the recycled blocks,
+#   its queue, the flight recorder, the hand-off ring
 #   and the Gloo collectives with their ranks as threads (Gloo itself comes
 #   uninstrumented from Debian: its locks are seen, its own accesses not).
 #   Not the store service through gRPC: gRPC, abseil and protobuf come
