@@ -9,8 +9,9 @@
 # mechanism it lacks); "base" is the bundle's own library. Per variant and
 # round: collective_bench --mode paired on one GPU (our all-reduce and raw
 # NCCL's in one process, alternating blocks: ours - raw, per call and in
-# host time to issue it) and nccl_layer_cost --evict 48 (11 blocks of 10,000
-# calls; our layer alone, NCCL and CUDA stood in). Env: ROUNDS (default 3), NPROC (default 1),
+# host time to issue it). nccl_layer_cost is not run: with its stand-ins'
+# eviction walk it varied more than the variants differ (docs/performance.md,
+# hot-path-ab-one-gpu). Env: ROUNDS (default 3), NPROC (default 1),
 # MAX_BYTES (default 1M). Prints a summary (medians over rounds, and the
 # range of each row's rounds) and writes OUT/summary.json.
 set -u
@@ -30,13 +31,11 @@ for round in $(seq "${ROUNDS:-3}"); do
       --min-bytes 4 --max-bytes "${MAX_BYTES:-1M}" --factor 4 --warmup 50 --iters 500 --blocks 9 \
       --json "$out/$v.$round.json" >"$out/$v.$round.bench.log" 2>&1 ||
       { echo "$v round $round: collective_bench failed"; tail -5 "$out/$v.$round.bench.log"; }
-    LD_LIBRARY_PATH=$lib "$bundle/bin/nccl_layer_cost" --evict 48 --calls 10000 --blocks 11 >"$out/$v.$round.layer.log" 2>&1 ||
-      { echo "$v round $round: nccl_layer_cost failed"; tail -5 "$out/$v.$round.layer.log"; }
     echo "== $v round $round done"
   done
 done
 python3 - "$out" $variants <<'EOF'
-import glob, json, os, re, statistics, sys
+import glob, json, os, statistics, sys
 out, variants = sys.argv[1], sys.argv[2:]
 summary = {}
 for v in variants:
@@ -49,25 +48,15 @@ for v in variants:
             if "ours" in pair and "raw" in pair:
                 rows.setdefault(b, []).append((pair["ours"]["time_us"] - pair["raw"]["time_us"],
                                                pair["ours"]["host_us"] - pair["raw"]["host_us"]))
-    layer = []  # our all_reduce on the caller's stream less the bare stand-in's, ns a call
-    for path in sorted(glob.glob(f"{out}/{v}.*.layer.log")):
-        got = {}
-        for line in open(path):
-            m = re.match(r"(raw all_reduce|ours all_reduce, caller's stream)\s+([\d.]+)", line)
-            if m:
-                got[m.group(1)] = float(m.group(2))
-        if len(got) == 2:
-            layer.append(round(got["ours all_reduce, caller's stream"] - got["raw all_reduce"], 1))
     summary[v] = dict(
         ours_minus_raw_us={b: dict(median=statistics.median(x[0] for x in vs),
                                    rounds=[round(x[0], 3) for x in vs]) for b, vs in sorted(rows.items())},
         host_ours_minus_raw_us={b: dict(median=statistics.median(x[1] for x in vs),
-                                        rounds=[round(x[1], 3) for x in vs]) for b, vs in sorted(rows.items())},
-        layer_ns=layer)
+                                        rounds=[round(x[1], 3) for x in vs]) for b, vs in sorted(rows.items())})
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
 for v, s in summary.items():
     t = " ".join(f"{b}B:{d['median']:+.2f}[{min(d['rounds']):+.2f},{max(d['rounds']):+.2f}]"
                  for b, d in s["ours_minus_raw_us"].items())
     h = " ".join(f"{b}B:{d['median']:+.2f}" for b, d in s["host_ours_minus_raw_us"].items())
-    print(f"{v:10} ours-raw us/call {t}\n{'':10} host ours-raw us {h}\n{'':10} layer (ours - stand-in) ns {s['layer_ns']}")
+    print(f"{v:10} ours-raw us/call {t}\n{'':10} host ours-raw us {h}")
 EOF
