@@ -18,6 +18,7 @@ set -u
 python=$1 dtrun=$2 device=${3:-cpu}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/need_torch.sh"
+. "$here/one_gpu_dtruns.sh"
 need_torch "$python"
 out=$(mktemp -d)
 # KEEP_LOGS=DIR: every run's log kept there.
@@ -36,17 +37,10 @@ run() {  # log, nproc, dtrun flags (one word, may be empty), recovery.py argumen
   local log=$1 n=$2 flags=$3; shift 3
   mkdir -p "$out/$log.d"
   if [ "$device" = cuda ] && [ "$gpus" -lt "$n" ]; then
-    local i pids="" rc=0
-    for i in $(seq 0 $((n - 1))); do
-      # shellcheck disable=SC2086
-      RECOVERY_DIR="$out/$log.d" timeout 300 "$dtrun" --nnodes="$n" --nproc-per-node=1 \
-        --rdzv=127.0.0.1:$port --token=t --max-restarts=0 $flags --env NCCL_HOSTID=rtd-torch-$i \
-        --env NCCL_IB_DISABLE=1 --env NCCL_NVLS_ENABLE=0 \
-        "$python" "$here/recovery.py" "$@" $steps "$device" >"$out/$log.$i" 2>&1 &
-      pids="$pids $!"
-      sleep 0.3  # the first hosts the rendezvous
-    done
-    for i in $pids; do wait "$i" || rc=1; done
+    local rc=0
+    # shellcheck disable=SC2086
+    RECOVERY_DIR="$out/$log.d" one_gpu_dtruns "$dtrun" "$n" $port "$out/$log" $flags -- \
+      "$python" "$here/recovery.py" "$@" $steps "$device" || rc=1
     cat "$out/$log".[0-9] >"$out/$log"
     port=$((port + 1))
     return $rc

@@ -49,17 +49,12 @@ case "$mode" in
       "$python" "$here/mpi_launch.py" "$here/$script" "$@" ;;
   one_gpu)
     n=$1 script=$2; shift 2
-    port=$(( 20000 + RANDOM % 20000 )) out=$(mktemp -d) pids="" rc=0
+    . "$here/one_gpu_dtruns.sh"
+    out=$(mktemp -d) rc=0
     trap 'rm -rf "$out"' EXIT
-    for i in $(seq 0 $((n - 1))); do
-      timeout 300 "$dtrun" --nnodes="$n" --nproc-per-node=1 --rdzv=127.0.0.1:$port --token=t \
-        --max-restarts=0 --env NCCL_HOSTID=rtd-one-gpu-$i --env NCCL_IB_DISABLE=1 \
-        --env NCCL_NVLS_ENABLE=0 "$python" "$here/$script" "$@" >"$out/$i" 2>&1 &
-      pids="$pids $!"
-      sleep 0.3  # the first hosts the rendezvous
-    done
-    for p in $pids; do wait "$p" || rc=1; done
-    for i in $(seq 0 $((n - 1))); do sed "s/^/[dtrun $i] /" "$out/$i"; done
+    one_gpu_dtruns "$dtrun" "$n" $(( 20000 + RANDOM % 20000 )) "$out/dtrun" -- \
+      "$python" "$here/$script" "$@" || rc=1
+    for i in $(seq 0 $((n - 1))); do sed "s/^/[dtrun $i] /" "$out/dtrun.$i"; done
     exit $rc ;;
   failure)
     case_=$1 expect=$2; shift 2
