@@ -2,8 +2,9 @@
 
 dtrun starts it as ``python -m rt_dist.spare ARGS`` beside a job's workers,
 with the ARGS a worker gets (``[-u] SCRIPT ...``, ``-m MODULE ...`` or ``-c
-CODE ...``). It imports torch and rt_dist.torch (and ``RTD_SPARE_IMPORTS``)
-and initializes CUDA, then waits on its socket to dtrun. When a worker
+CODE ...``). It imports torch, what an optimizer imports when it is made
+(torch._dynamo) and rt_dist.torch (and ``RTD_SPARE_IMPORTS``), and
+initializes CUDA, then waits on its socket to dtrun. When a worker
 fails, dtrun sends the spare that worker's environment and two pipes for
 its output; the spare takes them and runs the program as that worker
 would from its first line, but with the seconds of the interpreter's start
@@ -67,6 +68,16 @@ def _preload() -> None:
 
         import rt_dist.torch  # noqa: F401
 
+        # torch._dynamo: what every torch.optim optimizer imports when it is
+        # made, and the meta device's to_empty after it (torch.fx's symbolic
+        # shapes, sympy): seconds that a replacement would spend building
+        # its optimizer, before its state can arrive. Ahead of time only: a
+        # torch whose dynamo cannot be imported here fails the same way in
+        # the worker's own code, which says so there.
+        try:
+            import torch._dynamo  # noqa: F401
+        except Exception:  # noqa: BLE001, S110 - see above
+            pass
         if torch.cuda.is_available():
             torch.cuda.init()
     for name in filter(None, (n.strip() for n in _config.text("RTD_SPARE_IMPORTS").split(","))):

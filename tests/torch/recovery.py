@@ -17,16 +17,17 @@ script's first line (the interpreter's start; a spare's wait), the imports,
 the device, the model and optimizer, the group.
 """
 
+import sys
 import time
 
 began = time.time()  # the script's first line (a spare's process is older: rt_dist.spare)
+ahead = "torch._dynamo" in sys.modules  # a spare imported what an optimizer imports
 
 # ruff: noqa: E402 - the imports below are timed as the start's
 import hashlib
 import logging
 import os
 import signal
-import sys
 
 import torch
 import torch.distributed as dist
@@ -74,7 +75,7 @@ print(f"rank {rank} pid {os.getpid()} generation {job.generation} (group made at
 print(f"rank {rank} generation {job.generation} started: its process {process_age_at(began):.2f} s "
       f"old at the script's first line, then imports {imported - began:.2f} s, device "
       f"{placed - imported:.2f}, model{' (meta)' if meta else ''} {built - placed:.2f}, group "
-      f"{made - built:.2f}", flush=True)
+      f"{made - built:.2f}{' (torch._dynamo imported ahead)' if ahead else ''}", flush=True)
 if rank == 0 and job.generation == 0:
     print(f"{sum(p.numel() for p in model.parameters())} parameters", flush=True)
 
@@ -134,10 +135,12 @@ def train_step(ddp, step):
 
 
 step = job.resume(0)
-if job.replacement:
-    print(f"rank {rank} joined generation {job.generation}: resuming after step {step}",
-          flush=True)
+resumed = time.time()
 ddp = build()
+if job.replacement:
+    print(f"rank {rank} joined generation {job.generation}: resuming after step {step} (the "
+          f"state received in {resumed - made:.2f} s, DDP built in {time.time() - resumed:.2f} s)",
+          flush=True)
 recovered_at = None
 step_s = None  # the last step's time before the kill, on the survivors
 
@@ -159,14 +162,16 @@ while step < steps:
               f"{str(e).splitlines()[0][:200]}", flush=True)
         ddp = None
         step = job.recover(e, step)
+        built_at = time.time()
         ddp = build()
         recovered_at = step
         print(f"rank {rank} recovered in generation {job.generation}: resuming after step "
-              f"{step}", flush=True)
+              f"{step} (DDP built again in {time.time() - built_at:.2f} s)", flush=True)
         continue
     if recovered_at is not None and step == recovered_at + 1 and rank == min({0, 1} - {kill_rank}):
         print(f"from the kill to the next completed step: {since_kill():.2f} s (a step before "
-              f"the kill: {step_s:.2f} s)", flush=True)
+              f"the kill: {step_s:.2f} s, this one: {time.time() - began_step:.2f} s)",
+              flush=True)
     if step % 10 == 0 and rank == 0:
         print(f"step {step} loss {loss:.6f}", flush=True)
 

@@ -93,6 +93,12 @@ for c in "${cases[@]}"; do
     else
       echo "FAILED: $log: the replacement (pid '$ran') was not the spare (pid '$made')"; fail=1
     fi
+    # What every optimizer imports when it is made, the spare imported ahead.
+    if grep "rank $victim generation 1 started" "$out/$log" | grep -q "torch._dynamo imported ahead"; then
+      echo "ok: $log: the spare had imported torch._dynamo"
+    else
+      echo "FAILED: $log: the spare had not imported torch._dynamo"; fail=1
+    fi
     # dtrun ends the spare it started behind the one it used with the job.
     pgrep -f "rt_dist.spare .*recovery.py" >/dev/null &&
       { echo "FAILED: $log: a spare outlived the job"; fail=1; }
@@ -135,7 +141,7 @@ if [ -n "${TIME_LAYERS:-}" ]; then
     RECOVERY_INIT_SYNC=$3 RECOVERY_META=$1 RECOVERY_LAYERS=$TIME_LAYERS RECOVERY_SIZE=${TIME_SIZE:-4096} steps=12 \
       run $name 2 "$(recovery_flags $2)" before 1 6 ||
       { echo "FAILED: the timed loss ($name)"; tail -30 "$out/$name"; fail=1; }
-    grep -h "parameters\|from the kill\|recovered in generation\| started: \|spare made\|caught at" \
+    grep -h "parameters\|from the kill\|recovered in generation\|joined generation\| started: \|spare made\|caught at" \
       "$out/$name" | sed "s/^/  $name: /"
     [ "${TIME_ONLY:-0}" = 1 ] && cat "$out/$name"
   done

@@ -272,9 +272,11 @@ class Job:
         start = time.monotonic()
         self._disarm()
         self._abort_group()
+        aborted = time.monotonic()
         # The failed step's frames hold the old DDP (and its group): let them go.
         traceback.clear_frames(error.__traceback__)
         dist.destroy_process_group()
+        closed = time.monotonic()
         move_key = f"recovery/move/{self.rank}"
         while True:
             generation = self._store.add(_GENERATION_KEY, 0)
@@ -289,14 +291,16 @@ class Job:
                              "(RTD_RECOVERY_WAIT_S): the failure is the job's", self._wait_s)
                 raise error
             time.sleep(_POLL_S)
-        closed = time.monotonic()
+        learned = time.monotonic()
         self.generation = generation
         self._open_group()
         self._enable()
         step = self._sync(step)
-        _log.warning("rtd: rank %d recovered in generation %d: %.0f ms to close and learn of "
-                     "the replacement, %.0f ms to rebuild and agree", self.rank, generation,
-                     (closed - start) * 1e3, (time.monotonic() - closed) * 1e3)
+        _log.warning("rtd: rank %d recovered in generation %d: %.0f ms to close the group "
+                     "(%.0f ms its abort), %.0f ms more to learn of the replacement, %.0f ms to "
+                     "rebuild and agree", self.rank, generation, (closed - start) * 1e3,
+                     (aborted - start) * 1e3, (learned - closed) * 1e3,
+                     (time.monotonic() - learned) * 1e3)
         return step
 
     def _sync(self, step: int) -> int:
