@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "collectives/nccl/nccl_check.h"
-#include "collectives/nccl/pending_aborts.h"
 #include "runtime/core/coarse_clock.h"
 #include "runtime/core/log.h"
 
@@ -526,16 +525,11 @@ void CommState::abort(const std::string& why, ErrorCategory category) {
   }
   if (comm == nullptr) return;
   log::get("nccl")->error("rank {}: aborting the NCCL communicator: {}", rank_, why);
-  // Its kernels stop at once; the abort itself returns when NCCL's threads
-  // notice, which nobody needs to wait for (pending_aborts.h).
-  PendingAborts::instance().start([nccl = nccl_, comm, rank = rank_] {
-    const auto began = std::chrono::steady_clock::now();
-    nccl->comm_abort(comm);
-    if (std::chrono::steady_clock::now() - began > kAbortBound) {
-      log::get("nccl")->error("rank {}: ncclCommAbort took more than {} s to return", rank,
-                              kAbortBound.count());
-    }
-  });
+  auto nccl = nccl_;
+  if (!run_bounded([nccl, comm] { nccl->comm_abort(comm); }, kAbortBound)) {
+    log::get("nccl")->error("rank {}: ncclCommAbort did not return within {} s; abandoning it",
+                            rank_, kAbortBound.count());
+  }
 }
 
 void CommState::shutdown() {

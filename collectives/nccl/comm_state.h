@@ -219,9 +219,8 @@ class CommState {
   // mode answers ncclInProgress meanwhile); aborts and throws kTimeout at deadline.
   void settle(ncclComm_t comm, const std::string& what,
               std::chrono::steady_clock::time_point deadline);
-  // Aborts once and returns: in-flight work is failed here, ncclCommAbort runs
-  // on a thread of its own (PendingAborts); later operations fail with why,
-  // as category.
+  // Aborts once, in bounded time (ncclCommAbort on a helper thread that is
+  // abandoned if it overruns); later operations fail with why, as category.
   void abort(const std::string& why, ErrorCategory category = ErrorCategory::kBackend);
   // Orderly end: finalize (polled against the timeout), then destroy; abort on
   // failure. NCCL's finalize waits until every CUDA graph that captured a call

@@ -218,11 +218,8 @@ class FakeNcclApi : public nccl::NcclApi {
   ncclResult_t comm_abort(ncclComm_t) override {
     log_->add("comm_abort");
     aborted = true;
-    while (hold_abort) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return ncclSuccess;
   }
-  // comm_abort returns only once this is false (NCCL's proxy thread not yet awake).
-  std::atomic<bool> hold_abort{false};
   std::atomic<bool> block_collectives{false};  // all_reduce blocks until comm_abort
   std::atomic<bool> aborted{false};
   ncclResult_t comm_user_rank(ncclComm_t, int* rank) override {

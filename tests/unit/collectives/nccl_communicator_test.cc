@@ -286,7 +286,6 @@ TEST_F(NcclWithFakes, CallThatNeverReturnsIsAbortedByTheWatchdog) {
     EXPECT_NE(std::string(e.what()).find("did not return within 200 ms"), std::string::npos)
         << e.what();
   }
-  ASSERT_TRUE(aborts_returned());
   EXPECT_EQ(log_.count("comm_abort"), 1);
   nccl_->block_collectives = false;
 }
@@ -301,7 +300,6 @@ TEST_F(NcclWithFakes, SplitInitThatNeverFinishesAbortsAndTimesOut) {
     EXPECT_NE(std::string(e.what()).find("creating the NCCL communicator"), std::string::npos)
         << e.what();
   }
-  ASSERT_TRUE(aborts_returned());
   EXPECT_EQ(log_.count("comm_abort"), 1);
 }
 
@@ -355,29 +353,6 @@ TEST_F(NcclWithFakes, WaitOnAStreamEnqueuesADependencyWithoutQueryingOrBlocking)
   cuda_->events_complete = true;
 }
 
-// ncclCommAbort returns once NCCL's proxy thread wakes (up to 500 ms later):
-// the abort fails what is in flight and returns without waiting for it.
-TEST_F(NcclWithFakes, AbortReturnsWithoutWaitingForNcclsAbortToReturn) {
-  auto comm = make();
-  cuda_->events_complete = false;
-  auto work = base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
-  nccl_->hold_abort = true;
-  comm->abort();
-  EXPECT_FALSE(PendingAborts::instance().wait_all(std::chrono::milliseconds(0)))
-      << "abort() returned only after NCCL's abort did";
-  EXPECT_TRUE(work->done()) << "the work in flight is failed by the abort itself";
-  EXPECT_TRUE(comm->failure().has_value());
-  try {
-    base(*comm).all_reduce(device_view(4), ReduceOp::kSum);
-    FAIL() << "a call after the abort went through";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("abort() called"), std::string::npos) << e.what();
-  }
-  nccl_->hold_abort = false;
-  ASSERT_TRUE(aborts_returned());
-  EXPECT_EQ(log_.count("comm_abort"), 1);
-}
-
 TEST_F(NcclWithFakes, HostWaitPastItsDeadlineAbortsTheCommunicatorAndTimesOut) {
   auto comm = make();
   cuda_->events_complete = false;
@@ -392,7 +367,6 @@ TEST_F(NcclWithFakes, HostWaitPastItsDeadlineAbortsTheCommunicatorAndTimesOut) {
     EXPECT_NE(std::string(e.what()).find("every rank called it alike (0)"), std::string::npos)
         << e.what();
   }
-  ASSERT_TRUE(aborts_returned());
   EXPECT_EQ(log_.count("comm_abort"), 1);
   EXPECT_TRUE(work->done());
   // Later operations fail at once, naming the abort.

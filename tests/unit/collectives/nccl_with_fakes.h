@@ -9,7 +9,6 @@
 #include <string>
 
 #include "collectives/nccl/nccl_communicator.h"
-#include "collectives/nccl/pending_aborts.h"
 #include "tests/testing/fake_nccl.h"
 
 namespace rtd::nccl {
@@ -37,13 +36,6 @@ class NcclWithFakes : public ::testing::Test {
   BufferView device_view(std::size_t count) {
     return BufferView{reinterpret_cast<void*>(0x7000), count, DType::kFloat32, DeviceType::kCuda};
   }
-  // Whether every NCCL abort started so far has returned (they run on threads
-  // of their own: pending_aborts.h), waiting up to 5 s.
-  static bool aborts_returned() {
-    return PendingAborts::instance().wait_all(std::chrono::seconds(5));
-  }
-  // An abort still running would write to the call log after it is gone.
-  void TearDown() override { EXPECT_TRUE(aborts_returned()) << "an abort did not return"; }
   // Index of the first call starting with prefix, or -1.
   int index_of(const std::string& prefix) {
     auto calls = log_.calls();
