@@ -11,6 +11,8 @@
 // all-gathers by grouped sends and receives.
 #pragma once
 
+#include <torch/headeronly/version.h>
+
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -24,6 +26,12 @@
 
 #include "comm.h"
 #include "work.h"
+
+// torch 2.15's c10d::Backend has gather_single (torch.distributed.gather_single,
+// a flat output on the root); the torch releases before it, back to 2.11, do
+// not (2.12 to 2.14 are not built against here: they keep c10d's default).
+#define RTD_TORCH_HAS_GATHER_SINGLE \
+  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15))
 
 namespace rtd_torch {
 
@@ -77,6 +85,12 @@ class BackendRTD : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
+#if RTD_TORCH_HAS_GATHER_SINGLE
+  // torch.distributed.gather_single (gather_into_tensor): every rank's input
+  // into one tensor on the root, read as size() inputs one after the other.
+  c10::intrusive_ptr<c10d::Work> gather_single(at::Tensor& output, at::Tensor& input,
+                                               const c10d::GatherOptions& opts) override;
+#endif
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override;

@@ -251,6 +251,35 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::gather(std::vector<std::vector<at::Te
   return run_exchange(device, OpType::GATHER, what, std::move(x));
 }
 
+#if RTD_TORCH_HAS_GATHER_SINGLE
+c10::intrusive_ptr<c10d::Work> BackendRTD::gather_single(at::Tensor& output, at::Tensor& input,
+                                                         const c10d::GatherOptions& opts) {
+  const char* what = "gather_single";
+  const int root = static_cast<int>(opts.rootRank);
+  const at::Device device = device_of({input}, what);
+  Exchange x;
+  if (getRank() != root) {  // torch passes an empty output here
+    add_send(x, input, root);
+    return run_exchange(device, OpType::GATHER, what, std::move(x));
+  }
+  device_of({output}, what);
+  TORCH_CHECK_VALUE(
+      output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
+      where(what), ": the root's output must hold ", getSize(), " inputs of ", input.numel(), " ",
+      input.scalar_type(), " (it holds ", output.numel(), " ", output.scalar_type(), ")");
+  at::Tensor rows = contiguous_or_staged(output, x.finish).view({getSize(), input.numel()});
+  for (int r = 0; r < getSize(); ++r) {
+    if (r == root) {
+      rows[r].copy_(input.reshape(-1));
+    } else {
+      add_recv(x, rows[r], r);
+    }
+  }
+  x.finish.outputs = {output};
+  return run_exchange(device, OpType::GATHER, what, std::move(x));
+}
+#endif
+
 c10::intrusive_ptr<c10d::Work> BackendRTD::scatter(std::vector<at::Tensor>& outputs,
                                                    std::vector<std::vector<at::Tensor>>& inputs,
                                                    const c10d::ScatterOptions& opts) {

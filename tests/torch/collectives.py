@@ -311,6 +311,22 @@ else:
     same("reduce leaves the others", t, on(values(torch.float32, 4)))
 dist.barrier()
 
+# torch >= 2.15's gather_single: every rank's tensor into one flat tensor on
+# the root (here the last rank), contiguous or not, against the reference's
+# list gather.
+if hasattr(dist, "gather_single"):
+    root = n - 1
+    parts = [on(torch.zeros(6)) for _ in range(n)] if rank == root else None
+    dist.gather(on(values(torch.float32, 6)), parts, dst=root, group=reference)
+    flat = on(torch.zeros(n * 6)) if rank == root else None
+    dist.gather_single(on(values(torch.float32, 6)), flat, dst=root)
+    strided = on(torch.zeros(6, n)).t() if rank == root else None  # not contiguous
+    dist.gather_single(on(values(torch.float32, 6)), strided, dst=root)
+    if rank == root:
+        same("gather_single", flat, torch.cat(parts))
+        same("gather_single into a strided tensor", strided.reshape(-1), torch.cat(parts))
+dist.barrier()
+
 # Async work: wait() and the future.
 t = on(torch.ones(4))
 work = dist.all_reduce(t, async_op=True)
