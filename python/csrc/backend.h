@@ -171,6 +171,10 @@ class BackendRTD : public c10d::Backend {
   // An all-gather of `in` into `out` (both contiguous; out: size x in's
   // bytes), staging odd byte counts.
   Call all_gather_call(const at::Tensor& in, const at::Tensor& out, Finish& finish);
+  // The root's half of a gather: its own input copied into outputs[root], a
+  // receive into each other output.
+  void add_gather_at_root(Exchange& x, const std::vector<at::Tensor>& outputs,
+                          const at::Tensor& input, int root, const char* what);
   void add_send(Exchange& x, const at::Tensor& t, int peer);
   void add_recv(Exchange& x, const at::Tensor& t, int peer);
   c10::intrusive_ptr<c10d::Work> run_exchange(const at::Device& device, c10d::OpType type,

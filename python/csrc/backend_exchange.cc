@@ -237,18 +237,23 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::gather(std::vector<std::vector<at::Te
   TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
                     where(what), ": the root needs ", getSize(), " outputs");
   device_of(outputs[0], what);
+  add_gather_at_root(x, outputs[0], inputs[0], root, what);
+  x.finish.outputs = outputs[0];
+  return run_exchange(device, OpType::GATHER, what, std::move(x));
+}
+
+void BackendRTD::add_gather_at_root(Exchange& x, const std::vector<at::Tensor>& outputs,
+                                    const at::Tensor& input, int root, const char* what) {
   for (int r = 0; r < getSize(); ++r) {
-    at::Tensor& o = outputs[0][r];
-    TORCH_CHECK_VALUE(o.numel() == inputs[0].numel() && o.scalar_type() == inputs[0].scalar_type(),
+    const at::Tensor& o = outputs[r];
+    TORCH_CHECK_VALUE(o.numel() == input.numel() && o.scalar_type() == input.scalar_type(),
                       where(what), ": output ", r, " differs from the input in size or dtype");
     if (r == root) {
-      o.copy_(inputs[0].view(o.sizes()));
+      o.copy_(input.reshape(o.sizes()));
     } else {
       add_recv(x, o, r);
     }
   }
-  x.finish.outputs = outputs[0];
-  return run_exchange(device, OpType::GATHER, what, std::move(x));
 }
 
 #if RTD_TORCH_HAS_GATHER_SINGLE
@@ -268,13 +273,7 @@ c10::intrusive_ptr<c10d::Work> BackendRTD::gather_single(at::Tensor& output, at:
       where(what), ": the root's output must hold ", getSize(), " inputs of ", input.numel(), " ",
       input.scalar_type(), " (it holds ", output.numel(), " ", output.scalar_type(), ")");
   at::Tensor rows = contiguous_or_staged(output, x.finish).view({getSize(), input.numel()});
-  for (int r = 0; r < getSize(); ++r) {
-    if (r == root) {
-      rows[r].copy_(input.reshape(-1));
-    } else {
-      add_recv(x, rows[r], r);
-    }
-  }
+  add_gather_at_root(x, rows.unbind(0), input.reshape(-1), root, what);
   x.finish.outputs = {output};
   return run_exchange(device, OpType::GATHER, what, std::move(x));
 }
