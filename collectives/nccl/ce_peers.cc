@@ -332,7 +332,7 @@ void CeCall::wait_for_all(int slot) {
   }
 }
 
-void CeCall::copy_with_peers(int wait_slot, const Where& dst, const Where& src, std::size_t bytes,
+void CeCall::copy_with_peers(int wait_slot, const Where& dst, const Where& src, const Bytes& bytes,
                              const char* step) {
   CudaApi& cuda = state_->cuda();
   const int n = peers_.size_, me = peers_.rank_;
@@ -348,7 +348,7 @@ void CeCall::copy_with_peers(int wait_slot, const Where& dst, const Where& src, 
   for (int turn = 1, k = 0; turn < n; ++turn) {
     const int p = (me + turn) % n;
     for (int j = 0; j < parts; ++j, ++k) {
-      const BytePiece piece = piece_of(bytes, parts, j);
+      const BytePiece piece = piece_of(bytes(p), parts, j);
       const std::size_t from = piece.first, len = piece.last - piece.first;
       cudaStream_t on = forked ? peers_.copies_[k % streams] : s;
       if (forked && !used[k % streams]) {

@@ -115,8 +115,14 @@ class CeCall {
   // every rank does the same, each GPU is read (or written) by one peer at a
   // time, which on 4xH200 moved 1.7x the bytes of all peers at once.
   using Where = std::function<char*(int peer)>;
-  void copy_with_peers(int wait_slot, const Where& dst, const Where& src, std::size_t bytes,
+  using Bytes = std::function<std::size_t(int peer)>;
+  void copy_with_peers(int wait_slot, const Where& dst, const Where& src, const Bytes& bytes,
                        const char* step);
+  void copy_with_peers(int wait_slot, const Where& dst, const Where& src, std::size_t bytes,
+                       const char* step) {
+    copy_with_peers(
+        wait_slot, dst, src, [bytes](int) { return bytes; }, step);
+  }
   // A copy within this GPU, on the main stream.
   void copy_local(void* dst, const void* src, std::size_t bytes, const char* step);
   // The work enqueued on the main stream between mark() and span() is one

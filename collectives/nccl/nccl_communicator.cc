@@ -112,15 +112,16 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
     };
     staged_ = std::make_unique<StagedCollectives>(
         options_.device,
-        [this, scope](BufferView staging, ReduceOp op, std::string* why) {
+        [this, scope](CopyEnginePushCollective::Kind kind, const BufferView& shape, ReduceOp op,
+                      std::string* why) {
           auto store = scope();
-          return std::unique_ptr<PersistentAllReduce>(
-              CopyEngineAllReduce::create(ce_setup({staging}, op, store.get()), why));
+          return CopyEnginePushCollective::create(ce_setup({}, op, store.get()), kind, shape.count,
+                                                  shape.dtype, why);
         },
-        [this, scope](BufferView staging, bool gather, ReduceOp op, std::string* why) {
+        [this, scope](BufferView staging, std::string* why) {
           auto store = scope();
-          return std::unique_ptr<PersistentShardCollective>(
-              CopyEngineShardCollective::create(ce_setup({staging}, op, store.get()), gather, why));
+          return std::unique_ptr<PersistentShardCollective>(CopyEngineShardCollective::create(
+              ce_setup({staging}, ReduceOp::kSum, store.get()), true, why));
         },
         parse_site_rules(options_.settings.staged_sites), kSiteChoice);
   }

@@ -34,41 +34,47 @@ StagedCollectives::Slot* StagedCollectives::slot_for(Kind kind, const BufferView
   if (bytes_ + in.bytes() > kMaxBytes) return nullptr;
   const SiteRule rule = rule_for(rules_, name_of(kind), in.count, SiteRule::kMeasure);
   if (rule == SiteRule::kKernels) return nullptr;  // RTD_CE_SITES: never staged
-  auto slot = std::make_unique<Slot>(Slot{
-      kind, DeviceBuffer(DeviceType::kCuda, device_, in.bytes()), BufferView{}, nullptr, nullptr,
-      std::string(name_of(kind)) + " of " + std::to_string(in.count) + " x " +
-          std::string(to_string(in.dtype)),
-      MethodChoice(rule, choice_), nullptr, -1});
-  slot->view = BufferView{.data = slot->buffer.data(),
-                          .count = in.count,
-                          .dtype = in.dtype,
-                          .device = DeviceType::kCuda,
-                          .device_index = device_};
+  auto slot =
+      std::make_unique<Slot>(Slot{kind, nullptr, nullptr, BufferView{}, nullptr,
+                                  std::string(name_of(kind)) + " of " + std::to_string(in.count) +
+                                      " x " + std::string(to_string(in.dtype)),
+                                  MethodChoice(rule, choice_), nullptr, -1});
   std::string why;
-  if (kind == Kind::kAllReduce) {
-    slot->reduce = make_reduce_(slot->view, op, &why);
+  std::size_t held = 0;
+  if (kind == Kind::kAllGather) {
+    slot->staging = std::make_unique<DeviceBuffer>(DeviceType::kCuda, device_, in.bytes());
+    slot->view = BufferView{.data = slot->staging->data(),
+                            .count = in.count,
+                            .dtype = in.dtype,
+                            .device = DeviceType::kCuda,
+                            .device_index = device_};
+    slot->gather = make_gather_(slot->view, &why);
+    held = slot->gather ? in.bytes() : 0;
   } else {
-    slot->shard = make_shard_(slot->view, kind == Kind::kAllGather, op, &why);
+    slot->push =
+        make_push_(kind == Kind::kAllReduce ? CopyEnginePushCollective::Kind::kAllReduce
+                                            : CopyEnginePushCollective::Kind::kReduceScatter,
+                   in, op, &why);
+    held = slot->push ? slot->push->landing_bytes() : 0;
   }
-  if (!slot->reduce && !slot->shard) {
+  if (!slot->push && !slot->gather) {
     refused_[k] = true;
     log::get("nccl")->info("{} staged by copy engines not used: {}", name_of(kind), why);
     return nullptr;
   }
-  bytes_ += in.bytes();
+  bytes_ += held;
   log::get("nccl")->info(
-      "{} staged by copy engines ({} MiB staged in all; {})", slot->site, bytes_ >> 20,
+      "{} staged by copy engines ({} MiB held by the sites in all; {})", slot->site, bytes_ >> 20,
       rule == SiteRule::kMeasure ? "against NCCL's kernels, measured" : "as RTD_CE_SITES says");
   return slots_.emplace(key, std::move(slot)).first->second.get();
 }
 
 void StagedCollectives::run(Slot& slot, const BufferView& in, const BufferView& out, StreamRef s) {
-  cast_async(in, slot.view, s);
-  if (slot.kind == Kind::kAllReduce) {
-    slot.reduce->run(0, s)->wait(s);
-    cast_async(slot.view, out, s);
+  if (slot.push) {
+    slot.push->run(in, out, s)->wait(s);
   } else {
-    slot.shard->run(slot.view, out, s)->wait(s);
+    cast_async(in, slot.view, s);
+    slot.gather->run(slot.view, out, s)->wait(s);
   }
 }
 

@@ -1,17 +1,18 @@
 // StagedCollectives: all_reduce(), all_gather() and reduce_scatter() of
 // buffers that were never set up, by copy engines
-// (NcclSettings::staged_copy_engines). A persistent copy-engine collective
-// needs sources its peers mapped once; a caller such as PyTorch's DDP or
-// FSDP2 hands a new pointer whenever it likes. So each (operation, count,
-// dtype, op) gets a staging buffer of its own, mapped by the peers at its
-// first call, and each call copies its input in and runs the persistent
-// collective out of it, on the communicator's stream (so calls of one size
-// take their turns):
-//   all_reduce:     copy in, reduce in place by copy engines, copy out;
-//   all_gather:     copy the shard in; each rank pulls its peers' shards
-//                   straight into its own output (only the shard is copied);
-//   reduce_scatter: copy the whole input in; each rank pulls its block of its
-//                   peers' inputs and adds them into its own output.
+// (NcclSettings::staged_copy_engines). A caller such as PyTorch's DDP or
+// FSDP2 hands a new pointer whenever it likes, so the peers cannot map the
+// caller's buffers once; each (operation, count, dtype, op) instead gets
+// memory of its own that the peers map at its first call, and each call runs
+// on the communicator's stream (so calls of one size take their turns):
+//   all_reduce, reduce_scatter: each rank pushes its peers' chunks of its
+//                   input into their landing slots, adds what landed in its
+//                   own into its output, and (all-reduce) the peers pull the
+//                   result (ce_push_collective.h): the input is never copied
+//                   whole;
+//   all_gather:     copy the shard into a staging buffer; each rank pulls its
+//                   peers' shards straight into its own output (only the
+//                   shard is copied).
 //
 // Every rank makes the same calls in the same order, so every rank reaches a
 // size's first call, and the set-up it makes collectively, at the same call;
@@ -35,6 +36,7 @@
 
 #include "collectives/device_memory.h"
 #include "collectives/method_choice.h"
+#include "collectives/nccl/ce_push_collective.h"
 #include "collectives/nccl/site_timing.h"
 #include "rt_dist/communicator.h"
 
@@ -44,31 +46,33 @@ class StagedCollectives {
  public:
   enum class Kind { kAllReduce = 0, kAllGather = 1, kReduceScatter = 2 };
   // Calls that move fewer bytes go to NCCL (its kernels are quicker there);
-  // the staging buffers together hold at most max_bytes.
+  // the sites' own memory (landing areas, staging buffers) is at most kMaxBytes.
   static constexpr std::size_t kMinBytes = std::size_t(1) << 20;
   static constexpr std::size_t kMaxBytes = std::size_t(1) << 30;
 
-  // The persistent copy-engine collective of one staging buffer, or nullptr
-  // (then, with *why, no call of that kind is staged on this communicator).
-  using MakeReduce =
-      std::function<std::unique_ptr<PersistentAllReduce>(BufferView, ReduceOp, std::string*)>;
-  using MakeShard = std::function<std::unique_ptr<PersistentShardCollective>(
-      BufferView, bool gather, ReduceOp, std::string*)>;
-  StagedCollectives(int device, MakeReduce reduce, MakeShard shard,
-                    std::vector<SiteRuleEntry> rules, MethodChoice::Options choice)
+  // The copy-engine collective of one site, or nullptr (then, with *why, no
+  // call of that kind is staged on this communicator): the all-reduce or
+  // reduce-scatter of inputs shaped like `shape`, or the all-gather of one
+  // staging buffer.
+  using MakePush = std::function<std::unique_ptr<CopyEnginePushCollective>(
+      CopyEnginePushCollective::Kind, const BufferView& shape, ReduceOp, std::string*)>;
+  using MakeGather =
+      std::function<std::unique_ptr<PersistentShardCollective>(BufferView, std::string*)>;
+  StagedCollectives(int device, MakePush push, MakeGather gather, std::vector<SiteRuleEntry> rules,
+                    MethodChoice::Options choice)
       : device_(device),
-        make_reduce_(std::move(reduce)),
-        make_shard_(std::move(shard)),
+        make_push_(std::move(push)),
+        make_gather_(std::move(gather)),
         rules_(std::move(rules)),
         choice_(choice) {}
 
   struct Slot {
     Kind kind;
-    DeviceBuffer buffer;
-    BufferView view;
-    std::unique_ptr<PersistentAllReduce> reduce;       // kAllReduce
-    std::unique_ptr<PersistentShardCollective> shard;  // the others
-    std::string site;                                  // for the log: "all_reduce of N x dtype"
+    std::unique_ptr<CopyEnginePushCollective> push;     // kAllReduce, kReduceScatter
+    std::unique_ptr<DeviceBuffer> staging;              // kAllGather: the shard, copied in
+    BufferView view;                                    // of staging
+    std::unique_ptr<PersistentShardCollective> gather;  // kAllGather, out of staging
+    std::string site;                                   // for the log: "all_reduce of N x dtype"
     MethodChoice choice;
     std::unique_ptr<TrialEvents> trials;  // while measuring
     int timing = -1;                      // the call under way: its trial index, or -1
@@ -92,8 +96,8 @@ class StagedCollectives {
 
  private:
   int device_;
-  MakeReduce make_reduce_;
-  MakeShard make_shard_;
+  MakePush make_push_;
+  MakeGather make_gather_;
   std::vector<SiteRuleEntry> rules_;
   MethodChoice::Options choice_;
   bool refused_[3] = {false, false, false};  // by Kind

@@ -150,8 +150,8 @@ constexpr ConfigVar kVars[] = {
     {"RTD_CE_STAGED", "0", "0/1", "librt_dist",
      "1: `all_reduce` and `reduce_scatter` of float sums and averages, and "
      "`all_gather` of any dtype, moving 1 MiB or more, ranks on one host with peer "
-     "access, by copy engines through a staging buffer per operation and size that the "
-     "peers map once (docs/torch.md); each such site (operation, count, dtype) goes by "
+     "access, by copy engines through memory per operation and size that the peers map "
+     "once (docs/nccl.md); each such site (operation, count, dtype) goes by "
      "copy engines or by NCCL's kernels as timed over its first calls, the timings "
      "summed over the ranks so that every rank chooses alike (docs/nccl.md)"},
     {"RTD_CE_SITES", "", "list", "librt_dist",

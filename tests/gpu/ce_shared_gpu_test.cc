@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -17,6 +18,7 @@
 
 #include "collectives/factory.h"
 #include "collectives/nccl/ce_all_reduce.h"
+#include "collectives/nccl/ce_push_collective.h"
 #include "collectives/nccl/ce_shard_collective.h"
 #include "rt_dist/rt_dist.h"
 #include "rt_dist/trace.h"
@@ -198,6 +200,138 @@ TEST_F(CopyEnginesSharedGpu, AllReduceIn16BitsIsExact) {
       ASSERT_EQ(decode(bits[i]), ranks_sum * float(i % 64)) << to_string(dtype) << " element " << i;
     reducer.reset();
     cudaFree(buf);
+  }
+}
+
+// The staged sites' collectives (PyTorch's DDP buckets and FSDP2's
+// reductions on the rtd backend): buffers the peers never mapped, at a new
+// address each call, in place and not, at offsets that break the addition's
+// 16-byte loads, counts that do not split evenly, float32 and bfloat16, sum
+// and average. Sums of small integers: exact.
+TEST_F(CopyEnginesSharedGpu, PushedAllReduceAndReduceScatterAreExactWhereverTheBuffersLie) {
+  using Kind = CopyEnginePushCollective::Kind;
+  const std::size_t count = (std::size_t(1) << 20) * size_ + 3 * size_;  // splits unevenly in 16 B
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (Kind kind : {Kind::kAllReduce, Kind::kReduceScatter}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        const std::string name = std::string(kind == Kind::kAllReduce ? "ar" : "rs") + "/" +
+                                 std::string(to_string(dtype)) + "/" + std::string(to_string(op));
+        CeSetup s = setup("push/" + name, {});
+        s.op = op;
+        std::string why;
+        auto push = CopyEnginePushCollective::create(s, kind, count, dtype, &why);
+        ASSERT_TRUE(push) << name << ": the pushed collective refused: " << why;
+        const std::size_t esize = dtype_size(dtype);
+        const std::size_t out_count = kind == Kind::kAllReduce ? count : count / size_;
+        // The value of element i on rank r, and what the result must hold.
+        auto value = [](std::size_t i, int r, int round) {
+          return float((r + 1) * (i % 13 + round));
+        };
+        const float ranks_sum = float(size_ * (size_ + 1) / 2);
+        auto encode = [&](float v, void* at) {
+          if (dtype == DType::kFloat32) {
+            std::memcpy(at, &v, 4);
+          } else {
+            const std::uint16_t b = float_to_bf16(v);
+            std::memcpy(at, &b, 2);
+          }
+        };
+        auto decode = [&](const void* at) {
+          if (dtype == DType::kFloat32) {
+            float v;
+            std::memcpy(&v, at, 4);
+            return v;
+          }
+          std::uint16_t b;
+          std::memcpy(&b, at, 2);
+          return bf16_to_float(b);
+        };
+        for (int round = 0; round < 4; ++round) {
+          // Round 1 and 3 in place; 2 and 3 one element off 16 bytes.
+          const bool in_place = round % 2 == 1;
+          const std::size_t skew = round >= 2 ? 1 : 0;
+          char* mem = nullptr;  // a new allocation each round: a new address
+          const std::size_t bytes = (count + out_count + 2 * skew) * esize;
+          ASSERT_EQ(cudaMalloc(&mem, bytes), cudaSuccess);
+          char* in = mem + skew * esize;
+          char* out = in_place ? (kind == Kind::kAllReduce ? in : in + rank_ * out_count * esize)
+                               : in + (count + skew) * esize;
+          std::vector<char> host(count * esize);
+          for (std::size_t i = 0; i < count; ++i) encode(value(i, rank_, round), &host[i * esize]);
+          ASSERT_EQ(cudaMemcpy(in, host.data(), count * esize, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+          BufferView vin{.data = in,
+                         .count = count,
+                         .dtype = dtype,
+                         .device = DeviceType::kCuda,
+                         .device_index = device_};
+          BufferView vout = vin;
+          vout.data = out;
+          vout.count = out_count;
+          push->run(vin, vout, StreamRef{stream_})->wait();
+          state_->overdue();
+          ASSERT_EQ(cudaMemcpy(host.data(), out, out_count * esize, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          const std::size_t first = kind == Kind::kAllReduce ? 0 : rank_ * out_count;
+          for (std::size_t j = 0; j < out_count; ++j) {
+            const std::size_t i = first + j;
+            const float want = value(i, 0, round) * ranks_sum / (op == ReduceOp::kAvg ? size_ : 1);
+            ASSERT_EQ(decode(&host[j * esize]), want)
+                << name << ", round " << round << ", element " << i;
+          }
+          cudaFree(mem);
+        }
+      }
+    }
+  }
+}
+
+// Calls back to back, nothing waited for between them on the host, while one
+// rank's stream lags behind the other's (a spin before its first call): a
+// call's pushes must not land in slots that a slower peer has not yet added
+// up for the call before (the reduce-scatter's two sets of slots, the
+// all-reduce's "reduced" wait), nor a result slot be rewritten under a pull.
+TEST_F(CopyEnginesSharedGpu, PushedCallsBackToBackWithALaggingPeerStayExact) {
+  using Kind = CopyEnginePushCollective::Kind;
+  const std::size_t count = std::size_t(size_) << 18;  // float32, 1 MiB a rank
+  const int calls = 8;
+  for (Kind kind : {Kind::kReduceScatter, Kind::kAllReduce}) {
+    const bool ar = kind == Kind::kAllReduce;
+    std::string why;
+    auto push = CopyEnginePushCollective::create(setup(ar ? "b2b/ar" : "b2b/rs", {}), kind, count,
+                                                 DType::kFloat32, &why);
+    ASSERT_TRUE(push) << why;
+    const std::size_t out_count = ar ? count : count / size_;
+    std::vector<float*> ins(calls), outs(calls);
+    std::vector<float> host(count);
+    for (int c = 0; c < calls; ++c) {
+      ASSERT_EQ(cudaMalloc(&ins[c], count * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&outs[c], out_count * sizeof(float)), cudaSuccess);
+      for (std::size_t i = 0; i < count; ++i) host[i] = float((rank_ + 1) * (c + 1) + i % 7);
+      ASSERT_EQ(cudaMemcpy(ins[c], host.data(), count * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+    if (rank_ == size_ - 1) launch_spin(stream_, 200'000'000);  // about 0.1 s at H200's clock
+    std::vector<std::shared_ptr<Work>> works;
+    for (int c = 0; c < calls; ++c)
+      works.push_back(
+          push->run(floats(ins[c], count), floats(outs[c], out_count), StreamRef{stream_}));
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    for (auto& w : works) w->wait();
+    state_->overdue();
+    const float ranks_sum = float(size_ * (size_ + 1) / 2);
+    for (int c = 0; c < calls; ++c) {
+      ASSERT_EQ(cudaMemcpy(host.data(), outs[c], out_count * sizeof(float), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      const std::size_t first = ar ? 0 : rank_ * out_count;
+      for (std::size_t j = 0; j < out_count; ++j) {
+        const std::size_t i = first + j;
+        ASSERT_EQ(host[j], ranks_sum * float(c + 1) + float(size_) * float(i % 7))
+            << (ar ? "all_reduce" : "reduce_scatter") << " call " << c << ", element " << i;
+      }
+      cudaFree(ins[c]);
+      cudaFree(outs[c]);
+    }
   }
 }
 
