@@ -110,8 +110,9 @@ class CeCall {
   void tell_peers(int slot);                           // flag (slot, me) := epoch in every peer
   void wait_for(int slot, int peer, cudaStream_t on);  // until flag (slot, peer) reaches epoch
   void wait_for_all(int slot);                         // every peer, on the main stream
-  // bytes from src(p) to dst(p) for every peer p, in rotation (rank + 1,
-  // rank + 2, ...), each after flag (wait_slot, p) unless wait_slot < 0. While
+  // bytes(p) bytes (or `bytes`, the same for all) from src(p) to dst(p) for
+  // every peer p, in rotation (rank + 1, rank + 2, ...), each after flag
+  // (wait_slot, p) unless wait_slot < 0. While
   // every rank does the same, each GPU is read (or written) by one peer at a
   // time, which on 4xH200 moved 1.7x the bytes of all peers at once.
   using Where = std::function<char*(int peer)>;
