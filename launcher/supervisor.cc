@@ -235,6 +235,22 @@ bool send_activation(int control, int out, int err, const std::string& env) {
 }
 }  // namespace
 
+bool Supervisor::spare_ready(Child& c, std::chrono::milliseconds wait) {
+  if (!c.ready && c.control >= 0) {
+    // Readable: its byte, or the end of its socket (it died).
+    pollfd p{c.control, POLLIN, 0};
+    while (poll(&p, 1, static_cast<int>(wait.count())) < 0 && errno == EINTR) {
+    }
+    char said = 0;
+    ssize_t n;
+    do {
+      n = recv(c.control, &said, 1, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    c.ready = n == 1 && said == 'R';
+  }
+  return c.ready;
+}
+
 bool Supervisor::activate(std::size_t i, const WorkerSpec& spec, LogMux& mux) {
   int out[2], err[2];
   RTD_SYS_CHECK(pipe2(out, O_CLOEXEC), "pipe");
@@ -421,8 +437,9 @@ bool Supervisor::replace_failed() {
     for (const WorkerSpec& spec : *specs) {
       bool made = false;
       for (std::size_t i = 0; i < children_.size() && !made; ++i) {
-        const Child& c = children_[i];
-        made = c.spare && c.running && c.control >= 0 && activate(i, spec, *mux);
+        Child& c = children_[i];
+        made = c.spare && c.running && c.control >= 0 && spare_ready(c, kSpareReadyWait) &&
+               activate(i, spec, *mux);
       }
       if (!made) spawn(spec, *mux);
     }

@@ -108,6 +108,7 @@ class Supervisor {
     bool replaced = false;  // failed, and started again alone (in-process recovery)
     bool spare = false;     // a spare not yet made a worker (rank -1)
     int control = -1;       // a spare's socket (-1: none)
+    bool ready = false;     // a spare that said its imports are done
     bool running = false;
     int status = 0;
     int pidfd = -1;  // readable when the worker ends (-1: kernel without pidfd_open)
@@ -121,6 +122,13 @@ class Supervisor {
   void attach_output(int out, int err, int log_fd, const WorkerSpec& spec, LogMux& mux);
   // Spares up to options_.spares; one that cannot be started is logged.
   void add_spares(LogMux& mux);
+  // Whether a spare has said it is ready (its byte), waiting up to `wait`
+  // for it: a spare still importing is ahead of a process started anew, but
+  // one whose imports then fail would end as the worker it was made, so a
+  // spare is made a worker only once it has said so; one that says nothing
+  // within the wait (or has died) is left, and the worker started anew.
+  static bool spare_ready(Child& c, std::chrono::milliseconds wait);
+  static constexpr std::chrono::milliseconds kSpareReadyWait{10'000};
   // Makes children_[i], a spare, the worker of spec; false: it could not be told.
   bool activate(std::size_t i, const WorkerSpec& spec, LogMux& mux);
   // The failed workers started again alone (options_.replace); false: not.

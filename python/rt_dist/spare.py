@@ -4,7 +4,8 @@ dtrun starts it as ``python -m rt_dist.spare ARGS`` beside a job's workers,
 with the ARGS a worker gets (``[-u] SCRIPT ...``, ``-m MODULE ...`` or ``-c
 CODE ...``). It imports torch, what an optimizer imports when it is made
 (torch._dynamo) and rt_dist.torch (and ``RTD_SPARE_IMPORTS``), and
-initializes CUDA, then waits on its socket to dtrun. When a worker
+initializes CUDA, then says it is ready (one byte, ``R``, on its socket to
+dtrun, which makes no spare a worker before) and waits. When a worker
 fails, dtrun sends the spare that worker's environment and two pipes for
 its output; the spare takes them and runs the program as that worker
 would from its first line, but with the seconds of the interpreter's start
@@ -30,6 +31,7 @@ from rt_dist import _config
 __all__ = ["main"]
 
 _MAGIC = b"RTDS"
+_READY = b"R"  # to dtrun, once the imports are done
 _MOST_ENV = 16 << 20  # bytes: dtrun's environments are kilobytes
 
 
@@ -151,6 +153,10 @@ def main(args: list[str]) -> None:
     os.environ.pop("DTRUN_SPARE_FD")
     sock = socket.socket(fileno=fd)
     _preload()
+    try:
+        sock.sendall(_READY)
+    except OSError:
+        raise SystemExit(0) from None  # dtrun ended while this spare was importing
     env, fds = _receive(sock)
     sock.close()
     _become(env, fds)

@@ -132,6 +132,21 @@ if [ "${TIME_ONLY:-0}" != 1 ] && [ "$device" = cpu ]; then
   [ "$(digests spare-broken)" = "$(digests plain2)" ] &&
     echo "ok: without its spare the job recovered to the unbroken run's weights" ||
     { echo "FAILED: spare-broken: digests $(digests spare-broken)"; fail=1; }
+  # A spare still importing when the worker is killed (an import that takes
+  # 30 s, then fails) is not made the replacement: dtrun waits 10 s for it to
+  # say it is ready, then starts the worker anew. Before, it was made the
+  # replacement, died as that worker, and the spare started behind it took
+  # the next turn, until the restarts ran out.
+  printf 'import time\ntime.sleep(30)\nraise ImportError("a late failure (the test\x27s)")\n' \
+    >"$out/rtd_test_slow_spare_import.py"
+  PYTHONPATH="$out${PYTHONPATH:+:$PYTHONPATH}" RTD_SPARE_IMPORTS=rtd_test_slow_spare_import \
+    run spare-slow 2 "--recovery=in-process --spare-workers=1" before 1 8 ||
+    { echo "FAILED: a spare still importing failed the job"; cat "$out/spare-slow"; fail=1; }
+  grep -q "is a spare made into it" "$out/spare-slow" &&
+    { echo "FAILED: a spare still importing was made a worker"; fail=1; }
+  [ "$(digests spare-slow)" = "$(digests plain2)" ] &&
+    echo "ok: a spare still importing was left alone; a worker started anew recovered the weights" ||
+    { echo "FAILED: spare-slow: digests $(digests spare-slow)"; fail=1; }
 fi
 
 if [ -n "${TIME_LAYERS:-}" ]; then
