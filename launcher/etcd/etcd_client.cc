@@ -179,8 +179,18 @@ bool EtcdClient::create(const std::string& key, const std::string& value, std::i
   return put_if(key, std::nullopt, value, lease);
 }
 
+std::string EtcdClient::receipt_key(const std::string& request_id) const {
+  return kReceipts + client_id_ + "/request/" + request_id;
+}
+
 bool EtcdClient::put_if(const std::string& key, const std::optional<std::string>& expected,
                         const std::string& value, std::int64_t lease) {
+  return put_if(key, expected, value, lease, next_receipt(), key);
+}
+
+bool EtcdClient::put_if(const std::string& key, const std::optional<std::string>& expected,
+                        const std::string& value, std::int64_t lease, const std::string& receipt,
+                        const std::string& receipt_value) {
   etcdserverpb::TxnRequest req;
   auto* cmp = req.add_compare();
   cmp->set_key(key);
@@ -200,10 +210,9 @@ bool EtcdClient::put_if(const std::string& key, const std::optional<std::string>
   // follows one whose reply was lost finds its comparison failing against
   // its own write; the receipt tells it so (a value alone cannot: another
   // writer may have written the same one, or written after it).
-  const std::string receipt = next_receipt();
   auto* mark = req.add_success()->mutable_request_put();
   mark->set_key(receipt);
-  mark->set_value(key);
+  mark->set_value(receipt_value);
   mark->set_lease(lease);
   etcdserverpb::TxnResponse resp;
   bool uncertain = false;

@@ -49,6 +49,16 @@ class EtcdClient {
   // the try after an uncertain one looks for when its comparison fails.
   bool put_if(const std::string& key, const std::optional<std::string>& expected,
               const std::string& value, std::int64_t lease = 0);
+  // The same with the caller's receipt (receipt_key) holding receipt_value:
+  // for a request that is tried again after a call that gave up unsure (etcd
+  // too slow to answer within the timeout), which looks for its receipt
+  // first. Deleted once the write is known to have committed.
+  bool put_if(const std::string& key, const std::optional<std::string>& expected,
+              const std::string& value, std::int64_t lease, const std::string& receipt,
+              const std::string& receipt_value);
+  // The receipt of a request the caller names (request_id: unique to it, the
+  // same on each of its tries).
+  std::string receipt_key(const std::string& request_id) const;
   // Deletes the key when its value is still `value`; returns whether it did.
   bool remove_if(const std::string& key, const std::string& value);
   // Deletes the key; returns whether it existed.

@@ -54,7 +54,25 @@ class EtcdStore : public Store {
   }
 
   std::int64_t add(const std::string& key, std::int64_t delta) override {
+    return add_once(key, delta, "");
+  }
+
+  // request_id non-empty: the request's tries share a receipt holding the
+  // count it wrote, so that a try after one that gave up unsure (its
+  // transaction may have committed) returns that count instead of adding
+  // again.
+  std::int64_t add_once(const std::string& key, std::int64_t delta, const std::string& request_id) {
+    const std::string receipt = request_id.empty() ? "" : client_->receipt_key(request_id);
     for (int race = 0; race < kMaxRaces; ++race) {
+      if (!receipt.empty()) {
+        if (std::optional<EtcdKv> done = client_->get(receipt)) {
+          try {
+            client_->remove(receipt);
+          } catch (const Error&) {  // left behind; the count stands
+          }
+          return parse_count(key, done->value);
+        }
+      }
       std::optional<EtcdKv> kv = client_->get(prefix_ + key);
       std::int64_t value = kv ? parse_count(key, kv->value) : 0;
       if (__builtin_add_overflow(value, delta, &value))
@@ -64,7 +82,10 @@ class EtcdStore : public Store {
       if (delta == 0 && kv) return value;
       std::optional<std::string> expected;
       if (kv) expected = kv->value;
-      if (client_->put_if(prefix_ + key, expected, std::to_string(value))) return value;
+      const std::string text = std::to_string(value);
+      if (receipt.empty() ? client_->put_if(prefix_ + key, expected, text)
+                          : client_->put_if(prefix_ + key, expected, text, 0, receipt, text))
+        return value;
     }
     throw raced(key);
   }
@@ -120,6 +141,12 @@ class EtcdStore : public Store {
 };
 
 }  // namespace
+
+std::int64_t add_once(Store& store, const std::string& key, std::int64_t delta,
+                      const std::string& request_id) {
+  if (auto* etcd = dynamic_cast<EtcdStore*>(&store)) return etcd->add_once(key, delta, request_id);
+  return store.add(key, delta);
+}
 
 std::shared_ptr<Store> make_etcd_store(std::shared_ptr<EtcdClient> client, std::string prefix) {
   return std::make_shared<EtcdStore>(std::move(client), std::move(prefix));

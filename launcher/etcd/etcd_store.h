@@ -19,4 +19,11 @@ namespace rtd::launcher {
 
 std::shared_ptr<Store> make_etcd_store(std::shared_ptr<EtcdClient> client, std::string prefix);
 
+// store.add(key, delta) once though the call is made again for the same
+// request (request_id: unique to it, the same on each try), as the relay does
+// when etcd answered too slowly to know whether the first try committed;
+// for a store that is not etcd's, a plain add.
+std::int64_t add_once(Store& store, const std::string& key, std::int64_t delta,
+                      const std::string& request_id);
+
 }  // namespace rtd::launcher

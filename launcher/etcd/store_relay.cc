@@ -7,6 +7,7 @@
 #include <atomic>
 #include <thread>
 
+#include "launcher/etcd/etcd_store.h"
 #include "launcher/net.h"
 #include "rendezvous.grpc.pb.h"
 #include "rt_dist/error.h"
@@ -68,8 +69,11 @@ class RelayService final : public proto::Store::Service {
   grpc::Status Add(grpc::ServerContext* ctx, const proto::AddRequest* req,
                    proto::AddResponse* resp) override {
     if (auto s = admit(ctx, req->key()); !s.ok()) return s;
-    return status_of(
-        [&] { ride_out(ctx, [&] { resp->set_value(store_->add(req->key(), req->delta())); }); });
+    // One request, however many tries ride_out makes: an add counts once.
+    const std::string request = random_token();
+    return status_of([&] {
+      ride_out(ctx, [&] { resp->set_value(add_once(*store_, req->key(), req->delta(), request)); });
+    });
   }
 
   grpc::Status CompareSet(grpc::ServerContext* ctx, const proto::CompareSetRequest* req,

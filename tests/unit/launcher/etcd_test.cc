@@ -314,6 +314,35 @@ std::unique_ptr<RendezvousServer> test_server(const std::optional<ResumeFrom>& r
       ServerOptions{.bind_ip = "127.0.0.1", .token = "t", .resume = resume});
 }
 
+// An add whose every reply is lost for longer than the client's timeout:
+// the call gives up unsure whether it committed, and the relay tries the
+// request again. It counts once (before, the second try read the committed
+// count and added again: 2).
+TEST_F(EtcdTest, AnAddTheRelayTriesAgainAfterAnUnsureFailureCountsOnce) {
+  auto client = std::make_shared<EtcdClient>(std::vector<std::string>{etcd_->endpoint()},
+                                             TlsFiles{}, milliseconds(800));
+  std::mutex mu;
+  std::optional<std::chrono::steady_clock::time_point> first;
+  int dropped = 0;
+  client->set_fault_hook([&](const std::string& what) {
+    if (what.rfind("writing '", 0) != 0 || what.find("store/count'") == std::string::npos)
+      return false;
+    std::lock_guard<std::mutex> lock(mu);
+    const auto now = std::chrono::steady_clock::now();
+    if (!first) first = now;
+    const bool drop = now - *first < milliseconds(1500);  // past one call's timeout
+    dropped += drop;
+    return drop;
+  });
+  auto in_etcd = make_etcd_store(client, prefix_ + "store/");
+  StoreRelay relay("127.0.0.1", in_etcd, "secret", TlsFiles{}, [] { return std::string(); });
+  auto worker = make_grpc_store("127.0.0.1:" + std::to_string(relay.port()), "secret");
+  EXPECT_EQ(worker->add("count", 1), 1);
+  EXPECT_GT(dropped, 1) << "the first try's replies were dropped until it gave up";
+  EXPECT_EQ(worker->add("count", 1), 2);
+  EXPECT_EQ(in_etcd->add("count", 0), 2);
+}
+
 // The first agent is elected, the second finds it; when the first goes (its
 // lease revoked), the second is elected and takes its recorded round over,
 // the first named lost.
