@@ -235,11 +235,17 @@ bool send_activation(int control, int out, int err, const std::string& env) {
 }
 }  // namespace
 
-bool Supervisor::spare_ready(Child& c, std::chrono::milliseconds wait) {
+bool Supervisor::spare_ready(Child& c, std::chrono::steady_clock::time_point until) {
   if (!c.ready && c.control >= 0) {
     // Readable: its byte, or the end of its socket (it died).
     pollfd p{c.control, POLLIN, 0};
-    while (poll(&p, 1, static_cast<int>(wait.count())) < 0 && errno == EINTR) {
+    auto left = [&] {
+      return static_cast<int>(std::max<std::int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(until -
+                                                                   std::chrono::steady_clock::now())
+                 .count()));
+    };
+    while (poll(&p, 1, left()) < 0 && errno == EINTR) {
     }
     char said = 0;
     ssize_t n;
@@ -433,12 +439,14 @@ bool Supervisor::replace_failed() {
     if (options_.guard) options_.guard->forget(c->pid);
   }
   auto mux = std::make_unique<LogMux>();
+  // One wait for spares still importing, however many workers and spares.
+  const auto spares_until = std::chrono::steady_clock::now() + kSpareReadyWait;
   try {
     for (const WorkerSpec& spec : *specs) {
       bool made = false;
       for (std::size_t i = 0; i < children_.size() && !made; ++i) {
         Child& c = children_[i];
-        made = c.spare && c.running && c.control >= 0 && spare_ready(c, kSpareReadyWait) &&
+        made = c.spare && c.running && c.control >= 0 && spare_ready(c, spares_until) &&
                activate(i, spec, *mux);
       }
       if (!made) spawn(spec, *mux);

@@ -122,12 +122,13 @@ class Supervisor {
   void attach_output(int out, int err, int log_fd, const WorkerSpec& spec, LogMux& mux);
   // Spares up to options_.spares; one that cannot be started is logged.
   void add_spares(LogMux& mux);
-  // Whether a spare has said it is ready (its byte), waiting up to `wait`
+  // Whether a spare has said it is ready (its byte), waiting until `until`
   // for it: a spare still importing is ahead of a process started anew, but
   // one whose imports then fail would end as the worker it was made, so a
   // spare is made a worker only once it has said so; one that says nothing
-  // within the wait (or has died) is left, and the worker started anew.
-  static bool spare_ready(Child& c, std::chrono::milliseconds wait);
+  // by then (or has died) is left, and the worker started anew. One
+  // replacement waits kSpareReadyWait at most in all.
+  static bool spare_ready(Child& c, std::chrono::steady_clock::time_point until);
   static constexpr std::chrono::milliseconds kSpareReadyWait{10'000};
   // Makes children_[i], a spare, the worker of spec; false: it could not be told.
   bool activate(std::size_t i, const WorkerSpec& spec, LogMux& mux);
