@@ -12,23 +12,33 @@ enum FlagSlot { kPushed = 0, kReduced = 1, kDone = 2, kFlagSlots = 3 };
 
 std::size_t round16(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
 
+// A slot holds the largest chunk (all-reduce) or a block (reduce-scatter).
+std::size_t slot_bytes_for(CopyEnginePushCollective::Kind kind, std::size_t count, DType dtype,
+                           int n) {
+  const std::size_t esize = dtype_size(dtype);
+  return kind == CopyEnginePushCollective::Kind::kAllReduce
+             ? ChunkLayout(count, n, esize).slot_elems() * esize
+             : round16(count / std::max(n, 1) * esize);
+}
+
 }  // namespace
+
+std::size_t CopyEnginePushCollective::landing_bytes(Kind kind, std::size_t count, DType dtype,
+                                                    int ranks) {
+  // All-reduce: a slot per peer and the result; reduce-scatter: a slot per
+  // peer for calls of each parity (see run's comment in the header).
+  const int slots = kind == Kind::kAllReduce ? ranks : 2 * (ranks - 1);
+  return std::max<std::size_t>(16, slots * slot_bytes_for(kind, count, dtype, ranks));
+}
 
 std::unique_ptr<CopyEnginePushCollective> CopyEnginePushCollective::create(CeSetup setup, Kind kind,
                                                                            std::size_t count,
                                                                            DType dtype,
                                                                            std::string* why) {
-  const int n = setup.size;
   const std::size_t esize = dtype_size(dtype);
-  // A slot holds the largest chunk (all-reduce) or a block (reduce-scatter).
-  const std::size_t slot_bytes = kind == Kind::kAllReduce
-                                     ? ChunkLayout(count, n, esize).slot_elems() * esize
-                                     : round16(count / std::max(n, 1) * esize);
-  // All-reduce: a slot per peer and the result; reduce-scatter: a slot per
-  // peer for calls of each parity (see run's comment in the header).
-  const int slots = kind == Kind::kAllReduce ? n : 2 * (n - 1);
+  const std::size_t slot_bytes = slot_bytes_for(kind, count, dtype, setup.size);
   DeviceBuffer landing(DeviceType::kCuda, setup.device,
-                       std::max<std::size_t>(16, slots * slot_bytes));
+                       landing_bytes(kind, count, dtype, setup.size));
   setup.buffers.assign(1, BufferView{.data = landing.data(),
                                      .count = landing.bytes() / esize,
                                      .dtype = dtype,

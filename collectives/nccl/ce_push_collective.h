@@ -58,8 +58,9 @@ class CopyEnginePushCollective {
   // in: `count` elements; out: as many (all-reduce; may be in) or count / size
   // (reduce-scatter), anywhere on this rank's GPU.
   std::shared_ptr<Work> run(const BufferView& in, const BufferView& out, StreamRef caller);
-  // Device memory this collective holds: the landing area.
-  std::size_t landing_bytes() const { return landing_.bytes(); }
+  // The device memory it holds (its landing area) for calls of `count` x
+  // `dtype` on `ranks` ranks.
+  static std::size_t landing_bytes(Kind kind, std::size_t count, DType dtype, int ranks);
 
  private:
   CopyEnginePushCollective(CeSetup setup, Kind kind, std::size_t count, DType dtype,

@@ -111,7 +111,7 @@ NcclCommunicator::NcclCommunicator(NcclOptions options)
       return make_prefix_store("staged/" + std::to_string(persistent_seq_++), options_.store);
     };
     staged_ = std::make_unique<StagedCollectives>(
-        options_.device,
+        options_.device, size_,
         [this, scope](CopyEnginePushCollective::Kind kind, const BufferView& shape, ReduceOp op,
                       std::string* why) {
           auto store = scope();

@@ -31,7 +31,13 @@ StagedCollectives::Slot* StagedCollectives::slot_for(Kind kind, const BufferView
   if (refused_[k] || moved_bytes < kMinBytes) return nullptr;
   const auto key = std::make_tuple(k, in.count, static_cast<int>(in.dtype), static_cast<int>(op));
   if (auto it = slots_.find(key); it != slots_.end()) return it->second.get();
-  if (bytes_ + in.bytes() > kMaxBytes) return nullptr;
+  // The site's own memory: the all-gather's staged shard, the others' landing area.
+  const auto push_kind = kind == Kind::kAllReduce ? CopyEnginePushCollective::Kind::kAllReduce
+                                                  : CopyEnginePushCollective::Kind::kReduceScatter;
+  const std::size_t held = kind == Kind::kAllGather ? in.bytes()
+                                                    : CopyEnginePushCollective::landing_bytes(
+                                                          push_kind, in.count, in.dtype, ranks_);
+  if (bytes_ + held > kMaxBytes) return nullptr;
   const SiteRule rule = rule_for(rules_, name_of(kind), in.count, SiteRule::kMeasure);
   if (rule == SiteRule::kKernels) return nullptr;  // RTD_CE_SITES: never staged
   auto slot =
@@ -40,7 +46,6 @@ StagedCollectives::Slot* StagedCollectives::slot_for(Kind kind, const BufferView
                                       " x " + std::string(to_string(in.dtype)),
                                   MethodChoice(rule, choice_), nullptr, -1});
   std::string why;
-  std::size_t held = 0;
   if (kind == Kind::kAllGather) {
     slot->staging = std::make_unique<DeviceBuffer>(DeviceType::kCuda, device_, in.bytes());
     slot->view = BufferView{.data = slot->staging->data(),
@@ -49,13 +54,8 @@ StagedCollectives::Slot* StagedCollectives::slot_for(Kind kind, const BufferView
                             .device = DeviceType::kCuda,
                             .device_index = device_};
     slot->gather = make_gather_(slot->view, &why);
-    held = slot->gather ? in.bytes() : 0;
   } else {
-    slot->push =
-        make_push_(kind == Kind::kAllReduce ? CopyEnginePushCollective::Kind::kAllReduce
-                                            : CopyEnginePushCollective::Kind::kReduceScatter,
-                   in, op, &why);
-    held = slot->push ? slot->push->landing_bytes() : 0;
+    slot->push = make_push_(push_kind, in, op, &why);
   }
   if (!slot->push && !slot->gather) {
     refused_[k] = true;

@@ -58,9 +58,10 @@ class StagedCollectives {
       CopyEnginePushCollective::Kind, const BufferView& shape, ReduceOp, std::string*)>;
   using MakeGather =
       std::function<std::unique_ptr<PersistentShardCollective>(BufferView, std::string*)>;
-  StagedCollectives(int device, MakePush push, MakeGather gather, std::vector<SiteRuleEntry> rules,
-                    MethodChoice::Options choice)
+  StagedCollectives(int device, int ranks, MakePush push, MakeGather gather,
+                    std::vector<SiteRuleEntry> rules, MethodChoice::Options choice)
       : device_(device),
+        ranks_(ranks),
         make_push_(std::move(push)),
         make_gather_(std::move(gather)),
         rules_(std::move(rules)),
@@ -96,6 +97,7 @@ class StagedCollectives {
 
  private:
   int device_;
+  int ranks_;
   MakePush make_push_;
   MakeGather make_gather_;
   std::vector<SiteRuleEntry> rules_;
